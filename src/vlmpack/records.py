@@ -1,0 +1,127 @@
+"""Canonical in-memory types shared by every stage, and the rejection reason codes.
+
+A record read from any source becomes either a :class:`Sample` (canonical OpenAI-style
+messages + a media list + a :class:`Locator`) or a :class:`Rejection` (locator + reason code +
+detail). Nothing in between: ``records read = samples packed + rejected + dropped overlong``.
+
+Canonical ``messages`` (the form written into packs, DESIGN.md section 2)::
+
+    [{"role": "system" | "user" | "assistant",
+      "content": [{"type": "text", "text": str} | {"type": "image", "index": int}
+                  | {"type": "video", "index": int}]}, ...]
+
+``index`` points into ``Sample.media`` (0-based, in order of appearance). The writer replaces it
+with ``"part": "img<i>.<ext>"`` when it names the media parts of a pack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+MediaKind = Literal["image", "video"]
+
+#: Reason codes of rejected records, with a one-line meaning (the report lists counts per code).
+REASONS: dict[str, str] = {
+    "invalid_json": "the line is not valid JSON",
+    "not_utf8": "the line is not valid UTF-8",
+    "not_an_object": "the JSON value is not an object",
+    "unknown_schema": "no conversations / messages / prompts+captions key",
+    "wrong_type": "a field has the wrong type or is missing",
+    "empty_conversation": "the conversation has no turns",
+    "unknown_role": "a turn has a role that is not system/user/assistant (or human/gpt)",
+    "bad_turn_order": "the first non-system turn is not a user turn",
+    "no_assistant_turn": "the conversation has no assistant turn",
+    "empty_turn": "a turn has neither text nor media",
+    "placeholder_mismatch": "the number of <image>/<video> placeholders differs from the media given",
+    "media_outside_root": "a media path resolves outside --media-root",
+    "media_missing": "a media file does not exist or is not a regular file",
+    "media_undecodable": "a media file's header does not decode (unknown format, truncated, corrupt)",
+    "media_unsupported": "a media kind or size the model's processor cannot take (e.g. aspect ratio > 200)",
+    "duplicate_id": "the id was already seen earlier in the input",
+    "overlong": "the sample has more tokens than the sequence length",
+    "template_error": "the chat template or tokenizer failed on this sample",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Locator:
+    """Where a record came from: ``file`` (as given), 1-based ``line``, ``offset`` in bytes of the
+    line's first byte in the *decompressed* stream."""
+
+    file: str
+    line: int
+    offset: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def to_dict(self) -> dict:
+        return {"file": self.file, "line": self.line, "offset": self.offset}
+
+
+@dataclass(slots=True)
+class Media:
+    """One media item of a sample.
+
+    ``ref`` is the path as written in the record, ``path`` the resolved absolute path. The
+    header fields are filled by validation: ``width``/``height`` in pixels *after* EXIF
+    orientation (the size the model processor sees), ``format`` as PIL names it (``PNG``...),
+    ``nbytes`` the file size. ``num_tokens`` is filled by measuring.
+    """
+
+    kind: MediaKind
+    ref: str
+    path: str = ""
+    width: int = 0
+    height: int = 0
+    format: str = ""
+    nbytes: int = 0
+    num_tokens: int = 0
+    duration_s: float | None = None
+    fps: float | None = None
+    frames: int | None = None
+
+
+@dataclass(slots=True)
+class Sample:
+    """A valid record in canonical form. ``id`` is the record's own id (as ``str``) or a stable
+    ``<file>:<line>`` when it has none; ``num_tokens`` is filled by measuring."""
+
+    id: str
+    messages: list[dict]
+    media: list[Media]
+    locator: Locator
+    has_own_id: bool = True
+    num_tokens: int = 0
+
+    @property
+    def kind(self) -> str:
+        """``"text"``, ``"image"`` or ``"video"`` (video wins over image when both occur)."""
+        kinds = {m.kind for m in self.media}
+        return "video" if "video" in kinds else "image" if "image" in kinds else "text"
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A record that cannot be packed: its locator, its id if one could be read, a reason code of
+    :data:`REASONS` and a one-line human detail."""
+
+    locator: Locator
+    reason: str
+    detail: str
+    id: str | None = None
+
+    def to_dict(self) -> dict:
+        return {**self.locator.to_dict(), "id": self.id, "reason": self.reason, "detail": self.detail}
+
+
+@dataclass(slots=True)
+class ReadStats:
+    """Per-input counters that the report sums: ``lines`` physical lines, ``blank`` empty lines
+    (not records), ``records`` = lines - blank."""
+
+    lines: int = 0
+    blank: int = 0
+    records: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
