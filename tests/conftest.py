@@ -1,0 +1,30 @@
+"""Session fixtures shared by the whole suite: the real model directory and the real demo data.
+
+Both are built on first use into ``$VLMPACK_TEST_CACHE`` (default ``~/.cache/vlmpack/test``) and
+reused afterwards, so a fresh machine needs only the packages named in ``pyproject.toml[test]``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+CACHE = Path(os.environ.get("VLMPACK_TEST_CACHE", Path.home() / ".cache" / "vlmpack" / "test"))
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    """A real Qwen2.5-VL model directory (tokenizer + processor + config, no weights)."""
+    from vlmpack.fixtures import build_qwen2_5_vl_model_dir
+
+    return build_qwen2_5_vl_model_dir(CACHE / "qwen2_5_vl")
+
+
+@pytest.fixture(scope="session")
+def real_data() -> Path:
+    """The real demo SFT set (``real_sft.jsonl``, ``broken.jsonl``, ``images/``), built once."""
+    from vlmpack.demo import build_demo_data
+
+    return build_demo_data(CACHE / "real_data")
