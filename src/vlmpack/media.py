@@ -1,0 +1,222 @@
+"""Media references and header probing: lexical path resolution and cheap image header checks.
+
+Two pure-ish entry points used by the readers and by :mod:`vlmpack.validate`:
+
+- :func:`resolve_ref` turns the reference written in a record (``"images/a.png"``,
+  ``"file:///data/a.png"``, ``"/abs/a.png"``) into an absolute path, *lexically*
+  (``os.path.normpath`` of the join; symlinks are not followed because datasets are often symlink
+  farms whose targets live elsewhere). No file system access.
+- :func:`probe_media` opens the file with PIL (lazy, no pixel decode at ``check="header"``) and
+  returns a :class:`MediaInfo` (width/height after EXIF orientation, PIL format name, file size).
+  Results are cached per ``(path, check, size, mtime)`` within a process: many samples share images.
+
+Both raise :class:`MediaError` (``reason`` is a code of :data:`vlmpack.records.REASONS`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat
+import struct
+import warnings
+from dataclasses import dataclass
+
+from PIL import Image, UnidentifiedImageError
+
+logger = logging.getLogger(__name__)
+
+#: Check levels of :func:`probe_media`, cheapest first.
+CHECKS = ("header", "verify", "decode")
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
+_ORIENTATION_TAG = 0x0112
+_CACHE: dict[tuple, MediaInfo | MediaError] = {}
+_CACHE_MAX = 1 << 18
+
+
+class MediaError(Exception):
+    """A media item that cannot be used; ``reason`` is a :data:`~vlmpack.records.REASONS` code."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class MediaInfo:
+    """Header facts of one media file: ``width``/``height`` in pixels as the model processor sees
+    them (after EXIF orientation; 0 for videos), PIL ``format`` name (``""`` for videos),
+    ``nbytes`` the file size in bytes."""
+
+    width: int
+    height: int
+    format: str
+    nbytes: int
+
+
+def resolve_ref(ref: object, media_root: str, *, allow_absolute_media: bool = False) -> str:
+    """Resolve a media reference of a record to an absolute path, lexically.
+
+    ``ref``: a non-empty ``str``, relative to ``media_root`` or absolute, optionally prefixed by
+    ``file://``. Returns ``os.path.normpath(os.path.join(abspath(media_root), ref))``.
+    Raises :class:`MediaError` with ``wrong_type`` (not a non-empty string / NUL byte),
+    ``media_unsupported`` (``http(s)://`` or any other URL scheme, ``data:`` URIs: only local files
+    are read) or ``media_outside_root`` (the path lands outside ``media_root`` and
+    ``allow_absolute_media`` is false; ``..`` is resolved lexically, symlinks are not followed).
+    """
+    if not isinstance(ref, str) or not ref:
+        raise MediaError("wrong_type", f"media reference must be a non-empty string, got {_short(ref)}")
+    if "\x00" in ref:
+        raise MediaError("wrong_type", f"media reference contains a NUL byte: {_short(ref)}")
+    path = ref
+    if path.startswith("file://"):
+        path = path[len("file://"):]
+    elif _SCHEME.match(path) and not _is_windows_drive(path):
+        kind = "remote media" if path.lower().startswith(("http://", "https://")) else "URL media"
+        raise MediaError("media_unsupported", f"{kind} is not supported (download it first): {_short(ref)}")
+    if not path:
+        raise MediaError("wrong_type", f"empty media path in {_short(ref)}")
+    root = os.path.normpath(os.path.abspath(media_root))
+    full = os.path.normpath(os.path.join(root, path))
+    if not allow_absolute_media and not _inside(full, root):
+        raise MediaError("media_outside_root",
+                         f"media path {_short(ref)} resolves to {full}, outside media root {root} "
+                         "(pass allow_absolute_media to accept it)")
+    return full
+
+
+def probe_media(path: str, kind: str = "image", check: str = "verify") -> MediaInfo:
+    """Header facts of the media file at ``path`` (absolute, as from :func:`resolve_ref`).
+
+    ``check``: ``"header"`` opens the file with PIL (reads the header only), ``"verify"`` adds
+    ``Image.verify()`` (PNG: walks every chunk and checks its CRC without decoding pixels; other
+    formats: little more than the header), ``"decode"`` decodes all pixels (``load()``).
+    Videos (``kind="video"``) are only checked to exist as regular files (width/height 0).
+    Width/height follow the EXIF orientation tag (5-8 swap them), as ``PIL.ImageOps.exif_transpose``
+    (and transformers' ``load_image``) would. Cached per process.
+    Raises :class:`MediaError`: ``media_missing`` (absent, a directory, unreadable),
+    ``media_undecodable`` (unknown format, SVG, empty, truncated, corrupt), ``media_unsupported``
+    (more pixels than PIL's decompression-bomb limit). ``ValueError`` for an unknown ``check``.
+    """
+    if check not in CHECKS:
+        raise ValueError(f"unknown media check {check!r}; use one of {', '.join(CHECKS)}")
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError) as e:
+        raise MediaError("media_missing", f"{kind} file not found: {path} ({_oneline(e)})") from None
+    if not stat.S_ISREG(st.st_mode):
+        what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise MediaError("media_missing", f"{kind} path is {what}: {path}")
+    key = (path, kind, check, st.st_size, st.st_mtime_ns)
+    hit = _CACHE.get(key)
+    if hit is None:
+        try:
+            hit = _probe_video(st) if kind == "video" else _probe_image(path, st.st_size, check)
+        except MediaError as e:
+            hit = e
+        if len(_CACHE) >= _CACHE_MAX:
+            _CACHE.clear()
+        _CACHE[key] = hit
+    if isinstance(hit, MediaError):
+        raise MediaError(hit.reason, hit.detail)
+    return hit
+
+
+def clear_cache() -> None:
+    """Forget all cached probe results of this process (e.g. after files changed in place)."""
+    _CACHE.clear()
+
+
+def _probe_video(st: os.stat_result) -> MediaInfo:
+    return MediaInfo(0, 0, "", st.st_size)
+
+
+def _probe_image(path: str, nbytes: int, check: str) -> MediaInfo:
+    if nbytes == 0:
+        raise MediaError("media_undecodable", f"image file is empty: {path}")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with open(path, "rb") as fh, Image.open(fh) as img:
+                fmt = img.format or ""
+                width, height = img.size
+                orientation = _orientation(img, fh)
+                if check == "verify":
+                    img.verify()
+                elif check == "decode":
+                    img.load()
+    except Image.DecompressionBombError as e:
+        raise MediaError("media_unsupported", f"image too large: {_oneline(e)}: {path}") from None
+    except UnidentifiedImageError:
+        raise MediaError("media_undecodable", f"not a readable image (unknown format): {path}") from None
+    except OSError as e:
+        if not os.access(path, os.R_OK):
+            raise MediaError("media_missing", f"image not readable: {path} ({_oneline(e)})") from None
+        raise MediaError("media_undecodable", f"image does not decode: {_oneline(e)}: {path}") from None
+    except Exception as e:  # noqa: BLE001 - PIL raises SyntaxError, ValueError, struct.error...
+        raise MediaError("media_undecodable",
+                         f"image does not decode: {type(e).__name__}: {_oneline(e)}: {path}") from None
+    if width <= 0 or height <= 0:
+        raise MediaError("media_undecodable", f"image has size {width}x{height}: {path}")
+    if orientation in (5, 6, 7, 8):
+        width, height = height, width
+    return MediaInfo(width, height, fmt, nbytes)
+
+
+def _orientation(img: Image.Image, fh) -> int:
+    """The EXIF orientation (1-8) PIL's ``exif_transpose`` would apply, without decoding pixels.
+
+    PNG keeps EXIF in an ``eXIf`` chunk that may follow the image data; PIL's ``PngImageFile.getexif``
+    would decode all pixels to reach it, so trailing chunk headers are walked here instead (seek only).
+    """
+    if img.format == "PNG" and "exif" not in img.info:
+        pos = fh.tell()
+        try:
+            trailing = _png_trailing_exif(fh, img.tile[0][2] - 8 if img.tile else pos)
+        finally:
+            fh.seek(pos)
+        if trailing is not None:
+            img.info["exif"] = b"Exif\x00\x00" + trailing
+        exif = Image.Image.getexif(img)  # base method: reads info only, never loads pixels
+    else:
+        exif = img.getexif()
+    value = exif.get(_ORIENTATION_TAG, 1)
+    return value if isinstance(value, int) else 1
+
+
+def _png_trailing_exif(fh, start: int) -> bytes | None:
+    """Payload of the first ``eXIf`` chunk at or after byte ``start`` (a chunk boundary), or None."""
+    fh.seek(start)
+    for _ in range(1 << 20):
+        head = fh.read(8)
+        if len(head) < 8:
+            return None
+        length, cid = struct.unpack(">I4s", head)
+        if cid == b"eXIf":
+            data = fh.read(length)
+            return data if len(data) == length else None
+        if cid == b"IEND":
+            return None
+        fh.seek(length + 4, os.SEEK_CUR)
+    return None
+
+
+def _inside(path: str, root: str) -> bool:
+    prefix = root if root.endswith(os.sep) else root + os.sep
+    return path == root or path.startswith(prefix)
+
+
+def _is_windows_drive(path: str) -> bool:
+    return os.name == "nt" and len(path) > 1 and path[1] == ":"
+
+
+def _short(value: object, limit: int = 120) -> str:
+    text = _oneline(repr(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _oneline(value: object) -> str:
+    return " ".join(str(value).split())

@@ -1,0 +1,253 @@
+"""JSONL reader: plain, gzip or zstd files -> :class:`Sample` | :class:`Rejection`, with locators.
+
+Work is split into line-aligned byte ranges (:func:`split_ranges`, plain files only; a compressed
+file is one task) that process-pool workers read independently (:func:`read_range`). Everything is
+module-level and picklable. Compression is detected from the file's magic bytes (gzip ``1f 8b``,
+zstd ``28 b5 2f fd``), not from its name.
+
+Per-line rules: the line's bytes without ``"\\n"``; a UTF-8 BOM at the start of *any* line and a
+trailing ``"\\r"`` are stripped; a line that is empty or whitespace only (after the BOM) is *blank*
+and not a record (:attr:`ReadStats.blank`). Everything else is a record and yields exactly one
+Sample or Rejection: :func:`parse_record` never raises.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import logging
+import re
+from collections.abc import Iterator
+from typing import IO
+
+from vlmpack.errors import InputError
+from vlmpack.media import MediaError, resolve_ref
+from vlmpack.readers.schemas import SCHEMAS, RecordError, to_canonical
+from vlmpack.records import Locator, Media, ReadStats, Rejection, Sample
+
+logger = logging.getLogger(__name__)
+
+_BOM = b"\xef\xbb\xbf"
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+_READ_BLOCK = 4 << 20
+
+
+def compression(path: str) -> str | None:
+    """``"gzip"``, ``"zstd"`` or ``None`` (plain) from the first bytes of ``path``.
+    Raises :class:`InputError` when the file cannot be opened."""
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(4)
+    except OSError as e:
+        raise InputError(f"cannot open input {path}: {e.strerror or e}; check the path") from None
+    if magic.startswith(_GZIP_MAGIC):
+        return "gzip"
+    if magic.startswith(_ZSTD_MAGIC):
+        return "zstd"
+    return None
+
+
+def open_stream(path: str) -> IO[bytes]:
+    """A binary, line-iterable stream of the *decompressed* content of ``path``.
+    Raises :class:`InputError` when the file cannot be opened."""
+    kind = compression(path)
+    if kind == "gzip":
+        return gzip.open(path, "rb")
+    if kind == "zstd":
+        import zstandard
+
+        raw = open(path, "rb")
+        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
+        return io.BufferedReader(reader, buffer_size=1 << 20)
+    return open(path, "rb")
+
+
+def split_ranges(path: str, target_bytes: int = 8 << 20) -> list[tuple[int, int, int]]:
+    """Line-aligned work ranges ``(start, end, first_line_no)`` covering ``path``.
+
+    Plain files: each range ends just after the first ``"\\n"`` at or after ``start + target_bytes - 1``
+    (so ranges hold >= ``target_bytes`` bytes except the last), ``end`` is exclusive and the last
+    range ends at the file size (a last line without ``"\\n"`` is included); ``first_line_no`` is
+    1-based. An empty file gives ``[(0, 0, 1)]``. Reads the whole file once (counts newlines).
+    Compressed files: ``[(0, -1, 1)]`` (one task; ``-1`` = to the end of the stream).
+    Raises :class:`InputError` (unreadable file), ``ValueError`` (``target_bytes < 1``).
+    """
+    if target_bytes < 1:
+        raise ValueError(f"target_bytes must be >= 1, got {target_bytes}")
+    if compression(path) is not None:
+        return [(0, -1, 1)]
+    ranges: list[tuple[int, int, int]] = []
+    start, first_line, newlines, pos = 0, 1, 0, 0
+    target = target_bytes
+    with open(path, "rb") as fh:
+        while block := fh.read(_READ_BLOCK):
+            i = 0
+            while target - 1 < pos + len(block):
+                j = block.find(b"\n", max(i, target - 1 - pos))
+                if j < 0:
+                    break
+                newlines += block.count(b"\n", i, j + 1)
+                end = pos + j + 1
+                ranges.append((start, end, first_line))
+                start, first_line, target = end, newlines + 1, end + target_bytes
+                i = j + 1
+            newlines += block.count(b"\n", i)
+            pos += len(block)
+    if start < pos or not ranges:
+        ranges.append((start, pos, first_line))
+    return ranges
+
+
+def iter_lines(path: str, start: int = 0, end: int = -1, first_line: int = 1) -> Iterator[tuple[int, int, bytes]]:
+    """Yield ``(line_no, byte_offset, raw)`` for the lines that *start* in ``[start, end)``.
+
+    ``raw`` is the line without its ``"\\n"`` (a ``"\\r"`` or BOM is kept: :func:`parse_record`
+    strips them); ``byte_offset`` is the line's first byte in the decompressed stream;
+    ``start`` must be a line start (``0`` or a value from :func:`split_ranges`) and ``first_line``
+    its 1-based line number; ``end=-1`` reads to the end. Compressed streams are read from their
+    beginning (bytes before ``start`` are decompressed and skipped).
+    Raises :class:`InputError` for an unreadable or corrupt (e.g. truncated .gz) input.
+    """
+    line_no, offset = first_line, start
+    try:
+        with open_stream(path) as fh:
+            if start:
+                if fh.seekable() and compression(path) is None:
+                    fh.seek(start)
+                else:
+                    _skip(fh, start)
+            for line in fh:
+                if end >= 0 and offset >= end:
+                    break
+                raw = line[:-1] if line.endswith(b"\n") else line
+                yield line_no, offset, raw
+                line_no += 1
+                offset += len(line)
+    except (OSError, EOFError) as e:
+        raise InputError(f"cannot read {path} after line {line_no - 1} (byte {offset}): {e}; "
+                         "the file is truncated or corrupt, re-create it") from None
+    except Exception as e:
+        import zstandard
+
+        if isinstance(e, zstandard.ZstdError):
+            raise InputError(f"cannot decompress {path} after line {line_no - 1} (byte {offset}): {e}; "
+                             "the file is truncated or corrupt, re-create it") from None
+        raise
+
+
+def parse_record(raw: bytes, locator: Locator, *, schema: str = "auto", media_root: str = ".",
+                 allow_absolute_media: bool = False) -> Sample | Rejection:
+    """Turn one raw line into a :class:`Sample` (canonical messages, media with resolved ``path``,
+    header fields still 0) or a :class:`Rejection`; never raises for any input bytes.
+
+    Steps and reason codes: strip BOM / trailing ``"\\r"``; UTF-8 (``not_utf8``, also for JSON
+    ``\\uD800``-style lone surrogate escapes, which cannot be written back as UTF-8); JSON
+    (``invalid_json``); an object (``not_an_object``); ``id`` int or non-empty str (``wrong_type``
+    otherwise; absent or ``null`` -> ``f"{file}:{line}"`` with ``has_own_id=False``); schema and
+    structural checks of :func:`vlmpack.readers.schemas.to_canonical`; media references resolved
+    lexically by :func:`vlmpack.media.resolve_ref`. Any unexpected exception becomes a
+    ``wrong_type`` rejection with a one-line detail. ``ValueError`` only for an unknown ``schema``.
+    """
+    if schema not in SCHEMAS:
+        raise ValueError(f"unknown schema {schema!r}; use one of {', '.join(SCHEMAS)}")
+    rid: str | None = None
+    try:
+        if raw.startswith(_BOM):
+            raw = raw[3:]
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return Rejection(locator, "not_utf8", f"invalid UTF-8 byte(s) {raw[e.start:e.end]!r} at byte {e.start}",
+                             _salvage_id(raw))
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            return Rejection(locator, "invalid_json", f"invalid JSON: {e.msg} at column {e.colno}")
+        except RecursionError:
+            return Rejection(locator, "invalid_json", "JSON nested too deeply to parse")
+        except ValueError as e:  # e.g. an integer literal longer than Python's int/str digit limit
+            return Rejection(locator, "invalid_json", f"invalid JSON: {_short(str(e))}")
+        if not isinstance(obj, dict):
+            return Rejection(locator, "not_an_object", f"top-level JSON value is a {type(obj).__name__}, not an object")
+        own = obj.get("id")
+        if own is not None:
+            if isinstance(own, bool) or not isinstance(own, (int, str)) or own == "":
+                return Rejection(locator, "wrong_type", f"'id' must be an int or a non-empty string, got {_short(own)}")
+            rid = str(own)
+        if _SURROGATE_ESCAPE.search(raw) and not _utf8_clean(obj):
+            return Rejection(locator, "not_utf8", "a string holds a lone UTF-16 surrogate escape (\\uD800-\\uDFFF)", rid)
+        messages, refs = to_canonical(obj, schema)
+        media = [Media(kind=kind, ref=ref,  # type: ignore[arg-type]
+                       path=resolve_ref(ref, media_root, allow_absolute_media=allow_absolute_media))
+                 for kind, ref in refs]
+        if rid is None:
+            return Sample(f"{locator.file}:{locator.line}", messages, media, locator, has_own_id=False)
+        return Sample(rid, messages, media, locator)
+    except (RecordError, MediaError) as e:
+        return Rejection(locator, e.reason, e.detail, rid)
+    except RecursionError:
+        return Rejection(locator, "wrong_type", "record nested too deeply", rid)
+    except Exception as e:  # noqa: BLE001 - one bad record must never stop a run
+        logger.debug("unexpected error parsing %s", locator, exc_info=True)
+        return Rejection(locator, "wrong_type", f"unexpected {type(e).__name__}: {_short(str(e))}", rid)
+
+
+def read_range(path: str, start: int = 0, end: int = -1, first_line: int = 1, *, schema: str = "auto",
+               media_root: str = ".", allow_absolute_media: bool = False,
+               stats: ReadStats | None = None) -> Iterator[Sample | Rejection]:
+    """Parse the records of one range of ``path`` (see :func:`split_ranges`); one result per
+    non-blank line, in file order. Updates ``stats`` (``lines``, ``blank``, ``records`` and
+    ``reasons`` of the *parse* rejections; validation rejections are counted by the caller).
+    Raises :class:`InputError` for an unreadable/corrupt input file, never for a bad record."""
+    stats = stats if stats is not None else ReadStats()
+    for line_no, offset, raw in iter_lines(path, start, end, first_line):
+        stats.lines += 1
+        body = raw[3:] if raw.startswith(_BOM) else raw
+        if not body.strip():
+            stats.blank += 1
+            continue
+        stats.records += 1
+        result = parse_record(raw, Locator(path, line_no, offset), schema=schema, media_root=media_root,
+                              allow_absolute_media=allow_absolute_media)
+        if isinstance(result, Rejection):
+            stats.reasons[result.reason] = stats.reasons.get(result.reason, 0) + 1
+        yield result
+
+
+def _skip(fh: IO[bytes], nbytes: int) -> None:
+    while nbytes > 0:
+        chunk = fh.read(min(nbytes, _READ_BLOCK))
+        if not chunk:
+            return
+        nbytes -= len(chunk)
+
+
+def _salvage_id(raw: bytes) -> str | None:
+    """The ``id`` of a line that is not UTF-8, read with replacement characters, if any."""
+    try:
+        obj = json.loads(raw.decode("utf-8", "replace"))
+        own = obj.get("id") if isinstance(obj, dict) else None
+        return str(own) if isinstance(own, (int, str)) and not isinstance(own, bool) and own != "" else None
+    except Exception:  # noqa: BLE001 - best effort only
+        return None
+
+
+def _utf8_clean(obj: object) -> bool:
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _short(value: object, limit: int = 120) -> str:
+    text = " ".join(str(value).split()) if isinstance(value, str) else " ".join(repr(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+__all__ = ["compression", "iter_lines", "open_stream", "parse_record", "read_range", "split_ranges"]

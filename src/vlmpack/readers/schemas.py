@@ -1,0 +1,262 @@
+"""Record schemas -> canonical messages: pure functions, no I/O.
+
+Three input schemas (detected per record by :func:`detect_schema`, or forced):
+
+- ``llava``: ``image`` (str or list) / ``images`` (list) and ``video`` / ``videos`` +
+  ``conversations: [{"from", "value"}]`` with ``<image>`` / ``<video>`` placeholders in the text.
+- ``messages`` (OpenAI / ShareGPT): ``messages: [{"role", "content"}]``; content is a string
+  (placeholders map to the top-level ``images`` / ``videos`` lists, as in ``llava``) or a list of
+  parts ``{"type": "text", "text"}``, ``{"type": "image", "image"|"path"|"url": ref}``,
+  ``{"type": "image_url", "image_url": {"url": ref}}`` and the same for ``video`` / ``video_url``.
+- ``prompts``: ``images`` + ``prompts`` + ``captions``; ``prompts[i]`` / ``captions[i]`` are turn i's
+  user / assistant text (a string, or a list of strings joined with ``"\\n"``); images go to the
+  ``<image>`` placeholders, or when the record has none, before the first prompt.
+
+Both key pairs (``from``/``value`` and ``role``/``content``) are accepted in ``llava`` and
+``messages`` turns. A top-level media key set to ``null`` counts as absent; a ``null`` *entry* of a
+media list is ``wrong_type``.
+
+:func:`to_canonical` also runs the **structural checks** (all of them live here, at parse time,
+so that :mod:`vlmpack.validate` only touches the file system): roles, the first non-system turn is
+a user turn, an assistant turn exists, no empty turn, placeholders == media given. Failures raise
+:class:`RecordError` with a reason code of :data:`vlmpack.records.REASONS`.
+"""
+
+from __future__ import annotations
+
+import re
+
+SCHEMAS = ("auto", "llava", "messages", "prompts")
+
+_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
+_PLACEHOLDER = re.compile(r"(<image>|<video>)")
+_PLACEHOLDER_KIND = {"<image>": "image", "<video>": "video"}
+_MEDIA_PART_KEYS = ("path", "url")  # keys of {"type": kind, kind|"path"|"url": ref} parts, in order
+_UNSUPPORTED_PARTS = ("audio", "input_audio", "audio_url", "file", "input_file")
+
+
+class RecordError(Exception):
+    """A record that cannot become a sample: ``reason`` (a REASONS code) and a one-line ``detail``."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def detect_schema(obj: dict) -> str:
+    """``"llava"`` if ``conversations`` is a key, else ``"messages"`` if ``messages`` is, else
+    ``"prompts"`` if ``prompts`` or ``captions`` is; raises :class:`RecordError` (``unknown_schema``)."""
+    if "conversations" in obj:
+        return "llava"
+    if "messages" in obj:
+        return "messages"
+    if "prompts" in obj or "captions" in obj:
+        return "prompts"
+    keys = ", ".join(sorted(str(k) for k in obj)[:8]) or "none"
+    raise RecordError("unknown_schema",
+                      f"no 'conversations', 'messages' or 'prompts'+'captions' key (keys: {keys})")
+
+
+def to_canonical(obj: dict, schema: str = "auto") -> tuple[list[dict], list[tuple[str, object]]]:
+    """Convert a JSON object of one record to canonical messages and its media references.
+
+    Returns ``(messages, media)``: ``messages`` as documented in :mod:`vlmpack.records`
+    (``{"type": "image"|"video", "index": i}`` parts index ``media`` in order of appearance),
+    ``media`` a list of ``(kind, ref)`` with ``ref`` as written in the record (not yet resolved).
+    Raises :class:`RecordError` for any schema or structural failure; ``ValueError`` for an unknown
+    ``schema`` name.
+    """
+    if schema not in SCHEMAS:
+        raise ValueError(f"unknown schema {schema!r}; use one of {', '.join(SCHEMAS)}")
+    if schema == "auto":
+        schema = detect_schema(obj)
+    builder = _Builder(_top_level_media(obj))
+    if schema == "prompts":
+        _prompts_turns(obj, builder)
+    else:
+        key = "conversations" if schema == "llava" else "messages"
+        if key not in obj:
+            raise RecordError("unknown_schema", f"schema {schema!r} forced but the record has no {key!r} key")
+        _chat_turns(obj[key], key, builder)
+    builder.finish()
+    return builder.messages, builder.media
+
+
+class _Builder:
+    """Accumulates canonical turns; hands out media indices in order of appearance."""
+
+    def __init__(self, pending: dict[str, list[object]]) -> None:
+        self.pending = pending  # top-level media per kind, consumed by placeholders in order
+        self.used = {"image": 0, "video": 0}
+        self.media: list[tuple[str, object]] = []
+        self.messages: list[dict] = []
+
+    def add_media(self, kind: str, ref: object) -> dict:
+        self.media.append((kind, ref))
+        return {"type": kind, "index": len(self.media) - 1}
+
+    def add_text(self, content: list[dict], text: str) -> None:
+        """Append ``text`` split at placeholders (each consuming the next top-level media item)."""
+        if "<" not in text:
+            if text:
+                content.append({"type": "text", "text": text})
+            return
+        for piece in _PLACEHOLDER.split(text):
+            kind = _PLACEHOLDER_KIND.get(piece)
+            if kind is None:
+                if piece:
+                    content.append({"type": "text", "text": piece})
+                continue
+            i = self.used[kind]
+            self.used[kind] += 1
+            refs = self.pending[kind]
+            content.append(self.add_media(kind, refs[i] if i < len(refs) else None))
+
+    def add_turn(self, role: str, content: list[dict], where: str) -> None:
+        if not content:
+            raise RecordError("empty_turn", f"{where} ({role}) has neither text nor media")
+        self.messages.append({"role": role, "content": content})
+
+    def finish(self) -> None:
+        for kind in ("image", "video"):
+            given, used = len(self.pending[kind]), self.used[kind]
+            if given != used:
+                raise RecordError("placeholder_mismatch",
+                                  f"{used} <{kind}> placeholder(s) in the text but {given} {kind}(s) given")
+        if not self.messages:
+            raise RecordError("empty_conversation", "the conversation has no turns")
+        first = next((m["role"] for m in self.messages if m["role"] != "system"), None)
+        if first is None:
+            raise RecordError("no_assistant_turn", "the conversation has only system turns")
+        if first != "user":
+            raise RecordError("bad_turn_order", f"the first non-system turn is {first!r}, not 'user'")
+        if not any(m["role"] == "assistant" for m in self.messages):
+            raise RecordError("no_assistant_turn", "the conversation has no assistant turn")
+
+
+def _top_level_media(obj: dict) -> dict[str, list[object]]:
+    out: dict[str, list[object]] = {}
+    for kind in ("image", "video"):
+        single, many = obj.get(kind), obj.get(kind + "s")
+        if single is not None and many is not None:
+            raise RecordError("wrong_type", f"both {kind!r} and {kind + 's'!r} are given; use one")
+        refs: list[object]
+        if many is not None:
+            if not isinstance(many, list):
+                raise RecordError("wrong_type", f"{kind + 's'!r} must be a list, got {type(many).__name__}")
+            refs = many
+        elif single is not None:
+            refs = single if isinstance(single, list) else [single]
+        else:
+            refs = []
+        for i, ref in enumerate(refs):
+            if not isinstance(ref, str) or not ref:
+                name = kind + "s" if many is not None else kind
+                raise RecordError("wrong_type", f"{name}[{i}] must be a non-empty string, got {_short(ref)}")
+        out[kind] = refs
+    return out
+
+
+def _chat_turns(turns: object, key: str, builder: _Builder) -> None:
+    if not isinstance(turns, list):
+        raise RecordError("wrong_type", f"{key!r} must be a list of turns, got {type(turns).__name__}")
+    if not turns:
+        raise RecordError("empty_conversation", f"{key!r} is an empty list")
+    role_key, text_key = ("from", "value") if key == "conversations" else ("role", "content")
+    alt_role, alt_text = ("role", "content") if key == "conversations" else ("from", "value")
+    for i, turn in enumerate(turns):
+        where = f"{key}[{i}]"
+        if not isinstance(turn, dict):
+            raise RecordError("wrong_type", f"{where} must be an object, got {type(turn).__name__}")
+        raw_role = turn.get(role_key, turn.get(alt_role))
+        if not isinstance(raw_role, str):
+            raise RecordError("wrong_type", f"{where} has no string {role_key!r} (got {_short(raw_role)})")
+        role = _ROLES.get(raw_role.lower())
+        if role is None:
+            raise RecordError("unknown_role",
+                              f"{where} role {_short(raw_role)} is not system/user/assistant (or human/gpt)")
+        value = turn[text_key] if text_key in turn else turn.get(alt_text)
+        content: list[dict] = []
+        if isinstance(value, str):
+            builder.add_text(content, value)
+        elif isinstance(value, list):
+            for j, part in enumerate(value):
+                _content_part(part, f"{where}.{text_key}[{j}]", content, builder)
+        else:
+            raise RecordError("wrong_type",
+                              f"{where} {text_key!r} must be a string or a list of parts, got {_short(value)}")
+        builder.add_turn(role, content, where)
+
+
+def _content_part(part: object, where: str, content: list[dict], builder: _Builder) -> None:
+    if isinstance(part, str):  # a bare string part: some exports write ["text", ...]
+        builder.add_text(content, part)
+        return
+    if not isinstance(part, dict):
+        raise RecordError("wrong_type", f"{where} must be an object, got {type(part).__name__}")
+    ptype = part.get("type")
+    if ptype == "text":
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise RecordError("wrong_type", f"{where} text part needs a string 'text', got {_short(text)}")
+        builder.add_text(content, text)
+    elif ptype in ("image", "video"):
+        ref = next((part[k] for k in (ptype, *_MEDIA_PART_KEYS) if part.get(k) is not None), None)
+        content.append(builder.add_media(ptype, _media_ref(ref, ptype, where)))
+    elif ptype in ("image_url", "video_url"):
+        kind = ptype[:-4]
+        spec = part.get(ptype)
+        ref = spec.get("url") if isinstance(spec, dict) else spec
+        content.append(builder.add_media(kind, _media_ref(ref, kind, where)))
+    elif ptype in _UNSUPPORTED_PARTS:
+        raise RecordError("media_unsupported", f"{where} has a {ptype!r} part; only images and videos are supported")
+    else:
+        raise RecordError("wrong_type", f"{where} has unknown part type {_short(ptype)}")
+
+
+def _media_ref(ref: object, kind: str, where: str) -> str:
+    if isinstance(ref, list) and kind == "video":
+        raise RecordError("media_unsupported", f"{where}: a video given as a list of frames is not supported")
+    if not isinstance(ref, str) or not ref:
+        raise RecordError("wrong_type", f"{where} {kind} part needs a non-empty path/url string, got {_short(ref)}")
+    return ref
+
+
+def _prompts_turns(obj: dict, builder: _Builder) -> None:
+    prompts, captions = obj.get("prompts"), obj.get("captions")
+    for name, value in (("prompts", prompts), ("captions", captions)):
+        if not isinstance(value, list):
+            raise RecordError("wrong_type", f"{name!r} must be a list, got {_short(value)}")
+    if len(prompts) != len(captions):
+        raise RecordError("wrong_type", f"{len(prompts)} prompts but {len(captions)} captions")
+    if not prompts:
+        raise RecordError("empty_conversation", "'prompts' and 'captions' are empty lists")
+    texts = [[_joined(p, f"prompts[{i}]"), _joined(c, f"captions[{i}]")]
+             for i, (p, c) in enumerate(zip(prompts, captions))]
+    leading = not any(_PLACEHOLDER.search(t) for pair in texts for t in pair)
+    for i, (prompt, caption) in enumerate(texts):
+        content: list[dict] = []
+        if i == 0 and leading:
+            for kind in ("image", "video"):
+                for ref in builder.pending[kind]:
+                    content.append(builder.add_media(kind, ref))
+                builder.used[kind] = len(builder.pending[kind])
+        builder.add_text(content, prompt)
+        builder.add_turn("user", content, f"prompts[{i}]")
+        content = []
+        builder.add_text(content, caption)
+        builder.add_turn("assistant", content, f"captions[{i}]")
+
+
+def _joined(value: object, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "\n".join(value)
+    raise RecordError("wrong_type", f"{where} must be a string or a list of strings, got {_short(value)}")
+
+
+def _short(value: object, limit: int = 80) -> str:
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,65 @@
+"""VALIDATE stage: media checks of a parsed :class:`~vlmpack.records.Sample`.
+
+Division of labour (documented contract for the pipeline):
+
+- **parse time** (:func:`vlmpack.readers.parse_record`, pure, no file system): UTF-8, JSON, object,
+  schema, types, roles, turn order, assistant turn, empty turns, placeholders == media count,
+  media references (remote -> ``media_unsupported``, outside the media root -> ``media_outside_root``).
+- **validate time** (:func:`validate_sample`, file system): every media file exists and is a regular
+  file (``media_missing``), its header decodes at the asked check level (``media_undecodable``), its
+  size is one the model's processor accepts (``media_unsupported``); fills ``Media.width``,
+  ``height``, ``format``, ``nbytes``.
+- **pipeline**: duplicate ids (global), token counts, overlong.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from vlmpack.media import CHECKS, MediaError, probe_media
+from vlmpack.records import Rejection, Sample
+
+logger = logging.getLogger(__name__)
+
+#: Largest accepted ``max(w, h) / min(w, h)``: transformers' Qwen2-VL ``smart_resize`` raises above it.
+MAX_ASPECT_RATIO = 200.0
+
+
+def validate_sample(sample: Sample, *, check: str = "verify", max_aspect_ratio: float = MAX_ASPECT_RATIO,
+                    min_side: int = 1) -> Sample | Rejection:
+    """Check the media of ``sample`` and fill their header fields in place; return the sample or a
+    :class:`Rejection` (the first failing media item decides). Never raises for bad data.
+
+    ``check``: ``"header"`` | ``"verify"`` (default) | ``"decode"``, see :func:`vlmpack.media.probe_media`
+    (``verify`` catches truncated / corrupt PNGs by walking all chunks and their CRCs; truncated
+    JPEG data is only caught by ``decode``). Images need ``max(w, h) / min(w, h) <= max_aspect_ratio``
+    (200: the rule of transformers' Qwen2-VL ``smart_resize``) and ``min(w, h) >= min_side`` (pass
+    the processor's minimum, e.g. 28 for processors that reject images smaller than one merged patch;
+    the default 1 accepts every image, as transformers 5's Qwen2-VL resizes small images up).
+    Videos are only checked to exist (width/height stay 0). ``ValueError`` for an unknown ``check``.
+    """
+    if check not in CHECKS:
+        raise ValueError(f"unknown media check {check!r}; use one of {', '.join(CHECKS)}")
+    own_id = sample.id if sample.has_own_id else None
+    for i, item in enumerate(sample.media):
+        try:
+            info = probe_media(item.path, item.kind, check)
+        except MediaError as e:
+            return Rejection(sample.locator, e.reason, f"media {i} ({item.ref}): {e.detail}", own_id)
+        except Exception as e:  # noqa: BLE001 - one bad record must never stop a run
+            logger.debug("unexpected error probing %s", item.path, exc_info=True)
+            return Rejection(sample.locator, "media_undecodable",
+                             f"media {i} ({item.ref}): unexpected {type(e).__name__}: {' '.join(str(e).split())}",
+                             own_id)
+        if item.kind == "image":
+            short, long = sorted((info.width, info.height))
+            if long > max_aspect_ratio * short:
+                return Rejection(sample.locator, "media_unsupported",
+                                 f"media {i} ({item.ref}): aspect ratio {long / short:.1f} of "
+                                 f"{info.width}x{info.height} exceeds {max_aspect_ratio:g}", own_id)
+            if short < min_side:
+                return Rejection(sample.locator, "media_unsupported",
+                                 f"media {i} ({item.ref}): {info.width}x{info.height} is smaller than "
+                                 f"{min_side} px on a side", own_id)
+        item.width, item.height, item.format, item.nbytes = info.width, info.height, info.format, info.nbytes
+    return sample
