@@ -41,6 +41,7 @@ REASONS: dict[str, str] = {
     "duplicate_id": "the id was already seen earlier in the input",
     "overlong": "the sample has more tokens than the sequence length",
     "template_error": "the chat template or tokenizer failed on this sample",
+    "special_token_in_text": "the text contains a model special token (e.g. <|image_pad|>) that would break counting",
 }
 
 

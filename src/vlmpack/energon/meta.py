@@ -1,0 +1,89 @@
+"""Energon metadata written by vlmpack itself (no ``energon prepare``, no energon import).
+
+Formats follow ``shared/docs/energon_format.md`` (verified against megatron-energon 7.4.1):
+
+- ``<shard>.tar.idx``: N+1 little-endian uint64, entry i = byte offset of sample i's first
+  header block, entry N = offset of the end-of-archive zero blocks (not the file size).
+- ``.nv-meta/.info.json``: ``{"energon_version": ..., "shard_counts": {shard: N}}`` (indent 2,
+  no trailing newline, shards sorted).
+- ``.nv-meta/split.yaml``: every shard in ``train``, ``val``/``test`` empty, ``exclude: []``.
+- ``.nv-meta/dataset.yaml``: the typed form with ``sample_type`` = :class:`vlmpack.energon.sample.VlmpackPack`,
+  ``sample_loader: sample_loader.py:sample_loader`` and ``part_filter: sample_loader.py:part_filter``.
+- ``.nv-meta/sample_loader.py``: :data:`SAMPLE_LOADER_SOURCE`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+ENERGON_VERSION = "7.4.1"  # the on-disk format version these files were verified against
+
+SAMPLE_LOADER_SOURCE = '''"""vlmpack sample loader (written by vlmpack): raw tar parts of one pack -> VlmpackPack fields."""
+import io
+
+
+def _image(value):
+    if isinstance(value, (bytes, bytearray)):  # a format Energon's decoder left undecoded
+        from PIL import Image
+        return Image.open(io.BytesIO(value))
+    return value
+
+
+def sample_loader(raw: dict) -> dict:
+    meta = raw["json"]
+    parts = [m["part"] for s in meta["samples"] for m in s["media"]]
+    return dict(seq_len=meta["seq_len"], num_tokens=meta["num_tokens"], samples=meta["samples"],
+                media=[_image(raw[p]) for p in parts], media_parts=parts)
+
+
+def part_filter(part: str) -> bool:
+    return part == "json" or part.startswith(("img", "vid"))
+'''
+
+DATASET_YAML = """sample_type:
+  __module__: vlmpack.energon.sample
+  __class__: VlmpackPack
+sample_loader: sample_loader.py:sample_loader
+part_filter: sample_loader.py:part_filter
+"""
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def write_tar_idx(path: str | Path, offsets: Sequence[int]) -> None:
+    """Write a ``.tar.idx`` from the N+1 offsets recorded while writing (bytes, ascending)."""
+    _atomic_write(Path(path), np.asarray(offsets, dtype="<u8").tobytes())
+
+
+def read_tar_idx(path: str | Path) -> np.ndarray:
+    """The offsets of a ``.tar.idx`` as uint64 ``[N+1]``."""
+    return np.fromfile(path, dtype="<u8")
+
+
+def write_metadata(root: str | Path, shard_counts: dict[str, int]) -> None:
+    """Write ``.nv-meta/`` for the shards ``shard_counts`` (relative path -> number of packs).
+
+    Raises ``ValueError`` for an empty shard (Energon asserts against those).
+    """
+    if any(n <= 0 for n in shard_counts.values()):
+        raise ValueError("empty shards cannot be listed in Energon metadata")
+    meta = Path(root) / ".nv-meta"
+    meta.mkdir(parents=True, exist_ok=True)
+    shards = sorted(shard_counts)
+    info = {"energon_version": ENERGON_VERSION, "shard_counts": {s: int(shard_counts[s]) for s in shards}}
+    _atomic_write(meta / ".info.json", json.dumps(info, indent=2).encode())
+    split = "split_parts:\n  train:" + ("".join(f"\n  - {json.dumps(s)}" for s in shards) or " []") + "\n"
+    split += "  val: []\n  test: []\nexclude: []\n"
+    _atomic_write(meta / "split.yaml", split.encode())
+    _atomic_write(meta / "dataset.yaml", DATASET_YAML.encode())
+    _atomic_write(meta / "sample_loader.py", SAMPLE_LOADER_SOURCE.encode())

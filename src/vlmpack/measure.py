@@ -1,0 +1,198 @@
+"""Measure stage: read + validate + count exact tokens for one input range (one pool task).
+
+A task covers a line-aligned byte range of one input file (:func:`vlmpack.readers.split_ranges`).
+It parses and validates every record, counts the tokens of the valid ones in batches with
+:class:`vlmpack.models.qwen2_vl.Qwen2VLFamily`, and writes the canonical form of each accepted
+sample as one JSON line into ``<run>/records/part-<task>.jsonl``, so that the writer can read any
+sample back by (part, byte offset, length) whatever the input's compression.
+
+Tasks are pure functions of their inputs: the same task gives the same part file and arrays
+whatever the number of workers, which keeps the output byte-identical across worker counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from vlmpack.models import load_model
+from vlmpack.models.qwen2_vl import MediaRuleError
+from vlmpack.readers import read_range
+from vlmpack.records import ReadStats, Rejection, Sample
+from vlmpack.validate import validate_sample
+
+KIND_CODE = {"text": 0, "image": 1, "video": 2}
+TOKENIZE_BATCH = 256
+
+
+@dataclass(frozen=True)
+class MeasureTask:
+    """One unit of measuring work: ``path[start:end]`` (bytes; ``end=-1`` = to EOF), whose first
+    line is ``first_line``; ``file_idx`` is the input's position in the config."""
+
+    index: int
+    file_idx: int
+    path: str
+    start: int
+    end: int
+    first_line: int
+    schema: str
+    media_root: str
+    allow_absolute_media: bool
+    media_check: str
+    model_dir: str
+    records_dir: str
+
+
+@dataclass
+class MeasureResult:
+    """Arrays over the task's accepted samples (in input order) plus its rejections.
+
+    ``num_tokens``/``media_tokens`` int32 (tokens), ``num_media`` int16, ``kind`` int8 (0 text,
+    1 image, 2 video), ``media_bytes`` int64 (bytes of the original media), ``line`` int64,
+    ``offset`` int64 (bytes, in the decompressed input), ``rec_offset``/``rec_len`` int64 (bytes,
+    in the task's records part file), ``id_hash`` uint64 (first 8 bytes of blake2b of the id).
+    """
+
+    index: int
+    file_idx: int
+    ids: list[str]
+    num_tokens: np.ndarray
+    media_tokens: np.ndarray
+    num_media: np.ndarray
+    kind: np.ndarray
+    media_bytes: np.ndarray
+    line: np.ndarray
+    offset: np.ndarray
+    rec_offset: np.ndarray
+    rec_len: np.ndarray
+    id_hash: np.ndarray
+    rejections: list[Rejection] = field(default_factory=list)
+    stats: ReadStats = field(default_factory=ReadStats)
+    seconds_read: float = 0.0  # worker seconds reading + validating
+    seconds_count: float = 0.0  # worker seconds rendering + tokenizing + media rules
+
+
+def part_path(records_dir: str | Path, index: int) -> Path:
+    """The records part file of task ``index``."""
+    return Path(records_dir) / f"part-{index:06d}.jsonl"
+
+
+def id_hash(sample_id: str) -> int:
+    """64-bit hash of an id (blake2b, first 8 bytes, little-endian) for global duplicate checks."""
+    return int.from_bytes(hashlib.blake2b(sample_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                          "little")
+
+
+def canonical_record(sample: Sample) -> dict:
+    """The JSON object stored per accepted sample (and later written into its pack)."""
+    return {
+        "id": sample.id,
+        "num_tokens": sample.num_tokens,
+        "source": sample.locator.to_dict(),
+        "messages": sample.messages,
+        "media": [{"kind": m.kind, "path": m.path, "width": m.width, "height": m.height, "format": m.format,
+                   "nbytes": m.nbytes, "num_tokens": m.num_tokens} for m in sample.media],
+    }
+
+
+def _count_media(family, sample: Sample) -> Rejection | None:
+    for m in sample.media:
+        if m.kind != "image":
+            return Rejection(sample.locator, "media_unsupported",
+                             f"{m.ref}: {m.kind} token counting is not implemented for {family.name} yet",
+                             sample.id)
+        try:
+            m.num_tokens = family.image_tokens(m.width, m.height)
+        except MediaRuleError as e:
+            return Rejection(sample.locator, "media_unsupported", f"{m.ref}: {e}", sample.id)
+    return None
+
+
+def count_samples(family, samples: list[Sample]) -> tuple[list[Sample], list[Rejection]]:
+    """Fill ``num_tokens`` of each sample (and of its media) with the exact count.
+
+    Batched tokenization (``TOKENIZE_BATCH`` texts a call). A sample whose template fails, whose
+    media the processor refuses or whose text holds a model special token is rejected.
+    Returns ``(counted samples, rejections)``, both in input order.
+    """
+    ok: list[Sample] = []
+    texts: list[str] = []
+    rejected: list[Rejection] = []
+    for s in samples:
+        bad = _count_media(family, s)
+        if bad is None:
+            try:
+                texts.append(family.render(s.messages))
+                ok.append(s)
+                continue
+            except Exception as e:  # noqa: BLE001 - a template may raise anything
+                bad = Rejection(s.locator, "template_error", f"{type(e).__name__}: {e}"[:300], s.id)
+        rejected.append(bad)
+    counted: list[Sample] = []
+    for b in range(0, len(ok), TOKENIZE_BATCH):
+        batch = ok[b:b + TOKENIZE_BATCH]
+        for s, ids in zip(batch, family.tokenize(texts[b:b + TOKENIZE_BATCH])):
+            arr = np.asarray(ids, dtype=np.int64)
+            n_img = sum(m.kind == "image" for m in s.media)
+            problem = family.check_ids(arr, n_img, len(s.media) - n_img)
+            if problem:
+                rejected.append(Rejection(s.locator, "special_token_in_text", problem, s.id))
+                continue
+            s.num_tokens = int(len(arr) + sum(m.num_tokens - 1 for m in s.media))
+            counted.append(s)
+    return counted, rejected
+
+
+def run_task(task: MeasureTask) -> MeasureResult:
+    """Read, validate and count one range; write its records part file (atomically)."""
+    family = load_model(task.model_dir)
+    t0 = time.perf_counter()
+    stats = ReadStats()
+    valid: list[Sample] = []
+    rejections: list[Rejection] = []
+    for rec in read_range(task.path, task.start, task.end, task.first_line, schema=task.schema,
+                          media_root=task.media_root, allow_absolute_media=task.allow_absolute_media,
+                          stats=stats):
+        if isinstance(rec, Rejection):
+            rejections.append(rec)
+            continue
+        checked = validate_sample(rec, check=task.media_check)
+        (rejections if isinstance(checked, Rejection) else valid).append(checked)
+    t1 = time.perf_counter()
+    counted, rej = count_samples(family, valid)
+    t2 = time.perf_counter()
+    rejections.extend(rej)
+    rejections.sort(key=lambda r: r.locator.line)
+    out = part_path(task.records_dir, task.index)
+    tmp = out.with_suffix(".tmp")
+    rec_offset = np.zeros(len(counted), dtype=np.int64)
+    rec_len = np.zeros(len(counted), dtype=np.int64)
+    pos = 0
+    with open(tmp, "wb") as f:
+        for i, s in enumerate(counted):
+            blob = json.dumps(canonical_record(s), ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+            f.write(blob)
+            rec_offset[i], rec_len[i] = pos, len(blob) - 1
+            pos += len(blob)
+    os.replace(tmp, out)
+    return MeasureResult(
+        index=task.index, file_idx=task.file_idx, ids=[s.id for s in counted],
+        num_tokens=np.array([s.num_tokens for s in counted], dtype=np.int32),
+        media_tokens=np.array([sum(m.num_tokens for m in s.media) for s in counted], dtype=np.int32),
+        num_media=np.array([len(s.media) for s in counted], dtype=np.int16),
+        kind=np.array([KIND_CODE[s.kind] for s in counted], dtype=np.int8),
+        media_bytes=np.array([sum(m.nbytes for m in s.media) for s in counted], dtype=np.int64),
+        line=np.array([s.locator.line for s in counted], dtype=np.int64),
+        offset=np.array([s.locator.offset for s in counted], dtype=np.int64),
+        rec_offset=rec_offset, rec_len=rec_len,
+        id_hash=np.array([id_hash(s.id) for s in counted], dtype=np.uint64),
+        rejections=rejections, stats=stats, seconds_read=t1 - t0, seconds_count=t2 - t1,
+    )
+

@@ -1,0 +1,157 @@
+"""Qwen2-VL / Qwen2.5-VL: exact token counts and ``input_ids`` without decoding pixels.
+
+The rule matched is the one of transformers' ``Qwen2VLProcessor.__call__`` (``processing_qwen2_vl``):
+the chat template is rendered with the tokenizer's own ``apply_chat_template`` (one
+``<|vision_start|><|image_pad|><|vision_end|>`` per image), every ``<|image_pad|>`` is expanded to
+``image_grid_thw.prod() // merge_size**2`` copies, and the text is tokenized with the tokenizer's
+default call. Because ``<|image_pad|>`` is a special (added) token, the tokenizer splits the text
+at it, so::
+
+    len(input_ids) = len(tokenizer(rendered)["input_ids"]) + sum(n_i - 1 for each image i)
+
+``n_i`` comes from the image *header* (width, height after EXIF orientation) through
+``Qwen2VLImageProcessorPil.get_number_of_image_patches(height, width) // merge_size**2``, the same
+``smart_resize`` rule the processor applies to decoded pixels (the API vLLM uses to count
+without pixels), with ``min_pixels``/``max_pixels``/``patch_size``/``merge_size`` read from the
+model directory's ``preprocessor_config.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from vlmpack.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # pool workers: no nested Rayon threads
+
+
+class MediaRuleError(ValueError):
+    """A media item the processor cannot take (e.g. aspect ratio > 200); becomes a rejection."""
+
+
+class Qwen2VLFamily:
+    """Renderer, counter and encoder for one Qwen2-VL / Qwen2.5-VL model directory.
+
+    Attributes: ``tokenizer`` (transformers fast tokenizer), ``image_processor``
+    (``Qwen2VLImageProcessorPil``), ``merge_size``, ``patch_size``, and the special token ids
+    ``image_token_id``, ``video_token_id``, ``vision_start_token_id``, ``im_start_id``,
+    ``im_end_id``. Raises :class:`ConfigError` when the directory lacks a tokenizer, a chat
+    template or a preprocessor config.
+    """
+
+    name = "qwen2_vl"
+
+    def __init__(self, model_dir: str | Path):
+        from transformers import AutoTokenizer
+        from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil
+
+        self.model_dir = str(model_dir)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        except Exception as e:  # noqa: BLE001 - transformers raises many kinds here
+            raise ConfigError(f"{model_dir}: cannot load the tokenizer ({type(e).__name__}: {e})") from None
+        if not getattr(self.tokenizer, "chat_template", None):
+            self.tokenizer.chat_template = _template_from_files(Path(model_dir))
+        if not (Path(model_dir) / "preprocessor_config.json").is_file():
+            raise ConfigError(f"{model_dir}: no preprocessor_config.json (needed for image token counts)")
+        self.image_processor = Qwen2VLImageProcessorPil.from_pretrained(self.model_dir)
+        self.merge_size = int(self.image_processor.merge_size)
+        self.patch_size = int(self.image_processor.patch_size)
+        cfg = json.loads((Path(model_dir) / "config.json").read_text())
+        ids = self.tokenizer.convert_tokens_to_ids
+        self.image_token_id = int(cfg.get("image_token_id") or ids("<|image_pad|>"))
+        self.video_token_id = int(cfg.get("video_token_id") or ids("<|video_pad|>"))
+        self.vision_start_token_id = int(cfg.get("vision_start_token_id") or ids("<|vision_start|>"))
+        self.im_start_id = int(ids("<|im_start|>"))
+        self.im_end_id = int(ids("<|im_end|>"))
+        self._image_tokens = lru_cache(maxsize=65536)(self._image_tokens_uncached)
+
+    # ------------------------------------------------------------------ media rule
+    def _image_tokens_uncached(self, width: int, height: int) -> int:
+        try:
+            patches = self.image_processor.get_number_of_image_patches(height, width)
+        except ValueError as e:  # smart_resize: aspect ratio > 200
+            raise MediaRuleError(str(e)) from None
+        return int(patches) // (self.merge_size**2)
+
+    def image_tokens(self, width: int, height: int) -> int:
+        """Number of ``<|image_pad|>`` tokens for an image of ``width`` x ``height`` pixels (as the
+        processor sees it, i.e. after EXIF orientation). Raises :class:`MediaRuleError` for sizes
+        ``smart_resize`` refuses (aspect ratio > 200) or non-positive sizes."""
+        if width <= 0 or height <= 0:
+            raise MediaRuleError(f"invalid image size {width}x{height}")
+        return self._image_tokens(int(width), int(height))
+
+    # ------------------------------------------------------------------ text
+    @staticmethod
+    def template_messages(messages: Sequence[dict]) -> list[dict]:
+        """Canonical messages (see :mod:`vlmpack.records`) -> the form the chat template takes:
+        ``{"type": "image"}`` / ``{"type": "video"}`` / ``{"type": "text", "text"}`` parts."""
+        out = []
+        for m in messages:
+            parts = []
+            for p in m["content"]:
+                t = p["type"]
+                parts.append({"type": "text", "text": p["text"]} if t == "text" else {"type": t})
+            out.append({"role": m["role"], "content": parts})
+        return out
+
+    def render(self, messages: Sequence[dict]) -> str:
+        """The training text of one conversation: the chat template rendered with
+        ``add_generation_prompt=False`` (one image-pad token per image)."""
+        return self.tokenizer.apply_chat_template(self.template_messages(messages), tokenize=False,
+                                                  add_generation_prompt=False)
+
+    def tokenize(self, texts: list[str]) -> list[list[int]]:
+        """Batched tokenization with the tokenizer's default call (what the processor does)."""
+        return self.tokenizer(texts)["input_ids"]
+
+    # ------------------------------------------------------------------ samples
+    def check_ids(self, ids: np.ndarray, n_images: int, n_videos: int) -> str | None:
+        """A one-line problem when the rendered ids do not hold exactly one image pad per image,
+        one video pad per video and one vision start per media item (user text that contains a
+        special token such as ``<|image_pad|>``), else ``None``."""
+        got_img = int(np.count_nonzero(ids == self.image_token_id))
+        got_vid = int(np.count_nonzero(ids == self.video_token_id))
+        got_vs = int(np.count_nonzero(ids == self.vision_start_token_id))
+        if (got_img, got_vid, got_vs) != (n_images, n_videos, n_images + n_videos):
+            return (f"rendered text holds {got_img} <|image_pad|>, {got_vid} <|video_pad|>, {got_vs} "
+                    f"<|vision_start|> for {n_images} images and {n_videos} videos")
+        return None
+
+    def expand(self, ids: np.ndarray, media_tokens: Sequence[int]) -> np.ndarray:
+        """``input_ids`` with the i-th image/video pad repeated ``media_tokens[i]`` times.
+
+        ids: int array ``[t]`` from :meth:`tokenize`; media_tokens: per media item in order of
+        appearance. Returns int32 ``[t + sum(media_tokens) - len(media_tokens)]``."""
+        ids = np.asarray(ids, dtype=np.int32)
+        reps = np.ones(len(ids), dtype=np.int64)
+        pads = np.flatnonzero((ids == self.image_token_id) | (ids == self.video_token_id))
+        if len(pads) != len(media_tokens):
+            raise ValueError(f"{len(pads)} media pads in the ids for {len(media_tokens)} media items")
+        reps[pads] = np.asarray(media_tokens, dtype=np.int64)
+        return np.repeat(ids, reps)
+
+    def encode(self, messages: Sequence[dict], media_tokens: Sequence[int]) -> np.ndarray:
+        """Full ``input_ids`` (int32 ``[num_tokens]``) of one sample, pads expanded; equal to the
+        ``input_ids`` of the transformers processor for the same conversation and images."""
+        ids = np.asarray(self.tokenize([self.render(messages)])[0], dtype=np.int32)
+        return self.expand(ids, media_tokens)
+
+
+def _template_from_files(model_dir: Path) -> str:
+    for name in ("chat_template.jinja", "chat_template.json"):
+        p = model_dir / name
+        if p.is_file():
+            text = p.read_text()
+            return json.loads(text)["chat_template"] if name.endswith(".json") else text
+    raise ConfigError(f"{model_dir}: the tokenizer has no chat template and there is no chat_template.json/.jinja")

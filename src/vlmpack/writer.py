@@ -1,0 +1,166 @@
+"""Write stage: packed-sample format v1 (DESIGN.md section 2) into deterministic WebDataset tars.
+
+One tar sample per pack, key ``pack<global index:09d>`` (unique, no dots): ``<key>.json`` and the
+original media bytes as ``<key>.img<i>.<ext>`` (never re-encoded; ``ext`` from the decoded
+format so that Energon's decoder picks the right handler). Tars are byte-reproducible: members
+sorted by name, mtime 0, uid/gid 0, empty uname/gname, mode 0644, ustar headers (a PAX header
+only where a name needs one). A shard is written as ``<name>.tmp`` and renamed when complete;
+its ``.tar.idx`` (Energon, little-endian uint64, N+1 entries) comes from the offsets recorded
+while writing (``TarFile.offset`` before each sample's first member, and before ``close()``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from vlmpack.energon.meta import write_tar_idx
+from vlmpack.measure import part_path
+
+FORMAT = "vlmpack.pack/1"
+EXT_BY_FORMAT = {"JPEG": "jpg", "PNG": "png", "GIF": "gif", "WEBP": "webp", "BMP": "bmp", "TIFF": "tiff",
+                 "MPO": "jpg"}
+_TAR_OVERHEAD = 512 * 3  # header + padding of the json member, plus slack
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One shard to write: ``packs[j]`` is the list of samples of the shard's j-th pack as
+    ``(records part index, byte offset, byte length)``; ``first_pack`` its global pack index."""
+
+    index: int
+    name: str
+    first_pack: int
+    packs: list[list[tuple[int, int, int]]]
+    seq_len: int
+    output_dir: str
+    records_dir: str
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """What the writer reports for a finished shard (all sizes in bytes)."""
+
+    name: str
+    num_packs: int
+    num_samples: int
+    num_tokens: int
+    nbytes: int
+    sha256: str
+
+
+def pack_key(global_pack: int) -> str:
+    """The tar key of a pack: ``pack`` + 9 digits (no dots, unique in the dataset)."""
+    return f"pack{global_pack:09d}"
+
+
+def assign_shards(pack_bytes: np.ndarray, max_packs: int, max_bytes: int) -> np.ndarray:
+    """Shard boundaries over packs in plan order.
+
+    pack_bytes: int64 ``[P]`` estimated tar bytes of each pack. A shard is closed before a pack
+    that would make it exceed ``max_packs`` packs or ``max_bytes`` bytes (a single pack larger
+    than ``max_bytes`` gets a shard of its own; no shard is empty). Returns int64
+    ``[S+1]`` offsets: shard s holds packs ``[bounds[s], bounds[s+1])``.
+    """
+    bounds = [0]
+    count, size = 0, 0
+    for p, b in enumerate(pack_bytes.tolist()):
+        if count and (count >= max_packs or size + b > max_bytes):
+            bounds.append(p)
+            count, size = 0, 0
+        count += 1
+        size += b
+    if len(pack_bytes):
+        bounds.append(len(pack_bytes))
+    return np.asarray(bounds, dtype=np.int64)
+
+
+def estimate_pack_bytes(offsets: np.ndarray, order: np.ndarray, rec_len: np.ndarray,
+                        media_bytes: np.ndarray, num_media: np.ndarray) -> np.ndarray:
+    """Estimated tar bytes per pack (int64 ``[P]``): records + media + 512-byte headers/padding."""
+    per_sample = rec_len[order] + media_bytes[order] + 1024 * num_media[order].astype(np.int64)
+    sums = np.add.reduceat(per_sample, offsets[:-1]) if len(order) else np.zeros(0, np.int64)
+    return sums.astype(np.int64) + _TAR_OVERHEAD
+
+
+def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
+    ti = tarfile.TarInfo(name)
+    ti.size = size
+    ti.mtime = 0
+    ti.mode = 0o644
+    ti.uid = ti.gid = 0
+    ti.uname = ti.gname = ""
+    ti.type = tarfile.REGTYPE
+    return ti
+
+
+def build_pack(records: list[dict], seq_len: int) -> tuple[dict, list[tuple[str, str]]]:
+    """The pack JSON object and its media parts ``[(part name, source path)]`` from the
+    canonical records of its samples (see :func:`vlmpack.measure.canonical_record`)."""
+    samples, media_parts = [], []
+    for rec in records:
+        names = []
+        for m in rec["media"]:
+            ext = EXT_BY_FORMAT.get(m["format"], m["format"].lower() or "bin")
+            tag = "img" if m["kind"] == "image" else "vid"
+            names.append(f"{tag}{len(media_parts)}.{ext}")
+            media_parts.append((names[-1], m["path"]))
+        messages = [{"role": msg["role"],
+                     "content": [{"type": p["type"], "part": names[p["index"]]} if "index" in p else p
+                                 for p in msg["content"]]} for msg in rec["messages"]]
+        media = [{"part": n, "kind": m["kind"], "width": m["width"], "height": m["height"],
+                  "num_tokens": m["num_tokens"]} for n, m in zip(names, rec["media"])]
+        samples.append({"id": rec["id"], "num_tokens": rec["num_tokens"], "source": rec["source"],
+                        "messages": messages, "media": media})
+    total = sum(s["num_tokens"] for s in samples)
+    return {"format": FORMAT, "seq_len": seq_len, "num_tokens": total, "samples": samples}, media_parts
+
+
+def write_shard(task: ShardTask) -> ShardResult:
+    """Write one shard + its ``.tar.idx`` (both atomically). Pure function of ``task``."""
+    out = Path(task.output_dir)
+    tar_path = out / task.name
+    tmp = tar_path.with_name(tar_path.name + ".tmp")
+    offsets: list[int] = []
+    n_samples = n_tokens = 0
+    handles: dict[int, object] = {}
+    try:
+        with open(tmp, "wb") as f:
+            with tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tf:
+                for j, members in enumerate(task.packs):
+                    records = []
+                    for part, off, length in members:
+                        fh = handles.get(part) or handles.setdefault(part, open(part_path(task.records_dir, part), "rb"))
+                        fh.seek(off)
+                        records.append(json.loads(fh.read(length)))
+                    obj, media = build_pack(records, task.seq_len)
+                    key = pack_key(task.first_pack + j)
+                    entries = [(f"{key}.json", json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode())]
+                    for part_name, src in media:
+                        with open(src, "rb") as mf:
+                            entries.append((f"{key}.{part_name}", mf.read()))
+                    offsets.append(tf.offset)
+                    for name, data in sorted(entries):
+                        tf.addfile(_tarinfo(name, len(data)), io.BytesIO(data))
+                    n_samples += len(records)
+                    n_tokens += obj["num_tokens"]
+                offsets.append(tf.offset)
+            f.flush()
+            os.fsync(f.fileno())
+    finally:
+        for fh in handles.values():
+            fh.close()
+    write_tar_idx(out / (task.name + ".idx"), offsets)
+    os.replace(tmp, tar_path)
+    h = hashlib.sha256()
+    with open(tar_path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return ShardResult(task.name, len(task.packs), n_samples, n_tokens, tar_path.stat().st_size, h.hexdigest())
