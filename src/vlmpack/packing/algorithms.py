@@ -1,0 +1,276 @@
+"""Offline packing algorithms: pure functions from a length array to a :class:`PackPlan`.
+
+Every algorithm has the signature ``algo(lengths, capacity, *, <constraints>, order=None,
+seed=None) -> PackPlan`` and honours every constraint exactly:
+
+* ``capacity`` (``seq_len``): tokens per pack, after each length is rounded up to
+  ``pad_to_multiple_of`` (context/tensor-parallel layouts);
+* ``max_samples_per_pack``;
+* ``max_media_per_pack`` / ``max_media_tokens_per_pack`` over ``media_counts`` / ``media_tokens``;
+* ``group_by_kind``: packs never mix ``kinds`` (0 text, 1 image, 2 video); each kind is packed on
+  its own, as the WDS packer of the seeds does.
+
+A sample that fits no pack (longer than the capacity, or alone over a media budget) goes to
+``PackPlan.overlong``; nothing is dropped silently.
+
+Pack order: ``"shuffle"`` (a permutation from ``numpy.random.Generator(PCG64(seed))``),
+``"input"`` (by the smallest sample index of each pack), or ``"creation"`` (the order in which
+the algorithm opened the packs). The same input and seed give byte-identical arrays anywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import numpy as np
+
+from vlmpack.errors import ConfigError
+from vlmpack.packing import _bfd, _kernels
+from vlmpack.packing.plan import PackPlan
+
+logger = logging.getLogger(__name__)
+
+_UNSET = np.int64(2**62)
+ORDERS = ("shuffle", "input", "creation")
+DEFAULT_WINDOW = 100
+
+
+def _as_int_array(a: object, name: str, n: int | None) -> np.ndarray:
+    arr = np.asarray(a)
+    if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+        raise ConfigError(
+            f"{name} must be a 1-D integer array, got dtype {arr.dtype} shape {arr.shape}; "
+            "pass e.g. np.asarray(values, dtype=np.int64)"
+        )
+    if n is not None and arr.shape[0] != n:
+        raise ConfigError(f"{name} has {arr.shape[0]} entries but lengths has {n}; pass one value per sample")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.size and arr.min() < 0:
+        raise ConfigError(f"{name} has a negative value at index {int(np.argmin(arr))}; counts must be >= 0")
+    return arr
+
+
+def _limit(value: int | None, name: str, minimum: int) -> np.int64:
+    if value is None:
+        return _UNSET
+    if int(value) < minimum:
+        raise ConfigError(f"{name}={value} is invalid; use an integer >= {minimum} or None for no limit")
+    return np.int64(value)
+
+
+def _run(
+    kind: str,
+    lengths: object,
+    capacity: int,
+    *,
+    max_samples_per_pack: int | None = None,
+    media_counts: object | None = None,
+    media_tokens: object | None = None,
+    kinds: object | None = None,
+    max_media_per_pack: int | None = None,
+    max_media_tokens_per_pack: int | None = None,
+    group_by_kind: bool = False,
+    pad_to_multiple_of: int | None = None,
+    order: str | None = None,
+    seed: int | None = None,
+    window: int | None = None,
+) -> PackPlan:
+    eff = _as_int_array(lengths, "lengths", None)
+    n = eff.shape[0]
+    if int(capacity) < 1:
+        raise ConfigError(f"capacity (seq_len) = {capacity} is invalid; use a positive token count")
+    cap = int(capacity)
+    if pad_to_multiple_of is not None:
+        if int(pad_to_multiple_of) < 1:
+            raise ConfigError(f"pad_to_multiple_of={pad_to_multiple_of} is invalid; use an integer >= 1")
+        m = int(pad_to_multiple_of)
+        if m > 1:
+            eff = -(-eff // m) * m
+    max_n = _limit(max_samples_per_pack, "max_samples_per_pack", 1)
+    max_mc = _limit(max_media_per_pack, "max_media_per_pack", 0)
+    max_mt = _limit(max_media_tokens_per_pack, "max_media_tokens_per_pack", 0)
+    mc = _as_int_array(media_counts, "media_counts", n) if media_counts is not None else None
+    mt = _as_int_array(media_tokens, "media_tokens", n) if media_tokens is not None else None
+    if max_mc != _UNSET and mc is None:
+        raise ConfigError("max_media_per_pack needs media_counts (one media count per sample)")
+    if max_mt != _UNSET and mt is None:
+        raise ConfigError("max_media_tokens_per_pack needs media_tokens (one media-token count per sample)")
+    if order is None:
+        order = "creation" if seed is None else "shuffle"
+    if order not in ORDERS:
+        raise ConfigError(f"order={order!r} is unknown; use one of {ORDERS}")
+    if window is not None and int(window) < 1:
+        raise ConfigError(f"window={window} is invalid; use a window size >= 1")
+    groups: list[np.ndarray | None] = [None]
+    if group_by_kind:
+        if kinds is None:
+            raise ConfigError("group_by_kind=True needs kinds (int8 per sample: 0 text, 1 image, 2 video)")
+        kd = _as_int_array(kinds, "kinds", n)
+        groups = [kd == k for k in np.unique(kd)]
+
+    packable = eff <= cap
+    if mc is not None and max_mc != _UNSET:
+        packable &= mc <= max_mc
+    if mt is not None and max_mt != _UNSET:
+        packable &= mt <= max_mt
+    overlong = np.flatnonzero(~packable).astype(np.int64)
+    constrained = max_n != _UNSET or max_mc != _UNSET or max_mt != _UNSET
+    zeros = None
+    if kind != "bfd" or constrained:
+        zeros = np.zeros(n, dtype=np.int64)
+    mc_k = mc if (mc is not None and max_mc != _UNSET) else zeros
+    mt_k = mt if (mt is not None and max_mt != _UNSET) else zeros
+
+    pack_of = np.full(n, -1, dtype=np.int32)
+    npacks = 0
+    for g in groups:
+        mask = packable if g is None else (packable & g)
+        if kind in ("bfd", "ffd", "greedy_knapsack"):
+            items = _bfd.sort_decreasing(eff, mask, cap)
+        else:
+            items = np.flatnonzero(mask).astype(np.int32)
+        if kind == "bfd" and not constrained:
+            po, p = _bfd.bfd_plain(eff, items, cap, n, _bfd.DEBRUIJN_TABLE)
+        elif kind == "bfd":
+            po, p = _bfd.bfd_constrained(eff, mc_k, mt_k, items, cap, max_n, max_mc, max_mt, n, _bfd.DEBRUIJN_TABLE)
+        elif kind == "ffd":
+            po, p = _kernels.first_fit_tree(eff, mc_k, mt_k, items, cap, max_n, max_mc, max_mt, n)
+        elif kind == "greedy_knapsack":
+            po, p = _kernels.greedy_knapsack(eff, mc_k, mt_k, items, cap, max_n, max_mc, max_mt, n)
+        elif kind in ("next_fit", "first_fit"):
+            po, p = _kernels.next_fit(eff, mc_k, mt_k, items, cap, max_n, max_mc, max_mt, n)
+        elif kind == "window":
+            k = int(window) if window is not None else DEFAULT_WINDOW
+            po, p = _kernels.window(eff, mc_k, mt_k, items, cap, max_n, max_mc, max_mt, n, k)
+        else:  # pragma: no cover - registry and dispatch are kept in sync
+            raise ConfigError(f"algorithm {kind!r} is unknown; use one of {sorted(ALGORITHMS)}")
+        if g is None:
+            pack_of = po
+        else:
+            sel = items
+            pack_of[sel] = po[sel] + npacks
+        npacks += int(p)
+    return _finish(pack_of, npacks, eff, overlong, cap, kind, order, seed)
+
+
+def _finish(
+    pack_of: np.ndarray, npacks: int, eff: np.ndarray, overlong: np.ndarray, cap: int, name: str,
+    order: str, seed: int | None,
+) -> PackPlan:
+    if order == "creation" or npacks == 0:
+        new_id = np.arange(npacks, dtype=np.int64)
+    elif order == "shuffle":
+        rng = np.random.Generator(np.random.PCG64(0 if seed is None else int(seed)))
+        perm = rng.permutation(npacks)
+        new_id = np.empty(npacks, dtype=np.int64)
+        new_id[perm] = np.arange(npacks, dtype=np.int64)
+    else:  # "input": by the smallest sample index of each pack
+        offsets, ordr = _kernels.csr(pack_of, npacks)
+        first = ordr[offsets[:-1]]
+        rank = np.argsort(first, kind="stable")
+        new_id = np.empty(npacks, dtype=np.int64)
+        new_id[rank] = np.arange(npacks, dtype=np.int64)
+    pack_ids, tokens = _kernels.relabel(pack_of, new_id, eff, npacks)
+    offsets, ordr = _kernels.csr(pack_ids, npacks)
+    return PackPlan(pack_ids, offsets, ordr, overlong, tokens, capacity=cap, algorithm=name)
+
+
+def _make(kind: str, doc: str) -> Callable[..., PackPlan]:
+    def algo(lengths: object, capacity: int, **constraints: object) -> PackPlan:
+        return _run(kind, lengths, capacity, **constraints)  # type: ignore[arg-type]
+
+    algo.__name__ = algo.__qualname__ = kind
+    algo.__doc__ = doc
+    return algo
+
+
+_COMMON = """
+
+    Args:
+        lengths: int ``[n]`` token counts (>= 0).
+        capacity: tokens per pack ``L`` (> 0).
+        max_samples_per_pack, max_media_per_pack, max_media_tokens_per_pack: limits per pack.
+        media_counts, media_tokens: int ``[n]`` per-sample media count / media (vision) tokens.
+        kinds: int8 ``[n]`` 0 text, 1 image, 2 video; with ``group_by_kind`` packs stay homogeneous.
+        pad_to_multiple_of: round every length up to a multiple of this before packing.
+        order: "shuffle", "input" or "creation" (default: "shuffle" when a seed is given, else
+            "creation"); seed: PCG64 seed of the shuffle.
+    Returns: a :class:`PackPlan`. Raises: ConfigError for invalid arrays or options.
+    """
+
+bfd = _make("bfd", "Exact Best-Fit-Decreasing: each sample, longest first (ties by index), goes to the "
+            "feasible pack with the least residual capacity; O(n + L) via a capacity-indexed bitset." + _COMMON)
+ffd = _make("ffd", "First-Fit-Decreasing: longest first, each to the lowest-numbered feasible pack "
+            "(max-segment tree, O(n log n))." + _COMMON)
+greedy_knapsack = _make(
+    "greedy_knapsack",
+    "NeMo Automodel neat packing (``neat_packing.greedy_knapsack``): longest first, each to the least-"
+    "filled pack (ties by pack index) if it fits, else a new pack; a worst-fit-decreasing." + _COMMON,
+)
+next_fit = _make("next_fit", "Next-Fit in input order: one open pack, closed when the next sample does "
+                 "not fit." + _COMMON)
+first_fit = _make(
+    "first_fit",
+    "lmms-engine ``first_fit`` (``BaseDataset._pack_by_first_fit``): input order, the current pack is "
+    "closed when the next sample does not fit; the same packs as ``next_fit``, kept under lmms-engine's "
+    "name for migration." + _COMMON,
+)
+window = _make(
+    "window",
+    "lmms-engine ``window_k`` (``BaseDataset._pack_by_window``): a window of the ``window`` (default 100) "
+    "earliest unconsumed samples; each pack takes, in arrival order, every window sample that still "
+    "fits, then the window is refilled." + _COMMON,
+)
+
+#: Registry of the offline algorithms by name.
+ALGORITHMS: dict[str, Callable[..., PackPlan]] = {
+    "bfd": bfd,
+    "ffd": ffd,
+    "greedy_knapsack": greedy_knapsack,
+    "first_fit": first_fit,
+    "window": window,
+    "next_fit": next_fit,
+}
+
+
+def plan_packs(
+    lengths: object,
+    capacity: int,
+    *,
+    algorithm: str = "bfd",
+    max_samples_per_pack: int | None = None,
+    media_counts: object | None = None,
+    media_tokens: object | None = None,
+    kinds: object | None = None,
+    max_media_per_pack: int | None = None,
+    max_media_tokens_per_pack: int | None = None,
+    group_by_kind: bool = False,
+    pad_to_multiple_of: int | None = None,
+    order: str = "shuffle",
+    seed: int = 0,
+    window: int | None = None,
+) -> PackPlan:
+    """Plan the packs of a dataset with the named algorithm (see :data:`ALGORITHMS`).
+
+    Args are those of the algorithms (module docstring); ``window`` is the window size of the
+    ``window`` algorithm (ignored by the others). Defaults: ``bfd``, seeded shuffle with seed 0.
+
+    Returns: a :class:`PackPlan` (pack_ids int64 [n], offsets int64 [P+1], order int64, overlong,
+    pack_tokens int64 [P]).
+
+    Raises:
+        ConfigError: unknown algorithm or order, invalid limits, mismatched or negative arrays.
+    """
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"algorithm {algorithm!r} is unknown; use one of {sorted(ALGORITHMS)}")
+    plan = _run(
+        algorithm, lengths, capacity, max_samples_per_pack=max_samples_per_pack,
+        media_counts=media_counts, media_tokens=media_tokens, kinds=kinds,
+        max_media_per_pack=max_media_per_pack, max_media_tokens_per_pack=max_media_tokens_per_pack,
+        group_by_kind=group_by_kind, pad_to_multiple_of=pad_to_multiple_of, order=order, seed=seed,
+        window=window,
+    )
+    logger.debug("%s: %d samples -> %d packs, %d overlong", algorithm, plan.num_samples, plan.num_packs,
+                 plan.overlong.shape[0])
+    return plan
