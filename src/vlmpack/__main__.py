@@ -1,0 +1,5 @@
+"""``python -m vlmpack`` = the ``vlmpack`` command."""
+
+from vlmpack.cli import main
+
+main()

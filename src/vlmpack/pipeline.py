@@ -1,0 +1,305 @@
+"""The main job, ``vlmpack pack``: read -> validate -> count -> plan -> write -> metadata -> report.
+
+Every stage leaves its result in the run directory ``OUT/.vlmpack/`` (the source of truth):
+
+- ``config.json``: the config and its fingerprint; a run with another fingerprint is refused
+  (:class:`RunDirError`) unless ``overwrite`` is set.
+- ``records/part-<task>.jsonl`` + ``part-<task>.result.pkl``: per measure task, the canonical
+  accepted samples and the task's arrays/rejections (a finished task is not run again);
+- ``manifest.parquet``: one row per valid, unique sample (id, tokens, media, locator, where its
+  record is); ``plan.npz``: the :class:`vlmpack.packing.PackPlan`;
+- ``shards/<name>.json``: a marker per finished shard (sha256, counts).
+
+So a killed run started again skips what is done and produces the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import shutil
+import sys
+import time
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from dataclasses import asdict
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from vlmpack.config import PackConfig
+from vlmpack.energon.meta import write_metadata
+from vlmpack.errors import OverlongError, RunDirError
+from vlmpack.measure import MeasureResult, MeasureTask, run_task
+from vlmpack.models import load_model
+from vlmpack.packing import PackPlan, plan_packs
+from vlmpack.readers import split_ranges
+from vlmpack.records import Locator, ReadStats, Rejection
+from vlmpack.report import build_report
+from vlmpack.writer import ShardResult, ShardTask, assign_shards, estimate_pack_bytes, write_shard
+
+log = logging.getLogger(__name__)
+
+RUN_DIR = ".vlmpack"
+TASK_BYTES = 2 << 20  # input bytes per measure task (fixed: the output must not depend on workers)
+_OWNED = ("rejects.jsonl", "report.json", ".nv-meta", RUN_DIR)
+
+
+class _Inline(Executor):
+    """Runs tasks in the calling process (``workers=1``): same code path, easy to debug."""
+
+    def submit(self, fn, *args, **kwargs):
+        from concurrent.futures import Future
+
+        fut: Future = Future()
+        try:
+            fut.set_result(fn(*args, **kwargs))
+        except BaseException as e:  # noqa: BLE001 - delivered through the future
+            fut.set_exception(e)
+        return fut
+
+
+def _executor(workers: int, model_dir: str) -> Executor:
+    """A pool of ``workers`` processes. On Linux the model is loaded once here and the workers are
+    forked with it (tokenizer parallelism is off, so forking is safe); elsewhere they spawn."""
+    if workers <= 1:
+        return _Inline()
+    if sys.platform.startswith("linux"):
+        load_model(model_dir)
+        return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"))
+    return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
+
+
+def _run_all(pool: Executor, fn, tasks: list, *, desc: str, weights: list[int], unit: str, show: bool) -> list:
+    """Run ``fn`` over ``tasks`` and return the results in task order, with a progress bar."""
+    results = [None] * len(tasks)
+    with tqdm(total=sum(weights), desc=desc, unit=unit, unit_scale=True, disable=not show, leave=False) as bar:
+        futures = {pool.submit(fn, t): i for i, t in enumerate(tasks)}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            results[i] = fut.result()
+            bar.update(weights[i])
+    return results
+
+
+# ---------------------------------------------------------------------------------------- run dir
+def prepare_output(cfg: PackConfig, fingerprint: str) -> Path:
+    """Create ``OUT/.vlmpack`` or check that it belongs to the same fingerprint.
+
+    Raises :class:`RunDirError` when ``OUT`` holds another config's run and ``overwrite`` is
+    not set, or when ``OUT`` is a non-empty directory that vlmpack did not write.
+    """
+    out = Path(cfg.output)
+    run = out / RUN_DIR
+    cfg_file = run / "config.json"
+    if cfg_file.exists():
+        old = json.loads(cfg_file.read_text()).get("fingerprint")
+        if old == fingerprint:
+            return run
+        if not cfg.overwrite:
+            raise RunDirError(f"{out} holds a run of another config (fingerprint {old[:12]} != {fingerprint[:12]}); "
+                              "pass --overwrite to replace it or choose another --output")
+    elif out.exists() and any(out.iterdir()) and not cfg.overwrite:
+        raise RunDirError(f"{out} is not empty and was not written by vlmpack; pass --overwrite or choose another --output")
+    if cfg.overwrite and out.exists():
+        for p in out.iterdir():
+            if p.name in _OWNED or p.name.startswith(cfg.shard_prefix + "-"):
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+    (run / "records").mkdir(parents=True, exist_ok=True)
+    (run / "shards").mkdir(exist_ok=True)
+    payload = {"fingerprint": fingerprint, **cfg.fingerprint_payload()}
+    cfg_file.write_text(json.dumps(payload, indent=1, sort_keys=True))
+    return run
+
+
+# ---------------------------------------------------------------------------------------- measure
+def _measure(cfg: PackConfig, run: Path, pool: Executor) -> list[MeasureResult]:
+    tasks, weights = [], []
+    for fi, path in enumerate(cfg.input):
+        size = os.path.getsize(path)
+        for start, end, first_line in split_ranges(path, TASK_BYTES):
+            tasks.append(MeasureTask(len(tasks), fi, path, start, end, first_line, cfg.input_schema,
+                                     str(cfg.media_root), cfg.allow_absolute_media, cfg.media_check,
+                                     str(cfg.model), str(run / "records")))
+            weights.append((end if end >= 0 else size) - start)
+    results: list[MeasureResult | None] = [None] * len(tasks)
+    todo = []
+    for t in tasks:
+        done = run / "records" / f"part-{t.index:06d}.result.pkl"
+        if done.exists():
+            results[t.index] = pickle.loads(done.read_bytes())
+        else:
+            todo.append(t)
+    fresh = _run_all(pool, run_task, todo, desc="count", weights=[weights[t.index] for t in todo], unit="B",
+                     show=cfg.progress)
+    for t, r in zip(todo, fresh):
+        tmp = run / "records" / f"part-{t.index:06d}.result.tmp"
+        tmp.write_bytes(pickle.dumps(r))
+        os.replace(tmp, run / "records" / f"part-{t.index:06d}.result.pkl")
+        results[t.index] = r
+    return results  # type: ignore[return-value]
+
+
+def _duplicates(hashes: np.ndarray, ids: list[str]) -> np.ndarray:
+    """Indices of samples whose id occurred earlier (the first occurrence is kept)."""
+    order = np.argsort(hashes, kind="stable")
+    sh = hashes[order]
+    same = np.flatnonzero(sh[1:] == sh[:-1]) + 1
+    dups = []
+    for k in same.tolist():  # walk back to the first of the run of equal hashes, compare the strings
+        first = k - 1
+        while first > 0 and sh[first - 1] == sh[k]:
+            first -= 1
+        if any(ids[order[j]] == ids[order[k]] for j in range(first, k)):
+            dups.append(order[k])
+    return np.asarray(sorted(dups), dtype=np.int64)
+
+
+def build_manifest(cfg: PackConfig, results: list[MeasureResult]) -> tuple[pa.Table, list[Rejection]]:
+    """Concatenate the task results into the manifest (valid, unique samples in input order)
+    and the list of rejections, duplicates included."""
+    ids = [i for r in results for i in r.ids]
+    cat = {k: np.concatenate([getattr(r, k) for r in results]) if results else np.zeros(0)
+           for k in ("num_tokens", "media_tokens", "num_media", "kind", "media_bytes", "line", "offset",
+                     "rec_offset", "rec_len", "id_hash")}
+    file_idx = np.concatenate([np.full(len(r.ids), r.file_idx, np.int32) for r in results]) if results else np.zeros(0, np.int32)
+    part = np.concatenate([np.full(len(r.ids), r.index, np.int32) for r in results]) if results else np.zeros(0, np.int32)
+    rejections = [x for r in results for x in r.rejections]
+    dups = _duplicates(cat["id_hash"].astype(np.uint64), ids)
+    first_seen: dict[str, int] = {}
+    for i, sid in enumerate(ids):
+        first_seen.setdefault(sid, i)
+    for d in dups.tolist():
+        f = first_seen[ids[d]]
+        rejections.append(Rejection(Locator(cfg.input[file_idx[d]], int(cat["line"][d]), int(cat["offset"][d])),
+                                    "duplicate_id", f"id {ids[d]!r} first seen at {cfg.input[file_idx[f]]}:"
+                                    f"{int(cat['line'][f])}", ids[d]))
+    keep = np.ones(len(ids), dtype=bool)
+    keep[dups] = False
+    table = pa.table({
+        "id": pa.array([i for i, k in zip(ids, keep.tolist()) if k], pa.string()),
+        "num_tokens": cat["num_tokens"][keep].astype(np.int32),
+        "media_tokens": cat["media_tokens"][keep].astype(np.int32),
+        "num_media": cat["num_media"][keep].astype(np.int16),
+        "kind": cat["kind"][keep].astype(np.int8),
+        "media_bytes": cat["media_bytes"][keep].astype(np.int64),
+        "file_idx": file_idx[keep], "line": cat["line"][keep].astype(np.int64),
+        "offset": cat["offset"][keep].astype(np.int64), "part": part[keep],
+        "rec_offset": cat["rec_offset"][keep].astype(np.int64), "rec_len": cat["rec_len"][keep].astype(np.int64),
+    })
+    return table, rejections
+
+
+# ---------------------------------------------------------------------------------------- plan
+def make_plan(cfg: PackConfig, manifest: pa.Table) -> PackPlan:
+    """Bin-pack the manifest's samples with the configured algorithm and constraints."""
+    col = lambda name: manifest.column(name).to_numpy()  # noqa: E731
+    return plan_packs(col("num_tokens").astype(np.int64), cfg.seq_len, algorithm=cfg.algorithm,
+                      max_samples_per_pack=cfg.max_samples_per_pack, media_counts=col("num_media").astype(np.int64),
+                      media_tokens=col("media_tokens").astype(np.int64), kinds=col("kind"),
+                      max_media_per_pack=cfg.max_media_per_pack,
+                      max_media_tokens_per_pack=cfg.max_media_tokens_per_pack, group_by_kind=cfg.group_by_kind,
+                      pad_to_multiple_of=cfg.pad_to_multiple_of, seed=cfg.seed)
+
+
+def _overlong_rejections(cfg: PackConfig, manifest: pa.Table, plan: PackPlan) -> list[Rejection]:
+    out = []
+    ids, ntok = manifest.column("id"), manifest.column("num_tokens")
+    fidx, line, off = (manifest.column(c) for c in ("file_idx", "line", "offset"))
+    for i in plan.overlong.tolist():
+        n = ntok[i].as_py()
+        loc = Locator(cfg.input[fidx[i].as_py()], line[i].as_py(), off[i].as_py())
+        if cfg.overlong == "error":
+            raise OverlongError(f"sample {ids[i].as_py()!r} at {loc} has {n} tokens > --seq-len {cfg.seq_len} "
+                                f"({len(plan.overlong)} such samples); use --overlong drop or a larger --seq-len")
+        out.append(Rejection(loc, "overlong", f"{n} tokens > seq_len {cfg.seq_len}", ids[i].as_py()))
+    return out
+
+
+# ---------------------------------------------------------------------------------------- write
+def _shard_tasks(cfg: PackConfig, run: Path, manifest: pa.Table, plan: PackPlan) -> list[ShardTask]:
+    col = lambda name: manifest.column(name).to_numpy()  # noqa: E731
+    pack_bytes = estimate_pack_bytes(plan.offsets, plan.order, col("rec_len"), col("media_bytes"), col("num_media"))
+    bounds = assign_shards(pack_bytes, cfg.max_packs_per_shard, cfg.max_shard_bytes)
+    part, rec_off, rec_len = col("part"), col("rec_offset"), col("rec_len")
+    tasks = []
+    for s in range(len(bounds) - 1):
+        packs = []
+        for p in range(bounds[s], bounds[s + 1]):
+            members = plan.order[plan.offsets[p]:plan.offsets[p + 1]]
+            packs.append([(int(part[i]), int(rec_off[i]), int(rec_len[i])) for i in members])
+        tasks.append(ShardTask(s, f"{cfg.shard_prefix}-{s:06d}.tar", int(bounds[s]), packs, cfg.seq_len,
+                               str(Path(cfg.output)), str(run / "records")))
+    return tasks
+
+
+def _write(cfg: PackConfig, run: Path, tasks: list[ShardTask], pool: Executor) -> list[ShardResult]:
+    out = Path(cfg.output)
+    for p in out.glob("*.tmp"):  # leftovers of a killed run
+        p.unlink()
+    results: list[ShardResult | None] = [None] * len(tasks)
+    todo = []
+    for t in tasks:
+        marker = run / "shards" / (t.name + ".json")
+        if marker.exists() and (out / t.name).exists() and (out / (t.name + ".idx")).exists():
+            results[t.index] = ShardResult(**json.loads(marker.read_text()))
+        else:
+            todo.append(t)
+    fresh = _run_all(pool, write_shard, todo, desc="write", weights=[len(t.packs) for t in todo], unit="pack",
+                     show=cfg.progress)
+    for t, r in zip(todo, fresh):
+        (run / "shards" / (t.name + ".json")).write_text(json.dumps(asdict(r)))
+        results[t.index] = r
+    return results  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------------------------- main
+def run_pack(cfg: PackConfig) -> dict:
+    """Run the whole job for ``cfg`` and return the report (also written to ``OUT/report.json``).
+
+    Raises :class:`RunDirError` (foreign output dir), :class:`OverlongError` (``overlong="error"``),
+    :class:`vlmpack.errors.ConfigError` (model directory). Bad records never raise: they are
+    rejected with a reason and listed in ``OUT/rejects.jsonl``.
+    """
+    fingerprint = cfg.fingerprint()
+    run = prepare_output(cfg, fingerprint)
+    timings: dict[str, float] = {}
+    with _executor(cfg.workers, str(cfg.model)) as pool:
+        t = time.perf_counter()
+        results = _measure(cfg, run, pool)
+        timings["measure"] = time.perf_counter() - t
+        t = time.perf_counter()
+        manifest_path = run / "manifest.parquet"
+        manifest, rejections = build_manifest(cfg, results)
+        if not manifest_path.exists():
+            pq.write_table(manifest, manifest_path)
+        plan_path = run / "plan.npz"
+        plan = PackPlan.from_npz(plan_path) if plan_path.exists() else make_plan(cfg, manifest)
+        rejections += _overlong_rejections(cfg, manifest, plan)
+        if not plan_path.exists():
+            plan.to_npz(plan_path)
+        timings["plan"] = time.perf_counter() - t
+        t = time.perf_counter()
+        shards = _write(cfg, run, _shard_tasks(cfg, run, manifest, plan), pool)
+        timings["write"] = time.perf_counter() - t
+    write_metadata(cfg.output, {s.name: s.num_packs for s in shards})
+    order = {p: i for i, p in enumerate(cfg.input)}
+    rejections.sort(key=lambda r: (order.get(r.locator.file, len(order)), r.locator.line))
+    with open(Path(cfg.output) / "rejects.jsonl", "w", encoding="utf-8") as f:
+        for r in rejections:
+            f.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
+    stats = ReadStats()
+    for r in results:
+        stats.lines += r.stats.lines
+        stats.blank += r.stats.blank
+        stats.records += r.stats.records
+    timings["worker_read_validate"] = sum(r.seconds_read for r in results)
+    timings["worker_count"] = sum(r.seconds_count for r in results)
+    report = build_report(cfg, fingerprint, stats, manifest, plan, rejections, shards, timings)
+    (Path(cfg.output) / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    return report
