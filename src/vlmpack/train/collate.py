@@ -1,0 +1,225 @@
+"""The packed-batch collator: packs -> model inputs that train exactly like the unpacked samples.
+
+Typical use (DataLoader or the Energon TaskEncoder :mod:`vlmpack.energon.task_encoder`)::
+
+    collator = PackCollator(model_dir, attn_implementation="flash_attention_2")
+    batch = collator(pack)                     # one pack (Energon sample, dict, or list of samples)
+    batch = collator.batch([p1, p2])           # several packs -> one padding-free row
+    out = model(**model_inputs(batch, "flash_attention_2"))
+
+A batch is one padding-free row ``[1, T]`` (several packs are concatenated: the samples stay
+isolated by their segment boundaries). Output keys (all torch tensors unless noted):
+
+- ``input_ids`` int64 ``[1, T]``; ``labels`` int64 ``[1, T]`` (-100 except assistant content and its
+  ``<|im_end|>``; the first token of every sample is -100, so the usual one-token shift never
+  crosses a sample boundary);
+- ``position_ids``: int64 ``[1, T]`` restarting at ``position_start`` per sample, or for Qwen2-VL /
+  Qwen2.5-VL the per-sample mRoPE ``[3, 1, T]`` (``position_layout=3``) or ``[4, 1, T]`` with a text
+  row (``position_layout=4``, what transformers' Qwen-VL models need to isolate samples from
+  ``position_ids`` alone); ``text_position_ids`` int64 ``[1, T]`` always;
+- ``cu_seqlens`` int32 ``[n+1]`` (real tokens), ``cu_seqlens_padded`` int32 (``[n+2]`` when padding
+  was added: the padding is its own segment), ``max_seqlen`` / ``max_seqlen_padded`` (Python int),
+  ``seq_idx`` int32 ``[1, T]`` (segment of every token, padding = n), ``num_padding`` (int);
+- ``attention_mask`` bool ``[1, 1, T, T]`` block-diagonal causal, only with ``dense_mask=True`` and
+  ``attn_implementation`` ``"sdpa"`` or ``"eager"``;
+- ``pixel_values`` float32 ``[P, D]``, ``image_grid_thw`` int64 ``[k, 3]`` in sample order (absent
+  without images);
+- ``num_label_tokens`` (int), ``loss_weights`` float32 ``[1, T]`` with ``loss_weighting``;
+- ``sample_ids``, ``pack_keys`` (lists of str), ``num_samples`` (int).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vlmpack.errors import ConfigError, PackMismatchError
+from vlmpack.train.encode import IGNORE_INDEX, EncodedPack, PackEncoder
+from vlmpack.train.masks import LossWeighting, block_causal_mask, loss_weights, segments
+from vlmpack.train.rope import MROPE_MODEL_TYPES, MRopeIndexer, RopeImpl
+
+log = logging.getLogger(__name__)
+
+DENSE_MASK_IMPLS = ("sdpa", "eager")
+
+
+class PackCollator:
+    """Builds packed training batches for one model directory.
+
+    Args:
+      model_dir: HF-format model directory (tokenizer, chat template, preprocessor, config); the
+        same one ``vlmpack pack --model`` used.
+      mrope: per-sample mRoPE positions; default: on for ``qwen2_vl`` / ``qwen2_5_vl``. Use
+        ``False`` to train a text-only model (e.g. ``Qwen2ForCausalLM``) with the same tokenizer.
+      position_layout: 3 (``[3, 1, T]``) or 4 (``[4, 1, T]``, text row first) for mRoPE.
+      rope_impl: ``"transformers"`` (the model class's ``get_rope_index`` per sample) or ``"numpy"``
+        (vectorised, self-checked against it at start).
+      attn_implementation: the model's attention backend; decides whether a dense mask may be built.
+      dense_mask: build the ``[1, 1, T, T]`` block-causal mask (sdpa/eager only; T*T bytes).
+      pad_to_multiple_of: pad T to a multiple (TP/SP/CP); padding is a masked segment of its own.
+      position_start: first position of each sample for 1D positions (transformers#47496).
+      loss_weighting: ``None``, ``"token"`` or ``"sample"`` -> ``loss_weights`` (see
+        :func:`vlmpack.train.masks.loss_weights`).
+      placeholder_image: add a minimal image (its own segment, labels -100) to batches without
+        images, so every rank runs the vision tower (FSDP / ZeRO-3), as NeMo does.
+      check_num_tokens: compare re-encoded lengths with the pack's recorded counts.
+
+    Raises :class:`ConfigError` for inconsistent options.
+    """
+
+    def __init__(self, model_dir: str | Path, *, mrope: bool | None = None,
+                 position_layout: Literal[3, 4] = 3, rope_impl: RopeImpl = "transformers",
+                 attn_implementation: str = "flash_attention_2", dense_mask: bool = False,
+                 pad_to_multiple_of: int | None = None, position_start: int = 0,
+                 loss_weighting: LossWeighting | None = None, placeholder_image: bool = False,
+                 check_num_tokens: bool = True):
+        from vlmpack.models import load_model
+
+        self.model_dir = str(model_dir)
+        self.family = load_model(self.model_dir)
+        self.encoder = PackEncoder(self.family, check_num_tokens=check_num_tokens)
+        model_type = json.loads((Path(model_dir) / "config.json").read_text()).get("model_type")
+        self.mrope = (model_type in MROPE_MODEL_TYPES) if mrope is None else bool(mrope)
+        if position_layout not in (3, 4):
+            raise ConfigError(f"position_layout must be 3 or 4, got {position_layout!r}")
+        if dense_mask and attn_implementation not in DENSE_MASK_IMPLS:
+            raise ConfigError(f"dense_mask=True needs attn_implementation in {DENSE_MASK_IMPLS}, got "
+                              f"{attn_implementation!r}; varlen kernels take cu_seqlens instead")
+        if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
+            raise ConfigError(f"pad_to_multiple_of must be >= 1, got {pad_to_multiple_of}")
+        if loss_weighting not in (None, "token", "sample"):
+            raise ConfigError(f"loss_weighting must be None, 'token' or 'sample', got {loss_weighting!r}")
+        self.position_layout = position_layout
+        self.attn_implementation = attn_implementation
+        self.dense_mask = dense_mask
+        self.pad_to_multiple_of = pad_to_multiple_of
+        self.position_start = position_start
+        self.loss_weighting = loss_weighting
+        self.placeholder_image = placeholder_image
+        self.rope = MRopeIndexer(self.model_dir, self.family.image_token_id, impl=rope_impl) if self.mrope else None
+        tok = self.family.tokenizer
+        self.pad_token_id = int(tok.pad_token_id if tok.pad_token_id is not None else self.family.im_end_id)
+        self._placeholder: EncodedPack | None = None
+
+    # ------------------------------------------------------------------ per pack
+    def encode(self, pack: Any) -> EncodedPack:
+        """Encode one pack (tokens, labels, images, per-sample mRoPE); see
+        :meth:`vlmpack.train.encode.PackEncoder.encode` for the inputs and errors."""
+        enc = self.encoder.encode(pack)
+        if self.rope is not None:
+            enc.mrope = self._pack_mrope(enc)
+        return enc
+
+    def _pack_mrope(self, enc: EncodedPack) -> np.ndarray:
+        splits = np.cumsum(enc.images_per_sample)[:-1]
+        grids = np.split(enc.image_grid_thw, splits) if len(enc.lengths) else []
+        try:
+            return self.rope.pack_positions(enc.input_ids, enc.lengths.tolist(), grids)
+        except ValueError as e:
+            raise PackMismatchError(f"pack {enc.key!r}: mRoPE positions: {e}") from None
+
+    def placeholder(self) -> EncodedPack:
+        """The minimal image segment ``<|vision_start|><|image_pad|>*n<|vision_end|>`` (labels -100)."""
+        if self._placeholder is None:
+            f = self.family
+            size = f.image_processor.size
+            min_px = int(size.get("shortest_edge") or 56 * 56) if isinstance(size, dict) else 56 * 56
+            factor = f.patch_size * f.merge_size
+            side = max(factor, math.ceil(math.sqrt(min_px) / factor) * factor)
+            pv, grid = self.encoder.process_images([Image.new("RGB", (side, side))])
+            n = int(grid.prod() // f.merge_size ** 2)
+            vision_end = int(f.tokenizer.convert_tokens_to_ids("<|vision_end|>"))
+            ids = np.array([f.vision_start_token_id] + [f.image_token_id] * n + [vision_end], dtype=np.int64)
+            enc = EncodedPack(key="<placeholder>", sample_ids=[], lengths=np.array([len(ids)], dtype=np.int64),
+                              input_ids=ids, labels=np.full(len(ids), IGNORE_INDEX, dtype=np.int64),
+                              image_grid_thw=grid, images_per_sample=[1], pixel_values=pv)
+            if self.rope is not None:
+                enc.mrope = self._pack_mrope(enc)
+            self._placeholder = enc
+        return self._placeholder
+
+    # ------------------------------------------------------------------ batch
+    def __call__(self, pack: Any) -> dict:
+        """Encode and collate one pack (any accepted input) into a batch dict."""
+        return self.collate([self.encode(pack)])
+
+    def batch(self, packs: Sequence[Any]) -> dict:
+        """Encode and collate several packs into one padding-free row."""
+        return self.collate([p if isinstance(p, EncodedPack) else self.encode(p) for p in packs])
+
+    def collate(self, encoded: Sequence[EncodedPack]) -> dict:
+        """Concatenate encoded packs into one batch dict (keys in the module docstring). O(T) memory
+        unless ``dense_mask``."""
+        encs = list(encoded)
+        if not encs:
+            raise ValueError("collate() needs at least one encoded pack")
+        has_images = any(len(e.image_grid_thw) for e in encs)
+        real_lengths = np.concatenate([e.lengths for e in encs])
+        if self.placeholder_image and not has_images:
+            encs.append(self.placeholder())
+        lengths = np.concatenate([e.lengths for e in encs])
+        seg = segments(lengths, pad_to_multiple_of=self.pad_to_multiple_of, position_start=self.position_start)
+        pad = seg.pad
+        ids = np.concatenate([e.input_ids for e in encs] + [np.full(pad, self.pad_token_id, dtype=np.int64)])
+        labels = np.concatenate([e.labels for e in encs] + [np.full(pad, IGNORE_INDEX, dtype=np.int64)])
+        labels[seg.cu_seqlens[:-1]] = IGNORE_INDEX  # no label on a sample's first token: no cross-boundary shift
+        out: dict[str, Any] = {
+            "input_ids": torch.from_numpy(ids)[None],
+            "labels": torch.from_numpy(labels)[None],
+        }
+        text_pos = seg.position_ids
+        if self.mrope:
+            m = np.concatenate([e.mrope for e in encs], axis=1)
+            if pad:
+                m = np.concatenate([m, np.broadcast_to(text_pos[-pad:], (3, pad))], axis=1)
+            if self.position_layout == 4:
+                m = np.concatenate([text_pos[None], m], axis=0)
+            out["position_ids"] = torch.from_numpy(np.ascontiguousarray(m))[:, None, :]
+        else:
+            out["position_ids"] = torch.from_numpy(text_pos)[None]
+        out["text_position_ids"] = torch.from_numpy(text_pos)[None]
+        out["seq_idx"] = torch.from_numpy(seg.seq_idx)[None]
+        out["cu_seqlens"] = torch.from_numpy(seg.cu_seqlens)
+        out["cu_seqlens_padded"] = torch.from_numpy(seg.cu_seqlens_padded)
+        out["max_seqlen"] = seg.max_seqlen
+        out["max_seqlen_padded"] = seg.max_seqlen_padded
+        out["num_padding"] = int(pad)
+        if self.dense_mask:
+            out["attention_mask"] = block_causal_mask(seg.seq_idx)
+        pv = [e.pixel_values for e in encs if e.pixel_values is not None]
+        if pv:
+            out["pixel_values"] = torch.cat(pv, dim=0)
+            out["image_grid_thw"] = torch.from_numpy(np.concatenate([e.image_grid_thw for e in encs]))
+        valid = labels != IGNORE_INDEX
+        out["num_label_tokens"] = int(valid.sum())
+        if self.loss_weighting:
+            w = loss_weights(labels, seg.seq_idx, self.loss_weighting, len(lengths))
+            out["loss_weights"] = torch.from_numpy(w)[None]
+        out["sample_ids"] = [s for e in encs for s in e.sample_ids]
+        out["pack_keys"] = [e.key for e in encs if e.sample_ids]
+        out["num_samples"] = int(len(real_lengths))
+        return out
+
+
+def model_inputs(batch: dict, attn_implementation: str | None = None) -> dict:
+    """The keyword arguments of a transformers model's ``forward`` from a collated batch.
+
+    Always: ``input_ids``, ``labels``, ``position_ids`` (+ ``pixel_values``, ``image_grid_thw``,
+    ``attention_mask`` when present). For ``flash_attention_2`` / ``flash_attention_3`` also
+    transformers' varlen kwargs ``cu_seq_lens_q``/``cu_seq_lens_k`` (the padded ``cu_seqlens``, which
+    cover every token) and ``max_length_q``/``max_length_k`` (Python ints).
+    """
+    keys = ("input_ids", "labels", "position_ids", "pixel_values", "image_grid_thw", "attention_mask")
+    kw = {k: batch[k] for k in keys if k in batch}
+    if attn_implementation and attn_implementation.startswith("flash_attention"):
+        kw.update(cu_seq_lens_q=batch["cu_seqlens_padded"], cu_seq_lens_k=batch["cu_seqlens_padded"],
+                  max_length_q=batch["max_seqlen_padded"], max_length_k=batch["max_seqlen_padded"])
+    return kw

@@ -1,0 +1,307 @@
+"""Pack (or unpacked samples) -> token ids, labels, image tensors: the per-pack half of collation.
+
+Token ids come from the model family (:class:`vlmpack.models.qwen2_vl.Qwen2VLFamily`: chat
+template render -> tokenizer -> image-pad expansion), the same code ``vlmpack pack`` measured
+with, so ``len(input_ids)`` must equal the pack's recorded ``num_tokens``; any disagreement
+raises :class:`vlmpack.errors.PackMismatchError` naming the pack and the sample.
+
+Accepted inputs (:func:`read_pack`):
+- an Energon :class:`vlmpack.energon.sample.VlmpackPack` (media decoded to PIL by
+  ``SampleDecoder(image_decode="pil")``);
+- a dict with the same fields (``samples``, ``media``, ``media_parts``, optional ``__key__``,
+  ``seq_len``, ``num_tokens``), media as PIL images or raw bytes;
+- a raw WebDataset dict (``{"__key__", "json": bytes | dict, "img0.png": bytes, ...}``);
+- a list of unpacked samples: :class:`vlmpack.records.Sample` (media read from ``path``) or
+  dicts ``{"id", "messages", "images": [PIL | bytes | path, ...]}`` whose image parts carry
+  ``"index"`` (canonical form) or ``"part"``.
+Images are opened like transformers' ``load_image``: ``ImageOps.exif_transpose`` then
+``convert("RGB")``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps
+
+from vlmpack.errors import ConfigError, PackMismatchError
+
+log = logging.getLogger(__name__)
+
+IGNORE_INDEX = -100
+
+
+@dataclass(slots=True)
+class PackItem:
+    """One sample to encode: ``id``, canonical ``messages``, its images in order of appearance
+    (PIL, RGB, EXIF-oriented) and the token count recorded at pack time (None when unknown)."""
+
+    id: str
+    messages: list[dict]
+    images: list[Image.Image]
+    recorded_tokens: int | None = None
+    recorded_media: list[tuple[str, int]] | None = None  # (part, num_tokens) per image, in order
+
+
+@dataclass(slots=True)
+class PackInput:
+    """A pack normalised for encoding: ``key`` (for errors), its items, the recorded ``num_tokens``
+    and ``seq_len`` (None when not a vlmpack pack)."""
+
+    key: str
+    items: list[PackItem]
+    num_tokens: int | None = None
+    seq_len: int | None = None
+
+
+@dataclass(slots=True)
+class EncodedPack:
+    """One pack encoded: everything per pack that :func:`vlmpack.train.collate.collate` concatenates.
+
+    Attributes:
+      key, sample_ids: pack key and sample ids in order.
+      lengths: int64 ``[n]`` tokens per sample.
+      input_ids, labels: int64 ``[T]`` (labels -100 outside assistant content + ``<|im_end|>``).
+      image_grid_thw: int64 ``[k, 3]`` per image (t, h, w in patches), in sample order.
+      images_per_sample: int ``[n]``.
+      pixel_values: float32 ``[sum(t*h*w), C*tp*p*p]`` from the image processor, or None.
+      mrope: int64 ``[3, T]`` per-sample mRoPE positions or None (filled by the collator).
+    """
+
+    key: str
+    sample_ids: list[str]
+    lengths: np.ndarray
+    input_ids: np.ndarray
+    labels: np.ndarray
+    image_grid_thw: np.ndarray
+    images_per_sample: list[int]
+    pixel_values: torch.Tensor | None = None
+    mrope: np.ndarray | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.lengths.sum())
+
+
+# ---------------------------------------------------------------------------------- images
+def open_image(obj: Any, *, where: str = "") -> Image.Image:
+    """A PIL RGB image as transformers' ``load_image`` gives it (EXIF orientation applied).
+
+    obj: PIL image, bytes, or a path. Raises :class:`ConfigError` for a decoded tensor (the
+    TaskEncoder must use ``SampleDecoder(image_decode="pil")``) or another type.
+    """
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        img = Image.open(io.BytesIO(bytes(obj)))
+    elif isinstance(obj, (str, Path)):
+        img = Image.open(obj)
+    elif isinstance(obj, Image.Image):
+        img = obj
+    else:
+        raise ConfigError(f"{where}: media of type {type(obj).__name__} cannot be used; decode media as PIL "
+                          "(SampleDecoder(image_decode='pil')) or pass raw bytes")
+    img = ImageOps.exif_transpose(img)
+    return img.convert("RGB")
+
+
+def _image_parts_in_order(messages: Sequence[dict]) -> list[dict]:
+    out = []
+    for m in messages:
+        for p in m["content"]:
+            if p.get("type") == "video":
+                raise ConfigError("video samples are not supported by the vlmpack collator yet")
+            if p.get("type") == "image":
+                out.append(p)
+    return out
+
+
+# ---------------------------------------------------------------------------------- inputs
+def read_pack(obj: Any) -> PackInput:
+    """Normalise any accepted input (module docstring) into a :class:`PackInput`."""
+    if isinstance(obj, PackInput):
+        return obj
+    if isinstance(obj, (list, tuple)):
+        return PackInput(key="<unpacked>", items=[_item_from_unpacked(s) for s in obj])
+    if isinstance(obj, dict):
+        d = dict(obj)
+        if "samples" not in d and "json" in d:
+            meta = d["json"]
+            meta = json.loads(meta) if isinstance(meta, (bytes, bytearray, str)) else meta
+            parts = sorted((k for k in d if k.startswith("img")), key=lambda k: int(k[3:].split(".")[0]))
+            d = {**meta, "__key__": d.get("__key__", "?"), "media": [d[p] for p in parts], "media_parts": parts}
+        key, samples = str(d.get("__key__", d.get("key", "?"))), d["samples"]
+        media, parts = d.get("media", []), d.get("media_parts", [])
+        return _from_pack_fields(key, samples, media, parts, d.get("num_tokens"), d.get("seq_len"))
+    if hasattr(obj, "samples") and hasattr(obj, "media_parts"):
+        return _from_pack_fields(str(getattr(obj, "__key__", "?")), obj.samples, obj.media, obj.media_parts,
+                                 obj.num_tokens, obj.seq_len)
+    raise ConfigError(f"cannot collate an object of type {type(obj).__name__}; give a VlmpackPack, a pack dict "
+                      "or a list of samples")
+
+
+def _from_pack_fields(key: str, samples: list[dict], media: list, parts: list[str],
+                      num_tokens: int | None, seq_len: int | None) -> PackInput:
+    by_part = dict(zip(parts, media))
+    items = []
+    for s in samples:
+        imgs, rec = [], []
+        media_tokens = {m.get("part"): m.get("num_tokens") for m in s.get("media", [])}
+        for p in _image_parts_in_order(s["messages"]):
+            name = p.get("part")
+            rec.append((name, media_tokens.get(name)))
+            if name not in by_part:
+                raise PackMismatchError(f"pack {key!r} sample {s.get('id')!r}: media part {name!r} is missing "
+                                        f"(pack has {list(by_part)[:6]}); the shard is incomplete, re-pack it")
+            imgs.append(open_image(by_part[name], where=f"pack {key!r} part {name}"))
+        items.append(PackItem(str(s["id"]), s["messages"], imgs, s.get("num_tokens"), rec))
+    return PackInput(key, items, None if num_tokens is None else int(num_tokens),
+                     None if seq_len is None else int(seq_len))
+
+
+def _item_from_unpacked(s: Any) -> PackItem:
+    if isinstance(s, PackItem):
+        return s
+    if hasattr(s, "messages") and hasattr(s, "media") and hasattr(s, "locator"):  # records.Sample
+        imgs = [open_image(m.path or m.ref, where=f"sample {s.id!r}") for m in s.media]
+        order = [p["index"] for p in _image_parts_in_order(s.messages)]
+        return PackItem(str(s.id), s.messages, [imgs[i] for i in order], s.num_tokens or None)
+    if isinstance(s, dict) and "messages" in s:
+        raw = s.get("images", [])
+        imgs = []
+        for i, p in enumerate(_image_parts_in_order(s["messages"])):
+            idx = p.get("index", i)
+            imgs.append(open_image(raw[idx], where=f"sample {s.get('id')!r}"))
+        return PackItem(str(s.get("id", "?")), s["messages"], imgs, s.get("num_tokens"))
+    raise ConfigError(f"cannot read an unpacked sample of type {type(s).__name__}; give records.Sample or "
+                      "{'id', 'messages', 'images'}")
+
+
+# ---------------------------------------------------------------------------------- labels
+def assistant_label_mask(ids: np.ndarray, *, im_start_id: int, assistant_id: int, im_end_id: int,
+                         newline_id: int) -> np.ndarray:
+    """bool ``[n]``: True on the tokens of assistant turns that are trained on.
+
+    Found on the token ids of the rendered ChatML template, no text matching: a turn starts at
+    ``<|im_start|>`` followed by the role token ``assistant``; the header's ``"\\n"`` token is
+    skipped when it is a token of its own (a merged ``"\\n\\n"`` token also holds content and is
+    kept); the turn ends at its ``<|im_end|>`` inclusive (the end-of-turn token the model must
+    learn to emit). The ``"\\n"`` after ``<|im_end|>`` and every other token stays unlabelled.
+    A turn with no ``<|im_end|>`` (truncated) runs to the end of ``ids``.
+    """
+    ids = np.asarray(ids)
+    n = len(ids)
+    mask = np.zeros(n, dtype=bool)
+    if n < 2:
+        return mask
+    heads = np.flatnonzero((ids[:-1] == im_start_id) & (ids[1:] == assistant_id))
+    if not len(heads):
+        return mask
+    content = heads + 2
+    has_nl = content < n
+    has_nl[has_nl] = ids[content[has_nl]] == newline_id
+    content = content + has_nl
+    ends = np.flatnonzero(ids == im_end_id)
+    k = np.searchsorted(ends, content)
+    stop = np.where(k < len(ends), ends[np.minimum(k, len(ends) - 1)] + 1, n)
+    delta = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(delta, np.minimum(content, n), 1)
+    np.add.at(delta, stop, -1)
+    return np.cumsum(delta[:n]) > 0
+
+
+# ---------------------------------------------------------------------------------- encoding
+class PackEncoder:
+    """Encodes packs with one model family (tokenizer + image processor).
+
+    Args:
+      family: a :class:`vlmpack.models.qwen2_vl.Qwen2VLFamily` (``vlmpack.models.load_model(dir)``).
+      check_num_tokens: compare T and each sample's tokens with the counts the pack records.
+    """
+
+    def __init__(self, family, *, check_num_tokens: bool = True):
+        self.family = family
+        self.check_num_tokens = check_num_tokens
+        tok = family.tokenizer
+        self.assistant_id = int(tok.convert_tokens_to_ids("assistant"))
+        nl = tok.encode("\n", add_special_tokens=False)
+        if len(nl) != 1:
+            raise ConfigError(f"{family.model_dir}: '\\n' is not one token; the label scan needs it")
+        self.newline_id = int(nl[0])
+        self.m2 = family.merge_size ** 2
+
+    def labels_for(self, ids: np.ndarray) -> np.ndarray:
+        """int64 labels ``[n]`` of one sample's ids (-100 outside assistant content)."""
+        f = self.family
+        mask = assistant_label_mask(ids, im_start_id=f.im_start_id, assistant_id=self.assistant_id,
+                                    im_end_id=f.im_end_id, newline_id=self.newline_id)
+        return np.where(mask, ids, IGNORE_INDEX).astype(np.int64)
+
+    def process_images(self, images: list[Image.Image]) -> tuple[torch.Tensor | None, np.ndarray]:
+        """``(pixel_values float32 [P, D], image_grid_thw int64 [k, 3])`` in order; (None, [0,3]) if none."""
+        if not images:
+            return None, np.zeros((0, 3), dtype=np.int64)
+        out = self.family.image_processor(images=images, return_tensors="pt")
+        return out["pixel_values"].to(torch.float32), out["image_grid_thw"].numpy().astype(np.int64)
+
+    def encode(self, obj: Any) -> EncodedPack:
+        """Encode one pack (any input accepted by :func:`read_pack`) into an :class:`EncodedPack`.
+
+        Raises :class:`PackMismatchError` (one line, pack key + sample id) when a sample's
+        image-pad tokens do not match its image features, or when a sample's / the pack's token
+        count differs from the recorded one.
+        """
+        pack = read_pack(obj)
+        f = self.family
+        if not pack.items:
+            raise PackMismatchError(f"pack {pack.key!r} holds no samples")
+        texts = [f.render(it.messages) for it in pack.items]
+        raw_ids = f.tokenize(texts)
+        all_imgs = [im for it in pack.items for im in it.images]
+        pixel_values, grids = self.process_images(all_imgs)
+        tokens_per_image = grids.prod(axis=1) // self.m2 if len(grids) else np.zeros(0, dtype=np.int64)
+        ids_list, labels_list, lengths, per_sample = [], [], [], []
+        gi = 0
+        for it, ids0 in zip(pack.items, raw_ids):
+            ids0 = np.asarray(ids0, dtype=np.int32)
+            k = len(it.images)
+            problem = f.check_ids(ids0, k, 0)
+            if problem:
+                raise PackMismatchError(f"pack {pack.key!r} sample {it.id!r}: {problem}")
+            ids = f.expand(ids0, tokens_per_image[gi:gi + k]).astype(np.int64)
+            n_pad = int(np.count_nonzero(ids == f.image_token_id))
+            n_feat = int(tokens_per_image[gi:gi + k].sum())
+            if n_pad != n_feat:  # cannot happen after expand; guards a family change
+                raise PackMismatchError(f"pack {pack.key!r} sample {it.id!r}: {n_pad} image tokens for "
+                                        f"{n_feat} image features")
+            if self.check_num_tokens and it.recorded_media:
+                for (part, rec), got in zip(it.recorded_media, tokens_per_image[gi:gi + k].tolist()):
+                    if rec is not None and rec != got:
+                        raise PackMismatchError(
+                            f"pack {pack.key!r} sample {it.id!r}: image {part} gives {got} image tokens but the "
+                            f"pack records {rec}; the image processor config differs from the packing one")
+            if self.check_num_tokens and it.recorded_tokens is not None and len(ids) != it.recorded_tokens:
+                raise PackMismatchError(
+                    f"pack {pack.key!r} sample {it.id!r}: re-encoded to {len(ids)} tokens but the pack records "
+                    f"{it.recorded_tokens}; the tokenizer/processor differ from those 'vlmpack pack' used "
+                    "(pass the same --model directory or re-pack)")
+            gi += k
+            ids_list.append(ids)
+            labels_list.append(self.labels_for(ids))
+            lengths.append(len(ids))
+            per_sample.append(k)
+        total = int(sum(lengths))
+        if self.check_num_tokens and pack.num_tokens is not None and total != pack.num_tokens:
+            raise PackMismatchError(f"pack {pack.key!r}: re-encoded to {total} tokens but the pack records "
+                                    f"{pack.num_tokens}; re-pack with the same model directory")
+        return EncodedPack(key=pack.key, sample_ids=[it.id for it in pack.items],
+                           lengths=np.asarray(lengths, dtype=np.int64),
+                           input_ids=np.concatenate(ids_list), labels=np.concatenate(labels_list),
+                           image_grid_thw=grids, images_per_sample=per_sample, pixel_values=pixel_values)
