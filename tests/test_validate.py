@@ -25,13 +25,19 @@ def _pil_truth(path: str) -> tuple[int, int, str]:
 
 
 def _sample(path: str, kind: str = "image") -> Sample:
-    return Sample("s", [{"role": "user", "content": [{"type": kind, "index": 0}]}],
-                  [Media(kind=kind, ref=os.path.basename(path), path=str(path))], Locator("f", 1, 0))
+    return Sample(
+        "s",
+        [{"role": "user", "content": [{"type": kind, "index": 0}]}],
+        [Media(kind=kind, ref=os.path.basename(path), path=str(path))],
+        Locator("f", 1, 0),
+    )
 
 
 def test_real_sizes_equal_pil_after_exif_transpose(real_data):
     clear_cache()
-    samples = [validate_sample(s) for s in read_range(str(real_data / "real_sft.jsonl"), media_root=str(real_data))]
+    samples = [
+        validate_sample(s) for s in read_range(str(real_data / "real_sft.jsonl"), media_root=str(real_data))
+    ]
     assert all(isinstance(s, Sample) for s in samples)
     seen: dict[str, tuple] = {}
     n_refs = 0
@@ -76,8 +82,8 @@ def _real_image(real_data, name="hubble_deep_field.jpg") -> Image.Image:
 def _png_chunks(data: bytes) -> list[bytes]:
     out, pos = [], 8
     while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        out.append(data[pos:pos + 12 + length])
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        out.append(data[pos : pos + 12 + length])
         pos += 12 + length
     return out
 
@@ -132,7 +138,9 @@ def test_cache_sees_replaced_files(real_data, tmp_path):
 
 def test_videos_are_checked_for_existence(real_data):
     stats = ReadStats()
-    samples = list(read_range(str(real_data / "real_sft_video.jsonl"), media_root=str(real_data), stats=stats))
+    samples = list(
+        read_range(str(real_data / "real_sft_video.jsonl"), media_root=str(real_data), stats=stats)
+    )
     assert stats.records == len(samples) > 0
     for s in samples:
         assert isinstance(s, Sample) and s.kind == "video"

@@ -73,7 +73,7 @@ def resolve_ref(ref: object, media_root: str, *, allow_absolute_media: bool = Fa
         raise MediaError("wrong_type", f"media reference contains a NUL byte: {_short(ref)}")
     path = ref
     if path.startswith("file://"):
-        path = path[len("file://"):]
+        path = path[len("file://") :]
     elif _SCHEME.match(path) and not _is_windows_drive(path):
         kind = "remote media" if path.lower().startswith(("http://", "https://")) else "URL media"
         raise MediaError("media_unsupported", f"{kind} is not supported (download it first): {_short(ref)}")
@@ -82,9 +82,11 @@ def resolve_ref(ref: object, media_root: str, *, allow_absolute_media: bool = Fa
     root = os.path.normpath(os.path.abspath(media_root))
     full = os.path.normpath(os.path.join(root, path))
     if not allow_absolute_media and not _inside(full, root):
-        raise MediaError("media_outside_root",
-                         f"media path {_short(ref)} resolves to {full}, outside media root {root} "
-                         "(pass allow_absolute_media to accept it)")
+        raise MediaError(
+            "media_outside_root",
+            f"media path {_short(ref)} resolves to {full}, outside media root {root} "
+            "(pass allow_absolute_media to accept it)",
+        )
     return full
 
 
@@ -157,8 +159,9 @@ def _probe_image(path: str, nbytes: int, check: str) -> MediaInfo:
             raise MediaError("media_missing", f"image not readable: {path} ({_oneline(e)})") from None
         raise MediaError("media_undecodable", f"image does not decode: {_oneline(e)}: {path}") from None
     except Exception as e:  # noqa: BLE001 - PIL raises SyntaxError, ValueError, struct.error...
-        raise MediaError("media_undecodable",
-                         f"image does not decode: {type(e).__name__}: {_oneline(e)}: {path}") from None
+        raise MediaError(
+            "media_undecodable", f"image does not decode: {type(e).__name__}: {_oneline(e)}: {path}"
+        ) from None
     if width <= 0 or height <= 0:
         raise MediaError("media_undecodable", f"image has size {width}x{height}: {path}")
     if orientation in (5, 6, 7, 8):

@@ -25,8 +25,9 @@ logger = logging.getLogger(__name__)
 MAX_ASPECT_RATIO = 200.0
 
 
-def validate_sample(sample: Sample, *, check: str = "verify", max_aspect_ratio: float = MAX_ASPECT_RATIO,
-                    min_side: int = 1) -> Sample | Rejection:
+def validate_sample(
+    sample: Sample, *, check: str = "verify", max_aspect_ratio: float = MAX_ASPECT_RATIO, min_side: int = 1
+) -> Sample | Rejection:
     """Check the media of ``sample`` and fill their header fields in place; return the sample or a
     :class:`Rejection` (the first failing media item decides). Never raises for bad data.
 
@@ -48,18 +49,29 @@ def validate_sample(sample: Sample, *, check: str = "verify", max_aspect_ratio: 
             return Rejection(sample.locator, e.reason, f"media {i} ({item.ref}): {e.detail}", own_id)
         except Exception as e:  # noqa: BLE001 - one bad record must never stop a run
             logger.debug("unexpected error probing %s", item.path, exc_info=True)
-            return Rejection(sample.locator, "media_undecodable",
-                             f"media {i} ({item.ref}): unexpected {type(e).__name__}: {' '.join(str(e).split())}",
-                             own_id)
+            return Rejection(
+                sample.locator,
+                "media_undecodable",
+                f"media {i} ({item.ref}): unexpected {type(e).__name__}: {' '.join(str(e).split())}",
+                own_id,
+            )
         if item.kind == "image":
             short, long = sorted((info.width, info.height))
             if long > max_aspect_ratio * short:
-                return Rejection(sample.locator, "media_unsupported",
-                                 f"media {i} ({item.ref}): aspect ratio {long / short:.1f} of "
-                                 f"{info.width}x{info.height} exceeds {max_aspect_ratio:g}", own_id)
+                return Rejection(
+                    sample.locator,
+                    "media_unsupported",
+                    f"media {i} ({item.ref}): aspect ratio {long / short:.1f} of "
+                    f"{info.width}x{info.height} exceeds {max_aspect_ratio:g}",
+                    own_id,
+                )
             if short < min_side:
-                return Rejection(sample.locator, "media_unsupported",
-                                 f"media {i} ({item.ref}): {info.width}x{info.height} is smaller than "
-                                 f"{min_side} px on a side", own_id)
+                return Rejection(
+                    sample.locator,
+                    "media_unsupported",
+                    f"media {i} ({item.ref}): {info.width}x{info.height} is smaller than "
+                    f"{min_side} px on a side",
+                    own_id,
+                )
         item.width, item.height, item.format, item.nbytes = info.width, info.height, info.format, info.nbytes
     return sample

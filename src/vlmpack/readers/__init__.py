@@ -9,5 +9,15 @@ from __future__ import annotations
 from vlmpack.readers.jsonl import compression, iter_lines, open_stream, parse_record, read_range, split_ranges
 from vlmpack.readers.schemas import SCHEMAS, RecordError, detect_schema, to_canonical
 
-__all__ = ["SCHEMAS", "RecordError", "compression", "detect_schema", "iter_lines", "open_stream",
-           "parse_record", "read_range", "split_ranges", "to_canonical"]
+__all__ = [
+    "SCHEMAS",
+    "RecordError",
+    "compression",
+    "detect_schema",
+    "iter_lines",
+    "open_stream",
+    "parse_record",
+    "read_range",
+    "split_ranges",
+    "to_canonical",
+]

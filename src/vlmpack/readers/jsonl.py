@@ -101,7 +101,9 @@ def split_ranges(path: str, target_bytes: int = 8 << 20) -> list[tuple[int, int,
     return ranges
 
 
-def iter_lines(path: str, start: int = 0, end: int = -1, first_line: int = 1) -> Iterator[tuple[int, int, bytes]]:
+def iter_lines(
+    path: str, start: int = 0, end: int = -1, first_line: int = 1
+) -> Iterator[tuple[int, int, bytes]]:
     """Yield ``(line_no, byte_offset, raw)`` for the lines that *start* in ``[start, end)``.
 
     ``raw`` is the line without its ``"\\n"`` (a ``"\\r"`` or BOM is kept: :func:`parse_record`
@@ -127,19 +129,29 @@ def iter_lines(path: str, start: int = 0, end: int = -1, first_line: int = 1) ->
                 line_no += 1
                 offset += len(line)
     except (OSError, EOFError) as e:
-        raise InputError(f"cannot read {path} after line {line_no - 1} (byte {offset}): {e}; "
-                         "the file is truncated or corrupt, re-create it") from None
+        raise InputError(
+            f"cannot read {path} after line {line_no - 1} (byte {offset}): {e}; "
+            "the file is truncated or corrupt, re-create it"
+        ) from None
     except Exception as e:
         import zstandard
 
         if isinstance(e, zstandard.ZstdError):
-            raise InputError(f"cannot decompress {path} after line {line_no - 1} (byte {offset}): {e}; "
-                             "the file is truncated or corrupt, re-create it") from None
+            raise InputError(
+                f"cannot decompress {path} after line {line_no - 1} (byte {offset}): {e}; "
+                "the file is truncated or corrupt, re-create it"
+            ) from None
         raise
 
 
-def parse_record(raw: bytes, locator: Locator, *, schema: str = "auto", media_root: str = ".",
-                 allow_absolute_media: bool = False) -> Sample | Rejection:
+def parse_record(
+    raw: bytes,
+    locator: Locator,
+    *,
+    schema: str = "auto",
+    media_root: str = ".",
+    allow_absolute_media: bool = False,
+) -> Sample | Rejection:
     """Turn one raw line into a :class:`Sample` (canonical messages, media with resolved ``path``,
     header fields still 0) or a :class:`Rejection`; never raises for any input bytes.
 
@@ -162,8 +174,12 @@ def parse_record(raw: bytes, locator: Locator, *, schema: str = "auto", media_ro
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            return Rejection(locator, "not_utf8", f"invalid UTF-8 byte(s) {raw[e.start:e.end]!r} at byte {e.start}",
-                             _salvage_id(raw))
+            return Rejection(
+                locator,
+                "not_utf8",
+                f"invalid UTF-8 byte(s) {raw[e.start : e.end]!r} at byte {e.start}",
+                _salvage_id(raw),
+            )
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as e:
@@ -173,18 +189,29 @@ def parse_record(raw: bytes, locator: Locator, *, schema: str = "auto", media_ro
         except ValueError as e:  # e.g. an integer literal longer than Python's int/str digit limit
             return Rejection(locator, "invalid_json", f"invalid JSON: {_short(str(e))}")
         if not isinstance(obj, dict):
-            return Rejection(locator, "not_an_object", f"top-level JSON value is a {type(obj).__name__}, not an object")
+            return Rejection(
+                locator, "not_an_object", f"top-level JSON value is a {type(obj).__name__}, not an object"
+            )
         own = obj.get("id")
         if own is not None:
             if isinstance(own, bool) or not isinstance(own, (int, str)) or own == "":
-                return Rejection(locator, "wrong_type", f"'id' must be an int or a non-empty string, got {_short(own)}")
+                return Rejection(
+                    locator, "wrong_type", f"'id' must be an int or a non-empty string, got {_short(own)}"
+                )
             rid = str(own)
         if _SURROGATE_ESCAPE.search(raw) and not _utf8_clean(obj):
-            return Rejection(locator, "not_utf8", "a string holds a lone UTF-16 surrogate escape (\\uD800-\\uDFFF)", rid)
+            return Rejection(
+                locator, "not_utf8", "a string holds a lone UTF-16 surrogate escape (\\uD800-\\uDFFF)", rid
+            )
         messages, refs = to_canonical(obj, schema)
-        media = [Media(kind=kind, ref=ref,  # type: ignore[arg-type]
-                       path=resolve_ref(ref, media_root, allow_absolute_media=allow_absolute_media))
-                 for kind, ref in refs]
+        media = [
+            Media(
+                kind=kind,
+                ref=ref,  # type: ignore[arg-type]
+                path=resolve_ref(ref, media_root, allow_absolute_media=allow_absolute_media),
+            )
+            for kind, ref in refs
+        ]
         if rid is None:
             return Sample(f"{locator.file}:{locator.line}", messages, media, locator, has_own_id=False)
         return Sample(rid, messages, media, locator)
@@ -197,9 +224,17 @@ def parse_record(raw: bytes, locator: Locator, *, schema: str = "auto", media_ro
         return Rejection(locator, "wrong_type", f"unexpected {type(e).__name__}: {_short(str(e))}", rid)
 
 
-def read_range(path: str, start: int = 0, end: int = -1, first_line: int = 1, *, schema: str = "auto",
-               media_root: str = ".", allow_absolute_media: bool = False,
-               stats: ReadStats | None = None) -> Iterator[Sample | Rejection]:
+def read_range(
+    path: str,
+    start: int = 0,
+    end: int = -1,
+    first_line: int = 1,
+    *,
+    schema: str = "auto",
+    media_root: str = ".",
+    allow_absolute_media: bool = False,
+    stats: ReadStats | None = None,
+) -> Iterator[Sample | Rejection]:
     """Parse the records of one range of ``path`` (see :func:`split_ranges`); one result per
     non-blank line, in file order. Updates ``stats`` (``lines``, ``blank``, ``records`` and
     ``reasons`` of the *parse* rejections; validation rejections are counted by the caller).
@@ -212,8 +247,13 @@ def read_range(path: str, start: int = 0, end: int = -1, first_line: int = 1, *,
             stats.blank += 1
             continue
         stats.records += 1
-        result = parse_record(raw, Locator(path, line_no, offset), schema=schema, media_root=media_root,
-                              allow_absolute_media=allow_absolute_media)
+        result = parse_record(
+            raw,
+            Locator(path, line_no, offset),
+            schema=schema,
+            media_root=media_root,
+            allow_absolute_media=allow_absolute_media,
+        )
         if isinstance(result, Rejection):
             stats.reasons[result.reason] = stats.reasons.get(result.reason, 0) + 1
         yield result

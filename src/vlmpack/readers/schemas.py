@@ -54,8 +54,9 @@ def detect_schema(obj: dict) -> str:
     if "prompts" in obj or "captions" in obj:
         return "prompts"
     keys = ", ".join(sorted(str(k) for k in obj)[:8]) or "none"
-    raise RecordError("unknown_schema",
-                      f"no 'conversations', 'messages' or 'prompts'+'captions' key (keys: {keys})")
+    raise RecordError(
+        "unknown_schema", f"no 'conversations', 'messages' or 'prompts'+'captions' key (keys: {keys})"
+    )
 
 
 def to_canonical(obj: dict, schema: str = "auto") -> tuple[list[dict], list[tuple[str, object]]]:
@@ -73,6 +74,10 @@ def to_canonical(obj: dict, schema: str = "auto") -> tuple[list[dict], list[tupl
         schema = detect_schema(obj)
     builder = _Builder(_top_level_media(obj))
     if schema == "prompts":
+        if "prompts" not in obj and "captions" not in obj:
+            raise RecordError(
+                "unknown_schema", "schema 'prompts' forced but the record has no 'prompts'/'captions' key"
+            )
         _prompts_turns(obj, builder)
     else:
         key = "conversations" if schema == "llava" else "messages"
@@ -122,8 +127,10 @@ class _Builder:
         for kind in ("image", "video"):
             given, used = len(self.pending[kind]), self.used[kind]
             if given != used:
-                raise RecordError("placeholder_mismatch",
-                                  f"{used} <{kind}> placeholder(s) in the text but {given} {kind}(s) given")
+                raise RecordError(
+                    "placeholder_mismatch",
+                    f"{used} <{kind}> placeholder(s) in the text but {given} {kind}(s) given",
+                )
         if not self.messages:
             raise RecordError("empty_conversation", "the conversation has no turns")
         first = next((m["role"] for m in self.messages if m["role"] != "system"), None)
@@ -174,8 +181,9 @@ def _chat_turns(turns: object, key: str, builder: _Builder) -> None:
             raise RecordError("wrong_type", f"{where} has no string {role_key!r} (got {_short(raw_role)})")
         role = _ROLES.get(raw_role.lower())
         if role is None:
-            raise RecordError("unknown_role",
-                              f"{where} role {_short(raw_role)} is not system/user/assistant (or human/gpt)")
+            raise RecordError(
+                "unknown_role", f"{where} role {_short(raw_role)} is not system/user/assistant (or human/gpt)"
+            )
         value = turn[text_key] if text_key in turn else turn.get(alt_text)
         content: list[dict] = []
         if isinstance(value, str):
@@ -184,8 +192,9 @@ def _chat_turns(turns: object, key: str, builder: _Builder) -> None:
             for j, part in enumerate(value):
                 _content_part(part, f"{where}.{text_key}[{j}]", content, builder)
         else:
-            raise RecordError("wrong_type",
-                              f"{where} {text_key!r} must be a string or a list of parts, got {_short(value)}")
+            raise RecordError(
+                "wrong_type", f"{where} {text_key!r} must be a string or a list of parts, got {_short(value)}"
+            )
         builder.add_turn(role, content, where)
 
 
@@ -210,7 +219,9 @@ def _content_part(part: object, where: str, content: list[dict], builder: _Build
         ref = spec.get("url") if isinstance(spec, dict) else spec
         content.append(builder.add_media(kind, _media_ref(ref, kind, where)))
     elif ptype in _UNSUPPORTED_PARTS:
-        raise RecordError("media_unsupported", f"{where} has a {ptype!r} part; only images and videos are supported")
+        raise RecordError(
+            "media_unsupported", f"{where} has a {ptype!r} part; only images and videos are supported"
+        )
     else:
         raise RecordError("wrong_type", f"{where} has unknown part type {_short(ptype)}")
 
@@ -219,7 +230,9 @@ def _media_ref(ref: object, kind: str, where: str) -> str:
     if isinstance(ref, list) and kind == "video":
         raise RecordError("media_unsupported", f"{where}: a video given as a list of frames is not supported")
     if not isinstance(ref, str) or not ref:
-        raise RecordError("wrong_type", f"{where} {kind} part needs a non-empty path/url string, got {_short(ref)}")
+        raise RecordError(
+            "wrong_type", f"{where} {kind} part needs a non-empty path/url string, got {_short(ref)}"
+        )
     return ref
 
 
@@ -232,8 +245,10 @@ def _prompts_turns(obj: dict, builder: _Builder) -> None:
         raise RecordError("wrong_type", f"{len(prompts)} prompts but {len(captions)} captions")
     if not prompts:
         raise RecordError("empty_conversation", "'prompts' and 'captions' are empty lists")
-    texts = [[_joined(p, f"prompts[{i}]"), _joined(c, f"captions[{i}]")]
-             for i, (p, c) in enumerate(zip(prompts, captions))]
+    texts = [
+        [_joined(p, f"prompts[{i}]"), _joined(c, f"captions[{i}]")]
+        for i, (p, c) in enumerate(zip(prompts, captions, strict=False))
+    ]
     leading = not any(_PLACEHOLDER.search(t) for pair in texts for t in pair)
     for i, (prompt, caption) in enumerate(texts):
         content: list[dict] = []
