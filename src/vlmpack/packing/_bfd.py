@@ -103,8 +103,9 @@ def sort_decreasing(eff, packable, cap):
 
 
 @njit(cache=True)
-def bfd_plain(eff, items, cap, n, table):
-    """Unconstrained exact BFD over ``items`` (already in decreasing order).
+def bfd_plain(eff, items, cap, max_n, n, table):
+    """Exact BFD over ``items`` (already in decreasing order) with at most ``max_n`` samples per
+    pack (a pack that reaches it is closed).
 
     Returns (pack_of int32 [n] with -1 for samples not in ``items``, number of packs).
     Ties between packs with the same residual are broken last-in-first-out (this does not change
@@ -117,6 +118,7 @@ def bfd_plain(eff, items, cap, n, table):
     summ = np.zeros((nwords >> 6) + 1, dtype=np.int64)
     head = np.full(cap + 1, -1, dtype=np.int32)
     nxt = np.empty(max(m, 1), dtype=np.int32)
+    cnt = np.zeros(max(m, 1) if max_n < m else 1, dtype=np.int32)
     npacks = 0
     for t in range(m):
         i = items[t]
@@ -132,11 +134,15 @@ def bfd_plain(eff, items, cap, n, table):
             if head[r] < 0:
                 _bit_clear(bits, summ, r)
             nr = r - s
+        pack_of[i] = p
+        if max_n < m:
+            cnt[p] += 1
+            if cnt[p] >= max_n:
+                continue
         if head[nr] < 0:
             _bit_set(bits, summ, nr)
         nxt[p] = head[nr]
         head[nr] = p
-        pack_of[i] = p
     return pack_of, npacks
 
 
@@ -172,18 +178,26 @@ def bfd_constrained(eff, mc, mt, items, cap, max_n, max_mc, max_mt, n, table):
 
     eff/mc/mt: int64 [n] token lengths, media counts, media tokens; items: int32 [m] in decreasing
     order; max_n/max_mc/max_mt: limits (a huge value when unset). A pack that reached ``max_n`` is
-    closed; a pack whose media budget is spent (count at ``max_mc`` or fewer than the smallest
-    positive media-token count left) moves to a second, text-only structure that only media-free
-    samples search. Returns (pack_of int32 [n], number of packs).
+    closed. Open packs are split into classes, each with its own residual buckets and bitset:
+    class = (media slots left, with ``max_mc <= 64``, else "slots left or not") x (media-token
+    budget left, in 16 ranges of ``max_mt``); a pack whose media budget is spent is in class 0,
+    where only media-free samples look. A media sample looks only at classes that can hold it and
+    checks the budgets per pack while walking a bucket; so the result is exact BFD and the walk
+    only meets packs in the boundary ranges. Ties on the residual go to the lowest class.
+    Returns (pack_of int32 [n], number of packs).
     """
     m = items.shape[0]
     pack_of = np.full(n, -1, dtype=np.int32)
+    by_count = max_mc <= 64
+    na = max_mc + 1 if by_count else 2
+    nb = 16 if max_mt < (1 << 40) else 1
+    q = max(1, (max_mt + nb) // nb)  # media-token range width: class b holds budgets in [b*q, (b+1)*q)
+    ncls = na * nb
     nwords = (cap >> 6) + 1
     nsum = (nwords >> 6) + 1
-    # structure 0: packs that can still take media; structure 1: text-only packs
-    bits = np.zeros((2, nwords), dtype=np.int64)
-    summ = np.zeros((2, nsum), dtype=np.int64)
-    head = np.full((2, cap + 1), -1, dtype=np.int32)
+    bits = np.zeros((ncls, nwords), dtype=np.int64)
+    summ = np.zeros((ncls, nsum), dtype=np.int64)
+    head = np.full((ncls, cap + 1), -1, dtype=np.int32)
     sz = max(m, 1)
     nxt = np.empty(sz, dtype=np.int32)
     prv = np.empty(sz, dtype=np.int32)
@@ -191,7 +205,6 @@ def bfd_constrained(eff, mc, mt, items, cap, max_n, max_mc, max_mt, n, table):
     cnt = np.zeros(sz, dtype=np.int64)
     pmc = np.zeros(sz, dtype=np.int64)
     pmt = np.zeros(sz, dtype=np.int64)
-    where = np.zeros(sz, dtype=np.int8)  # 0/1 structure, -1 closed
     min_mt = 0  # smallest positive media-token count (0: none)
     for t in range(m):
         v = mt[items[t]]
@@ -203,49 +216,56 @@ def bfd_constrained(eff, mc, mt, items, cap, max_n, max_mc, max_mt, n, table):
         s = eff[i]
         ci = mc[i]
         ti = mt[i]
-        media = ci > 0 or ti > 0
         best = -1
         best_r = cap + 1
-        best_k = 0
-        if not media:
-            r1 = _find_ge(bits[1], summ[1], s, table)
-            if r1 >= 0:
-                best = head[1, r1]
-                best_r = r1
-                best_k = 1
-        r = _find_ge(bits[0], summ[0], s, table)
-        while r >= 0 and r < best_r:
-            p = head[0, r]
-            while p >= 0:
-                if pmc[p] + ci <= max_mc and pmt[p] + ti <= max_mt:
-                    break
-                p = nxt[p]
-            if p >= 0:
-                best = p
-                best_r = r
-                best_k = 0
-                break
-            if r + 1 > cap:
-                break
-            r = _find_ge(bits[0], summ[0], r + 1, table)
+        best_c = 0
+        if ci == 0 and ti == 0:
+            for c in range(ncls):
+                r = _find_ge(bits[c], summ[c], s, table)
+                if r >= 0 and r < best_r:
+                    best = head[c, r]
+                    best_r = r
+                    best_c = c
+        else:
+            a0 = max(ci, 1) if by_count else 1
+            b0 = min(nb - 1, ti // q)
+            for c in range(a0 * nb, ncls):
+                if c % nb < b0:
+                    continue
+                r = _find_ge(bits[c], summ[c], s, table)
+                while r >= 0 and r < best_r:
+                    p = head[c, r]
+                    while p >= 0:
+                        if pmc[p] + ci <= max_mc and pmt[p] + ti <= max_mt:
+                            break
+                        p = nxt[p]
+                    if p >= 0:
+                        best = p
+                        best_r = r
+                        best_c = c
+                        break
+                    if r + 1 > cap:
+                        break
+                    r = _find_ge(bits[c], summ[c], r + 1, table)
         if best < 0:
             p = npacks
             npacks += 1
             resid[p] = cap
         else:
             p = best
-            _unlink(p, best_r, head[best_k], nxt, prv, bits[best_k], summ[best_k])
+            _unlink(p, best_r, head[best_c], nxt, prv, bits[best_c], summ[best_c])
         resid[p] -= s
         cnt[p] += 1
         pmc[p] += ci
         pmt[p] += ti
         pack_of[i] = p
         if cnt[p] >= max_n:
-            where[p] = -1
             continue
-        k = 0
-        if pmc[p] >= max_mc or (min_mt > 0 and pmt[p] + min_mt > max_mt):
-            k = 1
-        where[p] = k
+        spent = min_mt > 0 and pmt[p] + min_mt > max_mt
+        if spent or pmc[p] >= max_mc:
+            k = 0
+        else:
+            a = max_mc - pmc[p] if by_count else 1
+            k = a * nb + min(nb - 1, (max_mt - pmt[p]) // q)
         _link(p, resid[p], head[k], nxt, prv, bits[k], summ[k])
     return pack_of, npacks

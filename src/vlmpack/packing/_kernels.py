@@ -123,18 +123,40 @@ def _sift_down(heap, pos, key, k, size):
 
 
 @njit(cache=True)
+def _heap_push(heap, pos, key, hsize, p):
+    heap[hsize] = p
+    _sift_up(heap, pos, key, hsize)
+    return hsize + 1
+
+
+@njit(cache=True)
+def _heap_remove(heap, pos, key, hsize, p):
+    k = pos[p]
+    hsize -= 1
+    if k < hsize:
+        heap[k] = heap[hsize]
+        pos[heap[k]] = k
+        _sift_down(heap, pos, key, k, hsize)
+        _sift_up(heap, pos, key, k)
+    return hsize
+
+
+@njit(cache=True)
 def greedy_knapsack(eff, mc, mt, items, cap, max_n, max_mc, max_mt, n):
     """NeMo Automodel "neat packing": each item goes to the least-filled pack if it fits, else to a
     new pack; a binary min-heap keyed by (fill, pack index), as in NeMo's ``heapq`` version.
 
-    With media budgets the least-filled pack that fits every budget is found by a pruned heap
-    search (a node whose fill leaves no room prunes its subtree); packs that reached ``max_n``
-    leave the heap.
+    Constraints: packs that reached ``max_n`` leave the heap; packs whose media budget is spent
+    move to a second heap that only media-free items look at (an item takes the smaller top of
+    the two); a media item finds the least-filled pack within its budgets by a pruned heap search
+    (a node with no room for the tokens, or not better than the best found, prunes its subtree).
     """
     m = items.shape[0]
     pack_of = np.full(n, -1, dtype=np.int32)
     sz = max(m, 1)
-    heap = np.empty(sz, dtype=np.int32)
+    heaps = np.empty((2, sz), dtype=np.int32)
+    hsize = np.zeros(2, dtype=np.int64)
+    where = np.zeros(sz, dtype=np.int8)
     pos = np.empty(sz, dtype=np.int64)
     key = np.empty(sz, dtype=np.int64)  # fill * sz + pack: (fill, index) order
     fill = np.zeros(sz, dtype=np.int64)
@@ -142,67 +164,63 @@ def greedy_knapsack(eff, mc, mt, items, cap, max_n, max_mc, max_mt, n):
     pmc = np.zeros(sz, dtype=np.int64)
     pmt = np.zeros(sz, dtype=np.int64)
     stack = np.empty(sz + 1, dtype=np.int64)
-    hsize = 0
+    min_mt = 0
+    for t in range(m):
+        v = mt[items[t]]
+        if v > 0 and (min_mt == 0 or v < min_mt):
+            min_mt = v
     npacks = 0
     for t in range(m):
         i = items[t]
         s = eff[i]
+        media = mc[i] > 0 or mt[i] > 0
         best = -1
-        if hsize > 0:
+        for h in range(2):
+            if hsize[h] == 0 or (h == 1 and media):
+                continue
+            heap = heaps[h]
             q = heap[0]
-            if fill[q] + s <= cap:
+            if fill[q] + s > cap or (best >= 0 and key[q] >= key[best]):
+                continue
+            if pmc[q] + mc[i] <= max_mc and pmt[q] + mt[i] <= max_mt:
+                best = q
+                continue
+            top = 1
+            stack[0] = 0
+            while top > 0:
+                top -= 1
+                k = stack[top]
+                q = heap[k]
+                if fill[q] + s > cap or (best >= 0 and key[q] >= key[best]):
+                    continue
                 if pmc[q] + mc[i] <= max_mc and pmt[q] + mt[i] <= max_mt:
                     best = q
-                else:
-                    top = 1
-                    stack[0] = 0
-                    while top > 0:
-                        top -= 1
-                        k = stack[top]
-                        q = heap[k]
-                        if fill[q] + s > cap or (best >= 0 and key[q] >= key[best]):
-                            continue
-                        if pmc[q] + mc[i] <= max_mc and pmt[q] + mt[i] <= max_mt:
-                            best = q
-                            continue
-                        c = 2 * k + 1
-                        if c < hsize:
-                            stack[top] = c
-                            top += 1
-                        if c + 1 < hsize:
-                            stack[top] = c + 1
-                            top += 1
+                    continue
+                c = 2 * k + 1
+                if c < hsize[h]:
+                    stack[top] = c
+                    top += 1
+                if c + 1 < hsize[h]:
+                    stack[top] = c + 1
+                    top += 1
         if best < 0:
             p = npacks
             npacks += 1
-            fill[p] = s
-            cnt[p] = 1
-            pmc[p] = mc[i]
-            pmt[p] = mt[i]
-            pack_of[i] = p
-            if cnt[p] < max_n:
-                key[p] = fill[p] * sz + p
-                heap[hsize] = p
-                hsize += 1
-                _sift_up(heap, pos, key, hsize - 1)
-            continue
-        p = best
+        else:
+            p = best
+            h = where[p]
+            hsize[h] = _heap_remove(heaps[h], pos, key, hsize[h], p)
         fill[p] += s
         cnt[p] += 1
         pmc[p] += mc[i]
         pmt[p] += mt[i]
         pack_of[i] = p
-        k = pos[p]
-        if cnt[p] >= max_n:  # remove from the heap
-            hsize -= 1
-            if k < hsize:
-                heap[k] = heap[hsize]
-                pos[heap[k]] = k
-                _sift_down(heap, pos, key, k, hsize)
-                _sift_up(heap, pos, key, k)
-        else:
-            key[p] = fill[p] * sz + p
-            _sift_down(heap, pos, key, k, hsize)
+        if cnt[p] >= max_n:
+            continue
+        h = 1 if (pmc[p] >= max_mc or (min_mt > 0 and pmt[p] + min_mt > max_mt)) else 0
+        where[p] = h
+        key[p] = fill[p] * sz + p
+        hsize[h] = _heap_push(heaps[h], pos, key, hsize[h], p)
     return pack_of, npacks
 
 

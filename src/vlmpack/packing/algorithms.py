@@ -115,9 +115,9 @@ def _run(
     if mt is not None and max_mt != _UNSET:
         packable &= mt <= max_mt
     overlong = np.flatnonzero(~packable).astype(np.int64)
-    constrained = max_n != _UNSET or max_mc != _UNSET or max_mt != _UNSET
+    media_limited = max_mc != _UNSET or max_mt != _UNSET
     zeros = None
-    if kind != "bfd" or constrained:
+    if kind != "bfd" or media_limited:
         zeros = np.zeros(n, dtype=np.int64)
     mc_k = mc if (mc is not None and max_mc != _UNSET) else zeros
     mt_k = mt if (mt is not None and max_mt != _UNSET) else zeros
@@ -130,8 +130,8 @@ def _run(
             items = _bfd.sort_decreasing(eff, mask, cap)
         else:
             items = np.flatnonzero(mask).astype(np.int32)
-        if kind == "bfd" and not constrained:
-            po, p = _bfd.bfd_plain(eff, items, cap, n, _bfd.DEBRUIJN_TABLE)
+        if kind == "bfd" and max_mc == _UNSET and max_mt == _UNSET:
+            po, p = _bfd.bfd_plain(eff, items, cap, max_n, n, _bfd.DEBRUIJN_TABLE)
         elif kind == "bfd":
             po, p = _bfd.bfd_constrained(eff, mc_k, mt_k, items, cap, max_n, max_mc, max_mt, n, _bfd.DEBRUIJN_TABLE)
         elif kind == "ffd":
