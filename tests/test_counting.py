@@ -104,7 +104,8 @@ def test_exif_rotated_jpeg_counts_like_load_image(tmp_path, model_dir, real_data
     from vlmpack.records import Locator
     from vlmpack.validate import validate_sample
 
-    src = next((real_data / "images").rglob("*.png"))
+    first = next(json.loads(x) for x in (real_data / "real_sft.jsonl").read_text().splitlines() if '"images": ["' in x)
+    src = real_data / first["images"][0]
     img = Image.open(src).convert("RGB").resize((300, 90))
     exif = Image.Exif()
     exif[0x0112] = 6

@@ -116,5 +116,5 @@ def main() -> None:
     try:
         app()
     except VlmpackError as e:
-        err.print(f"vlmpack: error: {e}", markup=False, highlight=False)
+        print(f"vlmpack: error: {e}", file=sys.stderr)  # one line, never wrapped
         sys.exit(2)

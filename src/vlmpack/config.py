@@ -117,7 +117,8 @@ def load_config(yaml_path: str | Path | None = None, **overrides: Any) -> PackCo
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "config"
-        raise ConfigError(f"invalid option {where!r}: {first['msg']} ({len(e.errors())} error(s) in all)") from None
+        more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
+        raise ConfigError(f"invalid option {where!r}: {first['msg']}{more}") from None
     for p in cfg.input:
         if not Path(p).is_file():
             raise ConfigError(f"input file not found: {p}")

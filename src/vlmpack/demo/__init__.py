@@ -7,12 +7,16 @@ set of generic user prompts; see that module's docstring for the sources.
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from vlmpack.errors import InputError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CACHE = Path(os.environ.get("VLMPACK_DATA_CACHE", Path.home() / ".cache" / "vlmpack" / "realdata"))
 
@@ -24,16 +28,25 @@ def build_demo_data(dest: str | Path, *, cache: str | Path | None = None, seed: 
     ``broken.jsonl`` (29 deliberately malformed lines), ``real_sft_video.jsonl``, ``images/``,
     ``wds/``, ``stats.json``. Needs ``pip`` and ``apt-get`` (after ``apt-get update``) the first time;
     later builds reuse the download cache (``$VLMPACK_DATA_CACHE``, default
-    ``~/.cache/vlmpack/realdata``). Raises :class:`InputError` when the build fails.
+    ``~/.cache/vlmpack/realdata``). When ``apt-get download`` fails as root, the package lists
+    are refreshed once with ``apt-get update`` and the build retried. Raises :class:`InputError` when the build fails.
     """
     dest = Path(dest)
     if (dest / "real_sft.jsonl").exists() and (dest / "broken.jsonl").exists():
         return dest
-    cmd = [sys.executable, "-m", "vlmpack.demo.make_real_sft", "all", "--out", str(dest),
+    partial = dest.with_name(dest.name + ".partial")  # renamed when complete: no half-built set is reused
+    shutil.rmtree(partial, ignore_errors=True)
+    cmd = [sys.executable, "-m", "vlmpack.demo.make_real_sft", "all", "--out", str(partial),
            "--cache", str(cache or DEFAULT_CACHE), "--seed", str(seed)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0 or not (dest / "real_sft.jsonl").exists():
+    if proc.returncode != 0 and "apt-get" in proc.stderr and shutil.which("apt-get") and os.geteuid() == 0:
+        log.warning("apt-get download failed; refreshing the package lists once (apt-get update) and retrying")
+        subprocess.run(["apt-get", "update", "-qq"], capture_output=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 or not (partial / "real_sft.jsonl").exists():
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
         raise InputError(f"building the demo data failed ({' '.join(cmd)}): {' | '.join(tail)}; "
                          "run 'apt-get update' once if apt-get download failed")
+    shutil.rmtree(dest, ignore_errors=True)
+    partial.rename(dest)
     return dest

@@ -1,0 +1,107 @@
+"""End-to-end benchmark of ``vlmpack pack`` on the real demo set: samples/s per stage.
+
+    python bench/bench_pack.py [--seq-len 8192] [--workers 2] [--repeat 3]
+
+Stages measured one by one on one core (read+validate, count, plan, write), then the whole job
+with ``--workers`` processes: in-process (``run_pack``) and as a fresh ``vlmpack pack`` command
+(interpreter start, imports and model load included). Median of ``--repeat`` runs. Prints one table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from vlmpack.config import load_config
+from vlmpack.demo import build_demo_data
+from vlmpack.fixtures import build_qwen2_5_vl_model_dir
+from vlmpack.measure import count_samples
+from vlmpack.models import load_model
+from vlmpack.pipeline import make_plan, run_pack
+from vlmpack.readers import read_range, split_ranges
+from vlmpack.records import ReadStats, Rejection
+from vlmpack.validate import validate_sample
+
+CACHE = Path.home() / ".cache" / "vlmpack" / "bench"
+
+
+def _median_time(fn, repeat: int) -> tuple[float, object]:
+    times, out = [], None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seq-len", type=int, default=8192)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    data = build_demo_data(CACHE / "real_data")
+    model_dir = build_qwen2_5_vl_model_dir(CACHE / "model")
+    inputs = [str(data / "real_sft.jsonl"), str(data / "broken.jsonl")]
+    family = load_model(str(model_dir))
+    records = sum(1 for p in inputs for line in open(p, "rb") if line.strip())
+
+    def read_validate():
+        out = []
+        for p in inputs:
+            for s, e, first in split_ranges(p):
+                for rec in read_range(p, s, e, first, schema="auto", media_root=str(data),
+                                      allow_absolute_media=False, stats=ReadStats()):
+                    if not isinstance(rec, Rejection):
+                        rec = validate_sample(rec, check="verify")
+                    out.append(rec)
+        return [r for r in out if not isinstance(r, Rejection)]
+
+    rows = []
+    t_read, valid = _median_time(read_validate, args.repeat)
+    rows.append(("read + validate (1 core)", records, t_read))
+    t_count, _ = _median_time(lambda: count_samples(family, valid), args.repeat)
+    rows.append(("count (1 core)", len(valid), t_count))
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = load_config(input=inputs, media_root=str(data), model=str(model_dir), output=f"{tmp}/w1",
+                          seq_len=args.seq_len, workers=1, progress=False)
+        report = run_pack(cfg)
+        import pyarrow.parquet as pq
+
+        manifest = pq.read_table(Path(tmp) / "w1" / ".vlmpack" / "manifest.parquet")
+        make_plan(cfg, manifest)  # JIT warm-up outside the timing
+        t_plan, _ = _median_time(lambda: make_plan(cfg, manifest), args.repeat)
+        rows.append(("plan (1 core)", manifest.num_rows, t_plan))
+        rows.append(("write (1 core)", report["samples_packed"], report["seconds"]["write"]))
+        times = []
+        for i in range(args.repeat):
+            cfg = load_config(input=inputs, media_root=str(data), model=str(model_dir), output=f"{tmp}/e{i}",
+                              seq_len=args.seq_len, workers=args.workers, progress=False)
+            t = time.perf_counter()
+            run_pack(cfg)
+            times.append(time.perf_counter() - t)
+        rows.append((f"end to end, run_pack, {args.workers} workers", records, statistics.median(times)))
+        times = []
+        for i in range(args.repeat):
+            cmd = [sys.executable, "-m", "vlmpack", "pack", "--output", f"{tmp}/c{i}", "--model", str(model_dir),
+                   "--media-root", str(data), "--seq-len", str(args.seq_len), "--workers", str(args.workers),
+                   "--no-progress"] + [x for p in inputs for x in ("--input", p)]
+            t = time.perf_counter()
+            subprocess.run(cmd, check=True, capture_output=True)
+            times.append(time.perf_counter() - t)
+        rows.append((f"end to end, CLI incl. start-up, {args.workers} workers", records, statistics.median(times)))
+    print(f"\nvlmpack pack on the real demo set ({records:,} records, seq_len {args.seq_len}, "
+          f"median of {args.repeat})\n")
+    print(f"| {'stage':<44} | {'samples':>8} | {'seconds':>8} | {'samples/s':>10} |")
+    print(f"|{'-' * 46}|{'-' * 10}:|{'-' * 10}:|{'-' * 12}:|")
+    for name, n, sec in rows:
+        print(f"| {name:<44} | {n:>8,} | {sec:>8.3f} | {n / sec:>10,.0f} |")
+
+
+if __name__ == "__main__":
+    main()

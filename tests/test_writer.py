@@ -1,0 +1,133 @@
+"""Shard writer + Energon metadata on a real pack run: tar layout, .tar.idx, .nv-meta, rollover."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vlmpack.config import load_config
+from vlmpack.energon.meta import read_tar_idx
+from vlmpack.pipeline import run_pack
+from vlmpack.writer import assign_shards
+
+
+@pytest.fixture(scope="module")
+def small_out(tmp_path_factory, real_data, model_dir):
+    """The first 600 real records packed at L=2048 into shards of <= 7 packs or <= 4 MB."""
+    src = tmp_path_factory.mktemp("src")
+    lines = (real_data / "real_sft.jsonl").read_bytes().splitlines(keepends=True)[:600]
+    (src / "part.jsonl").write_bytes(b"".join(lines))
+    out = tmp_path_factory.mktemp("small") / "out"
+    report = run_pack(load_config(input=[str(src / "part.jsonl")], media_root=str(real_data), model=str(model_dir),
+                                  output=str(out), seq_len=2048, max_packs_per_shard=7, max_shard_bytes=4_000_000,
+                                  workers=2, progress=False))
+    return out, report
+
+
+def test_tar_idx_matches_tarfile_offsets(small_out):
+    out, report = small_out
+    info = json.loads((out / ".nv-meta" / ".info.json").read_text())
+    assert sum(info["shard_counts"].values()) == report["packs"] > 1
+    for shard, count in info["shard_counts"].items():
+        idx = read_tar_idx(out / (shard + ".idx"))
+        assert len(idx) == count + 1
+        with tarfile.open(out / shard) as tf:
+            members = tf.getmembers()
+            starts, seen = [], set()
+            for m in members:
+                key = m.name.split(".", 1)[0]
+                if key not in seen:
+                    seen.add(key)
+                    starts.append(m.offset)
+            assert idx[:-1].tolist() == starts
+            assert idx[-1] == tf.offset  # end-of-archive entry, not the file size
+            assert (out / shard).stat().st_size > idx[-1]
+
+
+def test_tar_members_are_deterministic_and_plain_ustar(small_out):
+    out, _ = small_out
+    for shard in sorted(out.glob("*.tar")):
+        with tarfile.open(shard) as tf:
+            members = tf.getmembers()
+            assert members[0].offset_data == 512  # no PAX header in front
+            for m in members:
+                assert (m.mtime, m.uid, m.gid, m.uname, m.gname, m.mode) == (0, 0, 0, "", "", 0o644)
+                assert m.pax_headers == {}
+            names = [m.name for m in members]
+            keys = [n.split(".", 1)[0] for n in names]
+            assert names == sorted(names)  # sorted members, samples contiguous
+            assert all("." not in k for k in keys)
+
+
+def test_shard_rollover_limits(small_out):
+    out, _ = small_out
+    info = json.loads((out / ".nv-meta" / ".info.json").read_text())
+    assert max(info["shard_counts"].values()) <= 7 and min(info["shard_counts"].values()) >= 1
+    split = yaml.safe_load((out / ".nv-meta" / "split.yaml").read_text())
+    assert split["split_parts"]["train"] == sorted(info["shard_counts"])
+
+
+def test_pack_json_format_v1(small_out):
+    out, _ = small_out
+    keys = set()
+    for shard in sorted(out.glob("*.tar")):
+        with tarfile.open(shard) as tf:
+            parts = {m.name: tf.extractfile(m).read() for m in tf.getmembers()}
+        for name, blob in parts.items():
+            if not name.endswith(".json"):
+                continue
+            key = name[:-5]
+            assert key not in keys
+            keys.add(key)
+            pack = json.loads(blob)
+            assert pack["format"] == "vlmpack.pack/1"
+            assert pack["num_tokens"] == sum(s["num_tokens"] for s in pack["samples"]) <= pack["seq_len"] == 2048
+            referenced = []
+            for s in pack["samples"]:
+                in_messages = [p["part"] for m in s["messages"] for p in m["content"] if p["type"] == "image"]
+                assert in_messages == [m["part"] for m in s["media"]]
+                referenced += in_messages
+            media_parts = sorted(n[len(key) + 1:] for n in parts if n.startswith(key + ".") and n != name)
+            assert sorted(referenced) == media_parts  # every media part referenced exactly once
+
+
+def test_media_bytes_are_the_original_files(small_out, real_data):
+    out, _ = small_out
+    shard = sorted(out.glob("*.tar"))[0]
+    with tarfile.open(shard) as tf:
+        parts = {m.name: tf.extractfile(m).read() for m in tf.getmembers()}
+    lines = {}
+    for line in (real_data / "real_sft.jsonl").read_text().splitlines()[:600]:
+        rec = json.loads(line)
+        lines[rec["id"]] = rec
+    checked = 0
+    for name, blob in parts.items():
+        if name.endswith(".json"):
+            key = name[:-5]
+            for s in json.loads(blob)["samples"]:
+                for m, ref in zip(s["media"], lines[s["id"]]["images"]):
+                    assert parts[f"{key}.{m['part']}"] == (real_data / ref).read_bytes()
+                    checked += 1
+    assert checked > 0
+
+
+@given(st.lists(st.integers(1, 5000), max_size=200), st.integers(1, 20), st.integers(1, 20000))
+def test_assign_shards_properties(sizes, max_packs, max_bytes):
+    bounds = assign_shards(np.asarray(sizes, dtype=np.int64), max_packs, max_bytes)
+    assert bounds[0] == 0 and bounds[-1] == len(sizes)
+    counts = np.diff(bounds)
+    assert (counts >= 1).all() and (counts <= max_packs).all()
+    for s in range(len(counts)):
+        chunk = sizes[bounds[s]:bounds[s + 1]]
+        assert sum(chunk) <= max_bytes or len(chunk) == 1
+
+
+def test_model_dir_fixture_is_complete(model_dir: Path):
+    assert json.loads((model_dir / "tokenizer_config.json").read_text())["chat_template"]
