@@ -53,11 +53,29 @@ def _shard_hashes(out: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("*.tar*"))}
 
 
-@pytest.fixture(scope="module", params=[4096, 8192])
-def packed(request, tmp_path_factory, real_data, model_dir):
-    out = tmp_path_factory.mktemp(f"pack{request.param}")
-    report = run_pack(_cfg(real_data, model_dir, out, request.param, workers=2, max_packs_per_shard=100))
-    return request.param, out, report
+@pytest.fixture(scope="module")
+def pack_runs(tmp_path_factory, real_data, model_dir):
+    """Runs of the real set, one per seq_len, made on first use and shared by the tests."""
+    runs: dict[int, tuple] = {}
+
+    def get(seq_len: int):
+        if seq_len not in runs:
+            out = tmp_path_factory.mktemp(f"pack{seq_len}")
+            report = run_pack(_cfg(real_data, model_dir, out, seq_len, workers=2, max_packs_per_shard=100))
+            runs[seq_len] = (seq_len, out, report)
+        return runs[seq_len]
+
+    return get
+
+
+@pytest.fixture(params=[4096, 8192])
+def packed(request, pack_runs):
+    return pack_runs(request.param)
+
+
+@pytest.fixture()
+def packed4096(pack_runs):
+    return pack_runs(4096)
 
 
 def _broken_expectations(real_data: Path) -> tuple[dict[int, str | None], int]:
@@ -119,20 +137,16 @@ def test_utilization_near_lower_bound(packed):
         assert report["shard_sha256"][sh.name] == hashlib.sha256(sh.read_bytes()).hexdigest()
 
 
-def test_rerun_is_byte_identical_whatever_the_workers(packed, tmp_path, real_data, model_dir):
-    seq_len, out, report = packed
-    if seq_len != 4096:
-        pytest.skip("checked once")
+def test_rerun_is_byte_identical_whatever_the_workers(packed4096, tmp_path, real_data, model_dir):
+    seq_len, out, report = packed4096
     again = tmp_path / "again"
     run_pack(_cfg(real_data, model_dir, again, seq_len, workers=1, max_packs_per_shard=100))
     assert _shard_hashes(again) == _shard_hashes(out)
     assert (again / ".nv-meta" / ".info.json").read_bytes() == (out / ".nv-meta" / ".info.json").read_bytes()
 
 
-def test_killed_run_resumes_to_the_same_bytes(packed, tmp_path, real_data, model_dir):
-    seq_len, out, _ = packed
-    if seq_len != 4096:
-        pytest.skip("checked once")
+def test_killed_run_resumes_to_the_same_bytes(packed4096, tmp_path, real_data, model_dir):
+    seq_len, out, _ = packed4096
     target = tmp_path / "killed"
     cmd = [sys.executable, "-m", "vlmpack", "pack", "--input", str(real_data / "real_sft.jsonl"),
            "--input", str(real_data / "broken.jsonl"), "--media-root", str(real_data), "--model", str(model_dir),
@@ -152,8 +166,8 @@ def test_killed_run_resumes_to_the_same_bytes(packed, tmp_path, real_data, model
     assert _shard_hashes(target) == _shard_hashes(out)
 
 
-def test_other_config_in_same_output_is_refused(packed, real_data, model_dir):
-    seq_len, out, _ = packed
+def test_other_config_in_same_output_is_refused(packed4096, real_data, model_dir):
+    seq_len, out, _ = packed4096
     with pytest.raises(RunDirError, match="another config"):
         run_pack(_cfg(real_data, model_dir, out, seq_len + 1, workers=1))
 

@@ -131,3 +131,40 @@ def test_assign_shards_properties(sizes, max_packs, max_bytes):
 
 def test_model_dir_fixture_is_complete(model_dir: Path):
     assert json.loads((model_dir / "tokenizer_config.json").read_text())["chat_template"]
+
+
+def test_rerun_same_config_skips_counting_and_planning(small_out, real_data, model_dir, monkeypatch):
+    """Same fingerprint: finished counting tasks and the saved plan are reused, shards are kept."""
+    import vlmpack.pipeline as pipeline
+
+    out, report = small_out
+
+    def boom(*a, **k):
+        raise AssertionError("counting/planning ran again")
+
+    monkeypatch.setattr(pipeline, "run_task", boom)
+    monkeypatch.setattr(pipeline, "make_plan", boom)
+    monkeypatch.setattr(pipeline, "write_shard", boom)
+    again = run_pack(load_config(input=_input_of(out), media_root=str(real_data), model=str(model_dir),
+                                 output=str(out), seq_len=2048, max_packs_per_shard=7, max_shard_bytes=4_000_000,
+                                 workers=1, progress=False))
+    assert again["shard_sha256"] == report["shard_sha256"]
+    assert again["samples_packed"] == report["samples_packed"]
+
+
+def _input_of(out: Path) -> list[str]:
+    return json.loads((out / ".vlmpack" / "config.json").read_text())["options"]["input"]
+
+
+def test_ray_executor_gives_the_same_bytes(small_out, real_data, model_dir, tmp_path):
+    """The same run on a local Ray (the cluster path) writes byte-identical shards."""
+    import ray
+
+    out, report = small_out
+    try:
+        again = run_pack(load_config(input=_input_of(out), media_root=str(real_data), model=str(model_dir),
+                                     output=str(tmp_path / "ray"), seq_len=2048, max_packs_per_shard=7,
+                                     max_shard_bytes=4_000_000, workers=2, executor="ray", progress=False))
+    finally:
+        ray.shutdown()
+    assert again["shard_sha256"] == report["shard_sha256"]

@@ -46,6 +46,8 @@ def pack(
     max_packs_per_shard: Optional[int] = typer.Option(None, "--max-packs-per-shard"),
     max_shard_bytes: Optional[int] = typer.Option(None, "--max-shard-bytes"),
     workers: Optional[int] = typer.Option(None, "--workers", "-j", help="processes [cores]"),
+    executor: Optional[str] = typer.Option(None, "--executor", help="local|ray [local]"),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address, e.g. auto"),
     overwrite: Optional[bool] = typer.Option(None, "--overwrite/--no-overwrite", help="replace another config's output"),
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress"),
 ) -> None:
@@ -60,7 +62,8 @@ def pack(
                       max_samples_per_pack=max_samples_per_pack, max_media_per_pack=max_media_per_pack,
                       max_media_tokens_per_pack=max_media_tokens_per_pack, group_by_kind=group_by_kind,
                       pad_to_multiple_of=pad_to_multiple_of, seed=seed, max_packs_per_shard=max_packs_per_shard,
-                      max_shard_bytes=max_shard_bytes, workers=workers, overwrite=overwrite, progress=progress)
+                      max_shard_bytes=max_shard_bytes, workers=workers,
+                      executor=executor, ray_address=ray_address, overwrite=overwrite, progress=progress)
     report = run_pack(cfg)
     table = Table(title=f"vlmpack pack -> {cfg.output}", show_header=False)
     for label, value in summary_lines(report):

@@ -22,7 +22,7 @@ from vlmpack import __version__
 from vlmpack.errors import ConfigError
 
 #: Options that change neither the plan nor the bytes written (left out of the fingerprint).
-_NOT_FINGERPRINTED = {"workers", "overwrite", "progress", "output"}
+_NOT_FINGERPRINTED = {"workers", "overwrite", "progress", "output", "executor", "ray_address"}
 
 
 class PackConfig(BaseModel):
@@ -54,6 +54,8 @@ class PackConfig(BaseModel):
     max_shard_bytes: int = Field(512 << 20, gt=0)
     shard_prefix: str = Field("shard", pattern=r"^[A-Za-z0-9_-]+$")
     workers: int = Field(default_factory=lambda: os.cpu_count() or 1, gt=0)
+    executor: Literal["local", "ray"] = "local"
+    ray_address: str | None = Field(None, description="Ray cluster address ('auto' = the running one)")
     overwrite: bool = False
     progress: bool = True
 

@@ -20,11 +20,9 @@ import logging
 import os
 import pickle
 import shutil
-import sys
 import time
-from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from concurrent.futures import Executor, as_completed
 from dataclasses import asdict
-from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +34,7 @@ from vlmpack.config import PackConfig
 from vlmpack.energon.meta import write_metadata
 from vlmpack.errors import OverlongError, RunDirError
 from vlmpack.measure import MeasureResult, MeasureTask, run_task
-from vlmpack.models import load_model
+from vlmpack.executors import make_executor
 from vlmpack.packing import PackPlan, plan_packs
 from vlmpack.readers import split_ranges
 from vlmpack.records import Locator, ReadStats, Rejection
@@ -48,31 +46,6 @@ log = logging.getLogger(__name__)
 RUN_DIR = ".vlmpack"
 TASK_BYTES = 2 << 20  # input bytes per measure task (fixed: the output must not depend on workers)
 _OWNED = ("rejects.jsonl", "report.json", ".nv-meta", RUN_DIR)
-
-
-class _Inline(Executor):
-    """Runs tasks in the calling process (``workers=1``): same code path, easy to debug."""
-
-    def submit(self, fn, *args, **kwargs):
-        from concurrent.futures import Future
-
-        fut: Future = Future()
-        try:
-            fut.set_result(fn(*args, **kwargs))
-        except BaseException as e:  # noqa: BLE001 - delivered through the future
-            fut.set_exception(e)
-        return fut
-
-
-def _executor(workers: int, model_dir: str) -> Executor:
-    """A pool of ``workers`` processes. On Linux the model is loaded once here and the workers are
-    forked with it (tokenizer parallelism is off, so forking is safe); elsewhere they spawn."""
-    if workers <= 1:
-        return _Inline()
-    if sys.platform.startswith("linux"):
-        load_model(model_dir)
-        return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"))
-    return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
 
 
 def _run_all(pool: Executor, fn, tasks: list, *, desc: str, weights: list[int], unit: str, show: bool) -> list:
@@ -269,7 +242,7 @@ def run_pack(cfg: PackConfig) -> dict:
     fingerprint = cfg.fingerprint()
     run = prepare_output(cfg, fingerprint)
     timings: dict[str, float] = {}
-    with _executor(cfg.workers, str(cfg.model)) as pool:
+    with make_executor(cfg.executor, cfg.workers, str(cfg.model), cfg.ray_address) as pool:
         t = time.perf_counter()
         results = _measure(cfg, run, pool)
         timings["measure"] = time.perf_counter() - t
