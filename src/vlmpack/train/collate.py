@@ -209,16 +209,27 @@ class PackCollator:
         return out
 
 
-def model_inputs(batch: dict, attn_implementation: str | None = None) -> dict:
+def model_inputs(batch: dict, attn_implementation: str | None = None, *,
+                 mask_dtype: torch.dtype = torch.float32) -> dict:
     """The keyword arguments of a transformers model's ``forward`` from a collated batch.
 
     Always: ``input_ids``, ``labels``, ``position_ids`` (+ ``pixel_values``, ``image_grid_thw``,
-    ``attention_mask`` when present). For ``flash_attention_2`` / ``flash_attention_3`` also
+    ``attention_mask`` when present). transformers' ``eager`` attention *adds* a prepared 4D mask
+    to the scores, so for ``"eager"`` the bool block mask becomes an additive ``mask_dtype`` mask
+    (0 where allowed, ``finfo.min`` elsewhere); ``sdpa`` takes the bool mask as it is.
+    ``use_cache=False`` always: transformers only detects packed sequences from ``position_ids``
+    when no KV cache is passed, and an eval-mode model creates one otherwise.
+    For ``flash_attention_2`` / ``flash_attention_3`` also
     transformers' varlen kwargs ``cu_seq_lens_q``/``cu_seq_lens_k`` (the padded ``cu_seqlens``, which
     cover every token) and ``max_length_q``/``max_length_k`` (Python ints).
     """
     keys = ("input_ids", "labels", "position_ids", "pixel_values", "image_grid_thw", "attention_mask")
     kw = {k: batch[k] for k in keys if k in batch}
+    kw["use_cache"] = False
+    mask = kw.get("attention_mask")
+    if attn_implementation == "eager" and mask is not None and mask.dtype == torch.bool:
+        kw["attention_mask"] = torch.zeros(mask.shape, dtype=mask_dtype).masked_fill_(
+            ~mask, torch.finfo(mask_dtype).min)
     if attn_implementation and attn_implementation.startswith("flash_attention"):
         kw.update(cu_seq_lens_q=batch["cu_seqlens_padded"], cu_seq_lens_k=batch["cu_seqlens_padded"],
                   max_length_q=batch["max_seqlen_padded"], max_length_k=batch["max_seqlen_padded"])

@@ -1,0 +1,114 @@
+"""Helpers for the training-side tests and benchmarks: tiny random models, real packs, pack readers.
+
+- :func:`tiny_qwen2` / :func:`tiny_qwen2_5_vl`: randomly initialised float32 models built from
+  configs (no weights downloaded), sized to run in seconds on a CPU, with the real Qwen vocab
+  and special token ids of ``model_dir`` so that real packs can be fed to them.
+- :func:`demo_packs`: runs the real ``vlmpack pack`` pipeline on the first lines of the demo set
+  (cached per process) and returns the output directory.
+- :func:`read_packs`: the packs of a vlmpack output as raw WebDataset dicts (tarfile, no Energon).
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+_CACHE: dict[tuple, Path] = {}
+
+
+def _token_ids(model_dir: str | Path) -> dict:
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    return {k: cfg[k] for k in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+            if k in cfg}
+
+
+def _vocab_size(model_dir: str | Path) -> int:
+    from transformers import AutoTokenizer
+
+    return len(AutoTokenizer.from_pretrained(str(model_dir)))
+
+
+def tiny_qwen2(model_dir: str | Path, *, attn_implementation: str = "sdpa", seed: int = 0):
+    """A random ``Qwen2ForCausalLM`` (hidden 64, 2 layers, 4 heads / 2 KV heads), float32, eval mode."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=_vocab_size(model_dir), hidden_size=64, intermediate_size=128,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=32768, tie_word_embeddings=True)
+    cfg._attn_implementation = attn_implementation
+    return Qwen2ForCausalLM(cfg).float().eval()
+
+
+def tiny_qwen2_5_vl(model_dir: str | Path, *, attn_implementation: str = "sdpa", seed: int = 0):
+    """A random ``Qwen2_5_VLForConditionalGeneration`` (text: hidden 64, 2 layers, head_dim 16,
+    mrope_section [2, 3, 3]; vision: depth 2, hidden 32, patch 14, merge 2), float32, eval mode."""
+    import torch
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    torch.manual_seed(seed)
+    text = dict(vocab_size=_vocab_size(model_dir), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32768,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3]})
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=14,
+                  spatial_merge_size=2, temporal_patch_size=2, window_size=112, fullatt_block_indexes=[1],
+                  in_channels=3, tokens_per_second=2)
+    cfg = Qwen2_5_VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True,
+                           **_token_ids(model_dir))
+    cfg._attn_implementation = attn_implementation
+    cfg.text_config._attn_implementation = attn_implementation
+    cfg.vision_config._attn_implementation = attn_implementation
+    return Qwen2_5_VLForConditionalGeneration(cfg).float().eval()
+
+
+def demo_packs(real_data: str | Path, model_dir: str | Path, *, seq_len: int = 1024, n_lines: int = 300,
+               group_by_kind: bool = True, out: str | Path | None = None, **kw) -> Path:
+    """Run ``vlmpack pack`` on the first ``n_lines`` records of ``real_data/real_sft.jsonl``.
+
+    Returns the output directory (an Energon dataset of ``vlmpack.pack/1`` packs). Cached per
+    process and argument set.
+    """
+    from vlmpack.config import load_config
+    from vlmpack.pipeline import run_pack
+
+    key = (str(real_data), str(model_dir), seq_len, n_lines, group_by_kind, str(out), tuple(sorted(kw.items())))
+    if key in _CACHE:
+        return _CACHE[key]
+    base = Path(out) if out else Path(tempfile.mkdtemp(prefix="vlmpack-train-"))
+    base.mkdir(parents=True, exist_ok=True)
+    src = base / "input.jsonl"
+    with open(Path(real_data) / "real_sft.jsonl", "rb") as f, open(src, "wb") as g:
+        for i, line in enumerate(f):
+            if i >= n_lines:
+                break
+            g.write(line)
+    dest = base / "packs"
+    cfg = load_config(input=[str(src)], media_root=str(real_data), model=str(model_dir), output=str(dest),
+                      seq_len=seq_len, progress=False, workers=1, group_by_kind=group_by_kind, **kw)
+    run_pack(cfg)
+    _CACHE[key] = dest
+    return dest
+
+
+def read_packs(out_dir: str | Path) -> Iterator[dict]:
+    """Yield every pack of a vlmpack output as a raw WebDataset dict
+    (``{"__key__", "json": bytes, "img0.png": bytes, ...}``), shards in name order."""
+    for shard in sorted(Path(out_dir).glob("*.tar")):
+        with tarfile.open(shard) as tf:
+            cur: dict | None = None
+            for m in tf:
+                if not m.isfile():
+                    continue
+                name = m.name.rsplit("/", 1)[-1]
+                key, part = name.split(".", 1)
+                if cur is None or cur["__key__"] != key:
+                    if cur is not None:
+                        yield cur
+                    cur = {"__key__": key}
+                cur[part] = tf.extractfile(m).read()
+            if cur is not None:
+                yield cur
