@@ -1,0 +1,202 @@
+"""Online packing for data that was not packed offline: exact counts, a bounded streaming packer,
+and a resumable PyTorch ``IterableDataset``.
+
+- :func:`measure_item`: the exact token count ``vlmpack pack`` records (template + tokenizer +
+  ``image_tokens(width, height)`` of the EXIF-oriented image), without running the image processor.
+- :class:`BufferedBFD`: best-fit over at most ``buffer_size`` buffered samples; when the buffer
+  is full the fullest open pack is emitted. Used until :class:`vlmpack.packing.StreamingPacker`
+  provides ``push`` (then that one is used, see :func:`make_streaming_packer`).
+- :class:`OnlinePackedDataset`: source samples -> packed batches, with ``state_dict()`` /
+  ``load_state_dict()`` that resume with exactly the same batches.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from torch.utils.data import IterableDataset
+
+from vlmpack.train.encode import PackItem, _item_from_unpacked
+
+log = logging.getLogger(__name__)
+
+
+def measure_item(family, item: PackItem) -> int:
+    """Exact tokens of one sample: ``len(tokenize(render(messages))) + sum(image_tokens - 1)``, the
+    rule of :func:`vlmpack.measure.count_samples`; sizes are those of the EXIF-oriented images."""
+    ids = family.tokenize([family.render(item.messages)])[0]
+    return int(len(ids) + sum(family.image_tokens(im.width, im.height) - 1 for im in item.images))
+
+
+class BufferedBFD:
+    """Streaming best-fit packer with a bounded buffer.
+
+    ``push(index, length)`` puts a sample into the open pack with the least room that still fits it
+    (a new pack when none does) and returns the packs that became ready (lists of indices): a pack
+    is ready when full, or, when more than ``buffer_size`` samples are buffered, the fullest open
+    pack is released. ``flush()`` releases the rest. Samples longer than ``capacity`` are dropped
+    (``overlong`` counts them). Deterministic; ``state_dict()`` is plain lists and ints.
+    """
+
+    def __init__(self, capacity: int, buffer_size: int = 64):
+        if capacity <= 0 or buffer_size <= 0:
+            raise ValueError(f"capacity and buffer_size must be positive, got {capacity}, {buffer_size}")
+        self.capacity = int(capacity)
+        self.buffer_size = int(buffer_size)
+        self.bins: list[list[list[int]]] = []  # [[indices], [lengths]] per open pack
+        self.overlong: list[int] = []
+
+    @property
+    def buffered(self) -> list[int]:
+        """Indices currently held in open packs."""
+        return [i for b in self.bins for i in b[0]]
+
+    def push(self, index: int, length: int) -> list[list[int]]:
+        if length > self.capacity:
+            self.overlong.append(int(index))
+            return []
+        best, room = -1, self.capacity + 1
+        for k, (_, lens) in enumerate(self.bins):
+            r = self.capacity - sum(lens)
+            if length <= r < room:
+                best, room = k, r
+        if best < 0:
+            self.bins.append([[], []])
+            best = len(self.bins) - 1
+        self.bins[best][0].append(int(index))
+        self.bins[best][1].append(int(length))
+        ready = []
+        if sum(self.bins[best][1]) == self.capacity:
+            ready.append(self.bins.pop(best)[0])
+        while sum(len(b[0]) for b in self.bins) > self.buffer_size:
+            k = max(range(len(self.bins)), key=lambda j: (sum(self.bins[j][1]), -j))
+            ready.append(self.bins.pop(k)[0])
+        return ready
+
+    def flush(self) -> list[list[int]]:
+        out = [b[0] for b in self.bins]
+        self.bins = []
+        return out
+
+    def state_dict(self) -> dict:
+        return {"capacity": self.capacity, "buffer_size": self.buffer_size,
+                "bins": [[list(i), list(n)] for i, n in self.bins], "overlong": list(self.overlong)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.capacity, self.buffer_size = int(state["capacity"]), int(state["buffer_size"])
+        self.bins = [[list(i), list(n)] for i, n in state["bins"]]
+        self.overlong = list(state["overlong"])
+
+
+def make_streaming_packer(capacity: int, buffer_size: int):
+    """The packing engine's ``StreamingPacker`` when it implements ``push``, else :class:`BufferedBFD`."""
+    try:
+        from vlmpack.packing import StreamingPacker
+        if hasattr(StreamingPacker, "push") and hasattr(StreamingPacker, "state_dict"):
+            return StreamingPacker(capacity, buffer_size)
+    except Exception as e:  # noqa: BLE001 - engine missing or different: fall back
+        log.debug("StreamingPacker unavailable (%s); using BufferedBFD", e)
+    return BufferedBFD(capacity, buffer_size)
+
+
+def _indices(pack: Any) -> list[int]:
+    return [int(i) for i in getattr(pack, "indices", pack)]
+
+
+class OnlinePackedDataset(IterableDataset):
+    """A resumable ``torch.utils.data.IterableDataset`` of packed batches from unpacked samples.
+
+    Args:
+      source: a ``Sequence`` of samples, or a callable returning a fresh iterable of them, in a
+        fixed order. A sample is a :class:`vlmpack.records.Sample` or ``{"id", "messages",
+        "images"}`` (see :mod:`vlmpack.train.encode`).
+      collator: a :class:`vlmpack.train.collate.PackCollator` (its model directory decides counts).
+      seq_len: pack capacity in tokens; buffer_size: samples held by the streaming packer.
+      rank, world_size: keep only samples with ``index % world_size == rank`` (data parallel).
+      collate: yield batch dicts (True) or encoded packs (False).
+
+    ``state_dict()`` taken after receiving batch k makes a new dataset (``load_state_dict``) yield
+    batch k+1 onwards, identical. Use ``num_workers=0`` (or one dataset per worker with its own
+    state); the source is re-read from its start on resume, buffered samples by index.
+    """
+
+    def __init__(self, source: Sequence | Callable[[], Iterable], collator, *, seq_len: int,
+                 buffer_size: int = 64, rank: int = 0, world_size: int = 1, collate: bool = True):
+        self.source, self.collator = source, collator
+        self.seq_len, self.buffer_size = int(seq_len), int(buffer_size)
+        self.rank, self.world_size, self.collate = rank, world_size, collate
+        self._state = self._fresh_state()
+
+    def _fresh_state(self) -> dict:
+        return {"next_index": 0, "packer": make_streaming_packer(self.seq_len, self.buffer_size).state_dict(),
+                "ready": [], "lengths": {}, "yielded": 0, "dropped": 0}
+
+    def state_dict(self) -> dict:
+        """Position after the last yielded batch (plain Python containers, picklable)."""
+        import copy
+        return copy.deepcopy(self._state)
+
+    def load_state_dict(self, state: dict) -> None:
+        import copy
+        self._state = copy.deepcopy(state)
+
+    def _iter_source(self) -> Iterator[tuple[int, Any]]:
+        src = self.source() if callable(self.source) and not isinstance(self.source, Sequence) else self.source
+        return enumerate(src)
+
+    def __iter__(self):
+        st = self._state
+        packer = make_streaming_packer(self.seq_len, self.buffer_size)
+        packer.load_state_dict(st["packer"])
+        needed = set(packer.buffered) | {i for p in st["ready"] for i in p}
+        items: dict[int, PackItem] = {}
+        family = self.collator.family
+
+        def emit(pack_indices):
+            enc = self.collator.encode([items.pop(i) for i in pack_indices])
+            for i in pack_indices:
+                st["lengths"].pop(str(i), None)
+            return self.collator.collate([enc]) if self.collate else enc
+
+        for idx, raw in self._iter_source():
+            if idx % self.world_size != self.rank:
+                continue
+            if idx < st["next_index"]:
+                if idx in needed:
+                    items[idx] = _with_count(_item_from_unpacked(raw), st["lengths"].get(str(idx)))
+                continue
+            while st["ready"]:  # packs that were ready but not yet yielded when the state was taken
+                p = st["ready"].pop(0)
+                st["yielded"] += 1
+                yield emit(p)
+            item = _item_from_unpacked(raw)
+            n = measure_item(family, item)
+            st["next_index"] = idx + 1
+            if n > self.seq_len:
+                st["dropped"] = st.get("dropped", 0) + 1
+                log.warning("online packing: sample %r has %d tokens > seq_len %d; dropped", item.id, n,
+                            self.seq_len)
+                continue
+            item.recorded_tokens = n
+            items[idx] = item
+            st["lengths"][str(idx)] = n
+            st["ready"] = [_indices(p) for p in packer.push(idx, n)]
+            st["packer"] = packer.state_dict()
+            while st["ready"]:
+                p = st["ready"].pop(0)
+                st["yielded"] += 1
+                yield emit(p)
+        st["ready"] += [_indices(p) for p in packer.flush()]
+        st["packer"] = packer.state_dict()
+        while st["ready"]:
+            p = st["ready"].pop(0)
+            st["yielded"] += 1
+            yield emit(p)
+
+
+def _with_count(item: PackItem, n: int | None) -> PackItem:
+    item.recorded_tokens = n
+    return item
+
