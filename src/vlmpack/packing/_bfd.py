@@ -103,9 +103,12 @@ def sort_decreasing(eff, packable, cap):
 
 
 @njit(cache=True)
-def bfd_plain(eff, items, cap, max_n, n, table):
+def bfd_plain(eff, items, cap, max_n, n, table, seeds, nseed):
     """Exact BFD over ``items`` (already in decreasing order) with at most ``max_n`` samples per
     pack (a pack that reaches it is closed).
+
+    ``seeds`` (int32, may be empty) are spread round-robin over ``nseed`` packs opened first,
+    before the BFD pass (used to keep small samples from forming count-capped tail packs).
 
     Returns (pack_of int32 [n] with -1 for samples not in ``items``, number of packs).
     Ties between packs with the same residual are broken last-in-first-out (this does not change
@@ -118,8 +121,26 @@ def bfd_plain(eff, items, cap, max_n, n, table):
     summ = np.zeros((nwords >> 6) + 1, dtype=np.int64)
     head = np.full(cap + 1, -1, dtype=np.int32)
     nxt = np.empty(max(m, 1), dtype=np.int32)
-    cnt = np.zeros(max(m, 1) if max_n < m else 1, dtype=np.int32)
+    cnt = np.zeros(max(m + seeds.shape[0], 1) if max_n < m + seeds.shape[0] else 1, dtype=np.int32)
     npacks = 0
+    if seeds.shape[0] > 0:
+        nxt = np.empty(m + seeds.shape[0], dtype=np.int32)
+        fill = np.zeros(nseed, dtype=np.int64)
+        for j in range(seeds.shape[0]):
+            p = j % nseed
+            fill[p] += eff[seeds[j]]
+            pack_of[seeds[j]] = p
+            if max_n < m + seeds.shape[0]:
+                cnt[p] += 1
+        npacks = nseed
+        for p in range(nseed):
+            if max_n < m + seeds.shape[0] and cnt[p] >= max_n:
+                continue
+            nr = cap - fill[p]
+            if head[nr] < 0:
+                _bit_set(bits, summ, nr)
+            nxt[p] = head[nr]
+            head[nr] = p
     for t in range(m):
         i = items[t]
         s = eff[i]
@@ -135,7 +156,7 @@ def bfd_plain(eff, items, cap, max_n, n, table):
                 _bit_clear(bits, summ, r)
             nr = r - s
         pack_of[i] = p
-        if max_n < m:
+        if max_n < m + seeds.shape[0]:
             cnt[p] += 1
             if cnt[p] >= max_n:
                 continue

@@ -131,7 +131,7 @@ def _run(
         else:
             items = np.flatnonzero(mask).astype(np.int32)
         if kind == "bfd" and max_mc == _UNSET and max_mt == _UNSET:
-            po, p = _bfd.bfd_plain(eff, items, cap, max_n, n, _bfd.DEBRUIJN_TABLE)
+            po, p = _bfd_capped(eff, items, cap, max_n, n)
         elif kind == "bfd":
             po, p = _bfd.bfd_constrained(eff, mc_k, mt_k, items, cap, max_n, max_mc, max_mt, n, _bfd.DEBRUIJN_TABLE)
         elif kind == "ffd":
@@ -152,6 +152,36 @@ def _run(
             pack_of[sel] = po[sel] + npacks
         npacks += int(p)
     return _finish(pack_of, npacks, eff, overlong, cap, kind, order, seed)
+
+
+def _bfd_capped(eff: np.ndarray, items: np.ndarray, cap: int, max_n: np.int64, n: int) -> tuple[np.ndarray, int]:
+    """BFD with a sample cap. When the cap leaves a tail of under-filled packs made of the smallest
+    samples, those samples are spread round-robin over the packs first and BFD re-run; the better
+    of the two plans is kept (both honour every constraint)."""
+    none = np.empty(0, dtype=np.int32)
+    table = _bfd.DEBRUIJN_TABLE
+    po, p = _bfd.bfd_plain(eff, items, cap, max_n, n, table, none, 0)
+    if max_n == _UNSET or p == 0:
+        return po, int(p)
+    sizes = np.bincount(po[items], minlength=p)
+    tokens = np.bincount(po[items], weights=eff[items], minlength=p)
+    tail = (sizes >= max_n) & (tokens < 0.98 * cap)
+    if not tail.any():
+        return po, int(p)
+    n_tail = int(sizes[tail].sum())
+    base, _ = _bfd.bfd_plain(eff, items, cap, _UNSET, n, table, none, 0)
+    p_free = int(base.max()) + 1 if items.size else 0
+    for spread in (n_tail, 2 * n_tail, 4 * n_tail, 8 * n_tail, 16 * n_tail):
+        k = min(spread, items.size)
+        if k == 0 or -(-k // max(p_free, 1)) > max_n // 2:
+            break
+        seeds = items[-k:][::-1].copy()
+        if np.bincount(np.arange(k) % p_free, weights=eff[seeds], minlength=p_free).max() > cap:
+            break
+        po2, p2 = _bfd.bfd_plain(eff, items[:-k], cap, max_n, n, table, seeds, p_free)
+        if p2 < p:
+            po, p = po2, p2
+    return po, int(p)
 
 
 def _finish(
