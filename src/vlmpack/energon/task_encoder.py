@@ -29,7 +29,6 @@ import json
 import logging
 from typing import Any
 
-import numpy as np
 from megatron.energon import Cooker, DefaultTaskEncoder, Sample, edataclass, stateless
 from megatron.energon.flavors.webdataset.sample_decoder import SampleDecoder
 
@@ -145,15 +144,12 @@ class VlmpackOnlineTaskEncoder(_CollatingTaskEncoder):
         return sample
 
     def select_samples_to_pack(self, samples: list[UnpackedSample]) -> list[list[UnpackedSample]]:
-        """The whole buffer -> groups that fit ``seq_len`` (deterministic, seeded BFD)."""
-        from vlmpack.packing import plan_packs
+        """The whole buffer -> groups that fit ``seq_len`` (:func:`vlmpack.packing.select_samples_to_pack`,
+        deterministic); samples longer than ``seq_len`` are dropped with a warning."""
+        from vlmpack.packing import select_samples_to_pack
 
-        lengths = np.array([s.num_tokens for s in samples], dtype=np.int64)
-        plan = plan_packs(lengths, self.seq_len, algorithm=self.algorithm, seed=0)
-        for i in plan.overlong.tolist():
-            log.warning("online packing: sample %r has %d tokens > seq_len %d; dropped", samples[i].id,
-                        int(lengths[i]), self.seq_len)
-        return [[samples[i] for i in plan.order[a:b]] for a, b in zip(plan.offsets[:-1], plan.offsets[1:])]
+        return select_samples_to_pack(samples, [s.num_tokens for s in samples], self.seq_len,
+                                      algorithm=self.algorithm, on_overlong="drop")
 
     @stateless
     def pack_selected_samples(self, samples: list[UnpackedSample]) -> EncodedPackSample:

@@ -122,6 +122,8 @@ def loss_weights(labels: np.ndarray, seq_idx: np.ndarray, mode: LossWeighting,
 
     ``sum(weights * per_token_ce)`` is then the loss. Raises ``ValueError`` for another mode.
     """
+    if mode not in ("token", "sample"):
+        raise ValueError(f"loss weighting must be 'token' or 'sample', got {mode!r}")
     valid = labels != -100
     w = np.zeros(len(labels), dtype=np.float32)
     n = int(valid.sum())
@@ -129,10 +131,8 @@ def loss_weights(labels: np.ndarray, seq_idx: np.ndarray, mode: LossWeighting,
         return w
     if mode == "token":
         w[valid] = 1.0 / n
-    elif mode == "sample":
+    else:
         per_seg = np.bincount(seq_idx[valid], minlength=num_segments + 1).astype(np.float64)
         s = int(np.count_nonzero(per_seg))
         w[valid] = (1.0 / (s * per_seg[seq_idx[valid]])).astype(np.float32)
-    else:
-        raise ValueError(f"loss weighting must be 'token' or 'sample', got {mode!r}")
     return w

@@ -3,9 +3,8 @@ and a resumable PyTorch ``IterableDataset``.
 
 - :func:`measure_item`: the exact token count ``vlmpack pack`` records (template + tokenizer +
   ``image_tokens(width, height)`` of the EXIF-oriented image), without running the image processor.
-- :class:`BufferedBFD`: best-fit over at most ``buffer_size`` buffered samples; when the buffer
-  is full the fullest open pack is emitted. Used until :class:`vlmpack.packing.StreamingPacker`
-  provides ``push`` (then that one is used, see :func:`make_streaming_packer`).
+- the packing engine's :class:`vlmpack.packing.StreamingPacker` groups the measured samples
+  (bounded buffer of ``buffer_size`` samples, BFD rounds);
 - :class:`OnlinePackedDataset`: source samples -> packed batches, with ``state_dict()`` /
   ``load_state_dict()`` that resume with exactly the same batches.
 """
@@ -30,75 +29,16 @@ def measure_item(family, item: PackItem) -> int:
     return int(len(ids) + sum(family.image_tokens(im.width, im.height) - 1 for im in item.images))
 
 
-class BufferedBFD:
-    """Streaming best-fit packer with a bounded buffer.
-
-    ``push(index, length)`` puts a sample into the open pack with the least room that still fits it
-    (a new pack when none does) and returns the packs that became ready (lists of indices): a pack
-    is ready when full, or, when more than ``buffer_size`` samples are buffered, the fullest open
-    pack is released. ``flush()`` releases the rest. Samples longer than ``capacity`` are dropped
-    (``overlong`` counts them). Deterministic; ``state_dict()`` is plain lists and ints.
-    """
-
-    def __init__(self, capacity: int, buffer_size: int = 64):
-        if capacity <= 0 or buffer_size <= 0:
-            raise ValueError(f"capacity and buffer_size must be positive, got {capacity}, {buffer_size}")
-        self.capacity = int(capacity)
-        self.buffer_size = int(buffer_size)
-        self.bins: list[list[list[int]]] = []  # [[indices], [lengths]] per open pack
-        self.overlong: list[int] = []
-
-    @property
-    def buffered(self) -> list[int]:
-        """Indices currently held in open packs."""
-        return [i for b in self.bins for i in b[0]]
-
-    def push(self, index: int, length: int) -> list[list[int]]:
-        if length > self.capacity:
-            self.overlong.append(int(index))
-            return []
-        best, room = -1, self.capacity + 1
-        for k, (_, lens) in enumerate(self.bins):
-            r = self.capacity - sum(lens)
-            if length <= r < room:
-                best, room = k, r
-        if best < 0:
-            self.bins.append([[], []])
-            best = len(self.bins) - 1
-        self.bins[best][0].append(int(index))
-        self.bins[best][1].append(int(length))
-        ready = []
-        if sum(self.bins[best][1]) == self.capacity:
-            ready.append(self.bins.pop(best)[0])
-        while sum(len(b[0]) for b in self.bins) > self.buffer_size:
-            k = max(range(len(self.bins)), key=lambda j: (sum(self.bins[j][1]), -j))
-            ready.append(self.bins.pop(k)[0])
-        return ready
-
-    def flush(self) -> list[list[int]]:
-        out = [b[0] for b in self.bins]
-        self.bins = []
-        return out
-
-    def state_dict(self) -> dict:
-        return {"capacity": self.capacity, "buffer_size": self.buffer_size,
-                "bins": [[list(i), list(n)] for i, n in self.bins], "overlong": list(self.overlong)}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.capacity, self.buffer_size = int(state["capacity"]), int(state["buffer_size"])
-        self.bins = [[list(i), list(n)] for i, n in state["bins"]]
-        self.overlong = list(state["overlong"])
-
-
 def make_streaming_packer(capacity: int, buffer_size: int):
-    """The packing engine's ``StreamingPacker`` when it implements ``push``, else :class:`BufferedBFD`."""
-    try:
-        from vlmpack.packing import StreamingPacker
-        if hasattr(StreamingPacker, "push") and hasattr(StreamingPacker, "state_dict"):
-            return StreamingPacker(capacity, buffer_size)
-    except Exception as e:  # noqa: BLE001 - engine missing or different: fall back
-        log.debug("StreamingPacker unavailable (%s); using BufferedBFD", e)
-    return BufferedBFD(capacity, buffer_size)
+    """The packing engine's :class:`vlmpack.packing.StreamingPacker` (bounded buffer, exact BFD
+    rounds, exact ``state_dict`` resume)."""
+    from vlmpack.packing import StreamingPacker
+
+    return StreamingPacker(capacity, buffer_size)
+
+
+def _buffered(packer) -> list[int]:
+    return [int(i) for i in packer.state_dict()["index"]]
 
 
 def _indices(pack: Any) -> list[int]:
@@ -150,7 +90,7 @@ class OnlinePackedDataset(IterableDataset):
         st = self._state
         packer = make_streaming_packer(self.seq_len, self.buffer_size)
         packer.load_state_dict(st["packer"])
-        needed = set(packer.buffered) | {i for p in st["ready"] for i in p}
+        needed = set(_buffered(packer)) | {i for p in st["ready"] for i in p}
         items: dict[int, PackItem] = {}
         family = self.collator.family
 
