@@ -106,6 +106,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--dists", default=",".join(NAMES))
     ap.add_argument("--skip-peers", action="store_true")
+    ap.add_argument("--binpacking-max-n", type=float, default=1e5, help="largest n for `binpacking` (slow)")
     args = ap.parse_args()
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     caps = [int(c) for c in args.caps.split(",")]
@@ -146,7 +147,7 @@ def main() -> None:
                     packs, sec, mb = _measure(lambda: lightbinpack.obfd(lst, cap), args.reps)
                     rows.append(("lightbinpack.obfd", _count_lists(packs, fit, cap), sec, mb))
                     del packs, lst
-                if binpacking is not None and n <= 100_000 and not args.skip_peers:
+                if binpacking is not None and n <= args.binpacking_max_n and not args.skip_peers:
                     d = dict(enumerate(fit.tolist()))
                     packs, sec, mb = _measure(lambda: binpacking.to_constant_volume(d, cap), 1)
                     rows.append(("binpacking (1 run)", len(packs), sec, mb))
