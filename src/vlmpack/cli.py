@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from vlmpack.cli_plan import register as register_plan
 from vlmpack.errors import VlmpackError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -102,15 +103,7 @@ def demo(
     Console().print(f"demo data: {data}  model directory: {model_dir}")
 
 
-def _register_optional() -> None:
-    try:
-        from vlmpack.cli_plan import register
-    except ImportError:  # the planner is optional at import time only while it is being built
-        return
-    register(app)
-
-
-_register_optional()
+register_plan(app)
 
 
 def main() -> None:
