@@ -10,8 +10,8 @@ the packed loss equals the token-weighted mean of the per-sample losses (atol 1e
 - ``sdpa`` and ``eager`` with the collator's block-diagonal mask;
 - ``sdpa`` with no mask at all: the position-ids path (transformers detects packed sequences
   from restarting positions; for Qwen-VL the ``[4, 1, T]`` layout with a text row).
-The negative control shows the comparison detects contamination: without the mask and with
-positions that do not restart, the second sample's logits differ.
+The negative control shows the comparison detects contamination: with a plain causal mask instead
+of the block-diagonal one, the second sample's logits differ.
 """
 
 from __future__ import annotations
