@@ -44,6 +44,8 @@ def pack(
                                                  help="keep text/image/video packs homogeneous"),
     pad_to_multiple_of: Optional[int] = typer.Option(None, "--pad-to-multiple-of"),
     seed: Optional[int] = typer.Option(None, "--seed", help="seed of the pack order shuffle [0]"),
+    pretokenize: Optional[bool] = typer.Option(None, "--pretokenize/--no-pretokenize",
+                                               help="also write each pack's input_ids as an int32 .npy part"),
     max_packs_per_shard: Optional[int] = typer.Option(None, "--max-packs-per-shard"),
     max_shard_bytes: Optional[int] = typer.Option(None, "--max-shard-bytes"),
     workers: Optional[int] = typer.Option(None, "--workers", "-j", help="processes [cores]"),
@@ -62,7 +64,7 @@ def pack(
                       media_check=media_check, overlong=overlong, algorithm=algorithm,
                       max_samples_per_pack=max_samples_per_pack, max_media_per_pack=max_media_per_pack,
                       max_media_tokens_per_pack=max_media_tokens_per_pack, group_by_kind=group_by_kind,
-                      pad_to_multiple_of=pad_to_multiple_of, seed=seed, max_packs_per_shard=max_packs_per_shard,
+                      pad_to_multiple_of=pad_to_multiple_of, seed=seed, pretokenize=pretokenize, max_packs_per_shard=max_packs_per_shard,
                       max_shard_bytes=max_shard_bytes, workers=workers,
                       executor=executor, ray_address=ray_address, overwrite=overwrite, progress=progress)
     report = run_pack(cfg)

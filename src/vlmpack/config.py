@@ -50,6 +50,7 @@ class PackConfig(BaseModel):
     group_by_kind: bool = False
     pad_to_multiple_of: int | None = Field(None, gt=0)
     seed: int = 0
+    pretokenize: bool = Field(False, description="also write each pack's input_ids (int32 .npy part)")
     max_packs_per_shard: int = Field(1000, gt=0)
     max_shard_bytes: int = Field(512 << 20, gt=0)
     shard_prefix: str = Field("shard", pattern=r"^[A-Za-z0-9_-]+$")

@@ -207,7 +207,8 @@ def _shard_tasks(cfg: PackConfig, run: Path, manifest: pa.Table, plan: PackPlan)
             members = plan.order[plan.offsets[p]:plan.offsets[p + 1]]
             packs.append([(int(part[i]), int(rec_off[i]), int(rec_len[i])) for i in members])
         tasks.append(ShardTask(s, f"{cfg.shard_prefix}-{s:06d}.tar", int(bounds[s]), packs, cfg.seq_len,
-                               str(Path(cfg.output)), str(run / "records")))
+                               str(Path(cfg.output)), str(run / "records"),
+                               str(cfg.model) if cfg.pretokenize else None))
     return tasks
 
 

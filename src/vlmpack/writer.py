@@ -1,8 +1,9 @@
 """Write stage: packed-sample format v1 (DESIGN.md section 2) into deterministic WebDataset tars.
 
-One tar sample per pack, key ``pack<global index:09d>`` (unique, no dots): ``<key>.json`` and the
+One tar sample per pack, key ``pack<global index:09d>`` (unique, no dots): ``<key>.json``, the
 original media bytes as ``<key>.img<i>.<ext>`` (never re-encoded; ``ext`` from the decoded
-format so that Energon's decoder picks the right handler). Tars are byte-reproducible: members
+format so that Energon's decoder picks the right handler) and, with ``--pretokenize``,
+``<key>.input_ids.npy`` (int32 ``[T]``). Tars are byte-reproducible: members
 sorted by name, mtime 0, uid/gid 0, empty uname/gname, mode 0644, ustar headers (a PAX header
 only where a name needs one). A shard is written as ``<name>.tmp`` and renamed when complete;
 its ``.tar.idx`` (Energon, little-endian uint64, N+1 entries) comes from the offsets recorded
@@ -23,6 +24,7 @@ import numpy as np
 
 from vlmpack.energon.meta import write_tar_idx
 from vlmpack.measure import part_path
+from vlmpack.models import load_model
 
 FORMAT = "vlmpack.pack/1"
 EXT_BY_FORMAT = {"JPEG": "jpg", "PNG": "png", "GIF": "gif", "WEBP": "webp", "BMP": "bmp", "TIFF": "tiff",
@@ -42,6 +44,7 @@ class ShardTask:
     seq_len: int
     output_dir: str
     records_dir: str
+    model_dir: str | None = None  # set: also write <key>.input_ids.npy (pretokenized packs)
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,19 @@ def build_pack(records: list[dict], seq_len: int) -> tuple[dict, list[tuple[str,
     return {"format": FORMAT, "seq_len": seq_len, "num_tokens": total, "samples": samples}, media_parts
 
 
+def pack_input_ids(model_dir: str, records: list[dict], obj: dict, key: str) -> bytes:
+    """The ``input_ids.npy`` part of a pack: int32 ``[T]``, the samples' ids concatenated in order,
+    each equal to :meth:`vlmpack.models.qwen2_vl.Qwen2VLFamily.encode` (what the collator would
+    tokenize). Raises ``RuntimeError`` when T differs from the counted ``num_tokens``."""
+    family = load_model(model_dir)
+    ids = np.concatenate([family.encode(r["messages"], [m["num_tokens"] for m in r["media"]]) for r in records])
+    if len(ids) != obj["num_tokens"]:
+        raise RuntimeError(f"pack {key}: encoded {len(ids)} tokens but counted {obj['num_tokens']}")
+    buf = io.BytesIO()
+    np.save(buf, ids.astype("<i4"), allow_pickle=False)
+    return buf.getvalue()
+
+
 def write_shard(task: ShardTask) -> ShardResult:
     """Write one shard + its ``.tar.idx`` (both atomically). Pure function of ``task``."""
     out = Path(task.output_dir)
@@ -146,6 +162,8 @@ def write_shard(task: ShardTask) -> ShardResult:
                     for part_name, src in media:
                         with open(src, "rb") as mf:
                             entries.append((f"{key}.{part_name}", mf.read()))
+                    if task.model_dir is not None:
+                        entries.append((f"{key}.input_ids.npy", pack_input_ids(task.model_dir, records, obj, key)))
                     offsets.append(tf.offset)
                     for name, data in sorted(entries):
                         tf.addfile(_tarinfo(name, len(data)), io.BytesIO(data))

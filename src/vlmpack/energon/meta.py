@@ -34,15 +34,24 @@ def _image(value):
     return value
 
 
+def _array(value):
+    if isinstance(value, (bytes, bytearray)):
+        import numpy as np
+        return np.load(io.BytesIO(value), allow_pickle=False)
+    return value
+
+
 def sample_loader(raw: dict) -> dict:
     meta = raw["json"]
     parts = [m["part"] for s in meta["samples"] for m in s["media"]]
+    ids = raw.get("input_ids.npy")
     return dict(seq_len=meta["seq_len"], num_tokens=meta["num_tokens"], samples=meta["samples"],
-                media=[_image(raw[p]) for p in parts], media_parts=parts)
+                media=[_image(raw[p]) for p in parts], media_parts=parts,
+                input_ids=None if ids is None else _array(ids))
 
 
 def part_filter(part: str) -> bool:
-    return part == "json" or part.startswith(("img", "vid"))
+    return part in ("json", "input_ids.npy") or part.startswith(("img", "vid"))
 '''
 
 DATASET_YAML = """sample_type:

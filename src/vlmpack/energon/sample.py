@@ -27,6 +27,8 @@ class VlmpackPack(Sample):
         Energon's default decoder each image is a ``torch.float32`` tensor ``[3, H, W]`` in
         [0, 1]; with ``SampleDecoder(image_decode="pil")`` (the vlmpack TaskEncoder) a PIL image.
       media_parts: the part name of each entry of ``media`` (same order).
+      input_ids: int32 numpy ``[num_tokens]`` when the output was packed with ``--pretokenize``
+        (the samples' token ids concatenated), else ``None``.
     """
 
     seq_len: int
@@ -34,3 +36,4 @@ class VlmpackPack(Sample):
     samples: list[dict]
     media: list[Any]
     media_parts: list[str]
+    input_ids: Any = None

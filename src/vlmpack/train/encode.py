@@ -60,6 +60,7 @@ class PackInput:
     items: list[PackItem]
     num_tokens: int | None = None
     seq_len: int | None = None
+    input_ids: np.ndarray | None = None  # pretokenized pack (``vlmpack pack --pretokenize``), int ``[T]``
 
 
 @dataclass(slots=True)
@@ -136,15 +137,29 @@ def read_pack(obj: Any) -> PackInput:
             meta = d["json"]
             meta = json.loads(meta) if isinstance(meta, (bytes, bytearray, str)) else meta
             parts = sorted((k for k in d if k.startswith("img")), key=lambda k: int(k[3:].split(".")[0]))
-            d = {**meta, "__key__": d.get("__key__", "?"), "media": [d[p] for p in parts], "media_parts": parts}
+            d = {**meta, "__key__": d.get("__key__", "?"), "media": [d[p] for p in parts], "media_parts": parts,
+                 "input_ids": d.get("input_ids.npy")}
         key, samples = str(d.get("__key__", d.get("key", "?"))), d["samples"]
         media, parts = d.get("media", []), d.get("media_parts", [])
-        return _from_pack_fields(key, samples, media, parts, d.get("num_tokens"), d.get("seq_len"))
+        pack = _from_pack_fields(key, samples, media, parts, d.get("num_tokens"), d.get("seq_len"))
+        pack.input_ids = _as_ids(d.get("input_ids"))
+        return pack
     if hasattr(obj, "samples") and hasattr(obj, "media_parts"):
-        return _from_pack_fields(str(getattr(obj, "__key__", "?")), obj.samples, obj.media, obj.media_parts,
+        pack = _from_pack_fields(str(getattr(obj, "__key__", "?")), obj.samples, obj.media, obj.media_parts,
                                  obj.num_tokens, obj.seq_len)
+        pack.input_ids = _as_ids(getattr(obj, "input_ids", None))
+        return pack
     raise ConfigError(f"cannot collate an object of type {type(obj).__name__}; give a VlmpackPack, a pack dict "
                       "or a list of samples")
+
+
+def _as_ids(value: Any) -> np.ndarray | None:
+    """A pretokenized ``input_ids`` part (decoded array, or raw ``.npy`` bytes) as an int array."""
+    if value is None:
+        return None
+    if isinstance(value, (bytes, bytearray)):
+        value = np.load(io.BytesIO(value), allow_pickle=False)
+    return np.asarray(value)
 
 
 def _from_pack_fields(key: str, samples: list[dict], media: list, parts: list[str],
@@ -218,6 +233,13 @@ def assistant_label_mask(ids: np.ndarray, *, im_start_id: int, assistant_id: int
 
 
 # ---------------------------------------------------------------------------------- encoding
+@dataclass(slots=True)
+class _Expanded:
+    """One sample's ids from a pretokenized pack (image pads already expanded)."""
+
+    ids: np.ndarray
+
+
 class PackEncoder:
     """Encodes packs with one model family (tokenizer + image processor).
 
@@ -251,6 +273,18 @@ class PackEncoder:
         out = self.family.image_processor(images=images, return_tensors="pt")
         return out["pixel_values"].to(torch.float32), out["image_grid_thw"].numpy().astype(np.int64)
 
+    @staticmethod
+    def _pretokenized(pack: PackInput) -> list[_Expanded] | None:
+        """Split a pretokenized pack's ids by the recorded per-sample counts (None if unknown)."""
+        counts = [it.recorded_tokens for it in pack.items]
+        if any(c is None for c in counts):
+            return None
+        if sum(counts) != len(pack.input_ids):
+            raise PackMismatchError(f"pack {pack.key!r}: input_ids part holds {len(pack.input_ids)} tokens but the "
+                                    f"samples record {sum(counts)}; the shard is corrupt, re-pack it")
+        bounds = np.cumsum([0] + counts)
+        return [_Expanded(pack.input_ids[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
     def encode(self, obj: Any) -> EncodedPack:
         """Encode one pack (any input accepted by :func:`read_pack`) into an :class:`EncodedPack`.
 
@@ -262,23 +296,27 @@ class PackEncoder:
         f = self.family
         if not pack.items:
             raise PackMismatchError(f"pack {pack.key!r} holds no samples")
-        texts = [f.render(it.messages) for it in pack.items]
-        raw_ids = f.tokenize(texts)
+        raw_ids = self._pretokenized(pack) if pack.input_ids is not None else None
+        if raw_ids is None:
+            raw_ids = f.tokenize([f.render(it.messages) for it in pack.items])
         all_imgs = [im for it in pack.items for im in it.images]
         pixel_values, grids = self.process_images(all_imgs)
         tokens_per_image = grids.prod(axis=1) // self.m2 if len(grids) else np.zeros(0, dtype=np.int64)
         ids_list, labels_list, lengths, per_sample = [], [], [], []
         gi = 0
         for it, ids0 in zip(pack.items, raw_ids):
-            ids0 = np.asarray(ids0, dtype=np.int32)
             k = len(it.images)
-            problem = f.check_ids(ids0, k, 0)
-            if problem:
-                raise PackMismatchError(f"pack {pack.key!r} sample {it.id!r}: {problem}")
-            ids = f.expand(ids0, tokens_per_image[gi:gi + k]).astype(np.int64)
+            if isinstance(ids0, _Expanded):  # pretokenized: pads already expanded
+                ids = ids0.ids.astype(np.int64)
+            else:
+                ids0 = np.asarray(ids0, dtype=np.int32)
+                problem = f.check_ids(ids0, k, 0)
+                if problem:
+                    raise PackMismatchError(f"pack {pack.key!r} sample {it.id!r}: {problem}")
+                ids = f.expand(ids0, tokens_per_image[gi:gi + k]).astype(np.int64)
             n_pad = int(np.count_nonzero(ids == f.image_token_id))
             n_feat = int(tokens_per_image[gi:gi + k].sum())
-            if n_pad != n_feat:  # cannot happen after expand; guards a family change
+            if n_pad != n_feat:  # pretokenized ids vs features of the decoded images (or a family change)
                 raise PackMismatchError(f"pack {pack.key!r} sample {it.id!r}: {n_pad} image tokens for "
                                         f"{n_feat} image features")
             if self.check_num_tokens and it.recorded_media:
