@@ -12,7 +12,6 @@ whatever the number of workers, which keeps the output byte-identical across wor
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -57,7 +56,7 @@ class MeasureResult:
     ``num_tokens``/``media_tokens`` int32 (tokens), ``num_media`` int16, ``kind`` int8 (0 text,
     1 image, 2 video), ``media_bytes`` int64 (bytes of the original media), ``line`` int64,
     ``offset`` int64 (bytes, in the decompressed input), ``rec_offset``/``rec_len`` int64 (bytes,
-    in the task's records part file), ``id_hash`` uint64 (first 8 bytes of blake2b of the id).
+    in the task's records part file).
     """
 
     index: int
@@ -72,7 +71,6 @@ class MeasureResult:
     offset: np.ndarray
     rec_offset: np.ndarray
     rec_len: np.ndarray
-    id_hash: np.ndarray
     rejections: list[Rejection] = field(default_factory=list)
     stats: ReadStats = field(default_factory=ReadStats)
     seconds_read: float = 0.0  # worker seconds reading + validating
@@ -82,12 +80,6 @@ class MeasureResult:
 def part_path(records_dir: str | Path, index: int) -> Path:
     """The records part file of task ``index``."""
     return Path(records_dir) / f"part-{index:06d}.jsonl"
-
-
-def id_hash(sample_id: str) -> int:
-    """64-bit hash of an id (blake2b, first 8 bytes, little-endian) for global duplicate checks."""
-    return int.from_bytes(hashlib.blake2b(sample_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
-                          "little")
 
 
 def canonical_record(sample: Sample) -> dict:
@@ -192,7 +184,6 @@ def run_task(task: MeasureTask) -> MeasureResult:
         line=np.array([s.locator.line for s in counted], dtype=np.int64),
         offset=np.array([s.locator.offset for s in counted], dtype=np.int64),
         rec_offset=rec_offset, rec_len=rec_len,
-        id_hash=np.array([id_hash(s.id) for s in counted], dtype=np.uint64),
         rejections=rejections, stats=stats, seconds_read=t1 - t0, seconds_count=t2 - t1,
     )
 

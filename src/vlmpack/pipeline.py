@@ -118,42 +118,28 @@ def _measure(cfg: PackConfig, run: Path, pool: Executor) -> list[MeasureResult]:
     return results  # type: ignore[return-value]
 
 
-def _duplicates(hashes: np.ndarray, ids: list[str]) -> np.ndarray:
-    """Indices of samples whose id occurred earlier (the first occurrence is kept)."""
-    order = np.argsort(hashes, kind="stable")
-    sh = hashes[order]
-    same = np.flatnonzero(sh[1:] == sh[:-1]) + 1
-    dups = []
-    for k in same.tolist():  # walk back to the first of the run of equal hashes, compare the strings
-        first = k - 1
-        while first > 0 and sh[first - 1] == sh[k]:
-            first -= 1
-        if any(ids[order[j]] == ids[order[k]] for j in range(first, k)):
-            dups.append(order[k])
-    return np.asarray(sorted(dups), dtype=np.int64)
-
-
 def build_manifest(cfg: PackConfig, results: list[MeasureResult]) -> tuple[pa.Table, list[Rejection]]:
     """Concatenate the task results into the manifest (valid, unique samples in input order)
     and the list of rejections, duplicates included."""
     ids = [i for r in results for i in r.ids]
     cat = {k: np.concatenate([getattr(r, k) for r in results]) if results else np.zeros(0)
            for k in ("num_tokens", "media_tokens", "num_media", "kind", "media_bytes", "line", "offset",
-                     "rec_offset", "rec_len", "id_hash")}
+                     "rec_offset", "rec_len")}
     file_idx = np.concatenate([np.full(len(r.ids), r.file_idx, np.int32) for r in results]) if results else np.zeros(0, np.int32)
     part = np.concatenate([np.full(len(r.ids), r.index, np.int32) for r in results]) if results else np.zeros(0, np.int32)
     rejections = [x for r in results for x in r.rejections]
-    dups = _duplicates(cat["id_hash"].astype(np.uint64), ids)
     first_seen: dict[str, int] = {}
-    for i, sid in enumerate(ids):
-        first_seen.setdefault(sid, i)
-    for d in dups.tolist():
-        f = first_seen[ids[d]]
-        rejections.append(Rejection(Locator(cfg.input[file_idx[d]], int(cat["line"][d]), int(cat["offset"][d])),
-                                    "duplicate_id", f"id {ids[d]!r} first seen at {cfg.input[file_idx[f]]}:"
-                                    f"{int(cat['line'][f])}", ids[d]))
+    dups = []
+    for i, sid in enumerate(ids):  # the first occurrence (in input order) is kept
+        f = first_seen.setdefault(sid, i)
+        if f == i:
+            continue
+        dups.append(i)
+        rejections.append(Rejection(Locator(cfg.input[file_idx[i]], int(cat["line"][i]), int(cat["offset"][i])),
+                                    "duplicate_id", f"id {sid!r} first seen at {cfg.input[file_idx[f]]}:"
+                                    f"{int(cat['line'][f])}", sid))
     keep = np.ones(len(ids), dtype=bool)
-    keep[dups] = False
+    keep[np.asarray(dups, dtype=np.int64)] = False
     table = pa.table({
         "id": pa.array([i for i, k in zip(ids, keep.tolist()) if k], pa.string()),
         "num_tokens": cat["num_tokens"][keep].astype(np.int32),
@@ -184,13 +170,21 @@ def _overlong_rejections(cfg: PackConfig, manifest: pa.Table, plan: PackPlan) ->
     out = []
     ids, ntok = manifest.column("id"), manifest.column("num_tokens")
     fidx, line, off = (manifest.column(c) for c in ("file_idx", "line", "offset"))
+    media_n, media_tok = manifest.column("num_media"), manifest.column("media_tokens")
     for i in plan.overlong.tolist():
         n = ntok[i].as_py()
         loc = Locator(cfg.input[fidx[i].as_py()], line[i].as_py(), off[i].as_py())
+        if n > cfg.seq_len:
+            why = f"{n} tokens > --seq-len {cfg.seq_len}"
+        else:  # fits in tokens, but not alone in a pack under a media budget or the padding rule
+            why = (f"{n} tokens, {media_n[i].as_py()} media, {media_tok[i].as_py()} media tokens do not fit one pack "
+                   f"(--seq-len {cfg.seq_len}, --max-media-per-pack {cfg.max_media_per_pack}, "
+                   f"--max-media-tokens-per-pack {cfg.max_media_tokens_per_pack}, "
+                   f"--pad-to-multiple-of {cfg.pad_to_multiple_of})")
         if cfg.overlong == "error":
-            raise OverlongError(f"sample {ids[i].as_py()!r} at {loc} has {n} tokens > --seq-len {cfg.seq_len} "
-                                f"({len(plan.overlong)} such samples); use --overlong drop or a larger --seq-len")
-        out.append(Rejection(loc, "overlong", f"{n} tokens > seq_len {cfg.seq_len}", ids[i].as_py()))
+            raise OverlongError(f"sample {ids[i].as_py()!r} at {loc}: {why} ({len(plan.overlong)} such samples); "
+                                "use --overlong drop or a larger --seq-len")
+        out.append(Rejection(loc, "overlong", why, ids[i].as_py()))
     return out
 
 
