@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from vlmpack.errors import ConfigError
-from vlmpack.packing import _bfd, _kernels
+from vlmpack.packing import _bfd, _fast, _kernels
 from vlmpack.packing.plan import PackPlan
 
 logger = logging.getLogger(__name__)
@@ -109,6 +109,9 @@ def _run(
         kd = _as_int_array(kinds, "kinds", n)
         groups = [kd == k for k in np.unique(kd)]
 
+    if kind == "bfd" and max_mc == _UNSET and max_mt == _UNSET and not group_by_kind:
+        arrays = _fast.plan(np.ascontiguousarray(eff), cap, max_n, order, seed)
+        return PackPlan(*arrays, capacity=cap, algorithm=kind)
     packable = eff <= cap
     if mc is not None and max_mc != _UNSET:
         packable &= mc <= max_mc
@@ -229,8 +232,17 @@ _COMMON = """
     Returns: a :class:`PackPlan`. Raises: ConfigError for invalid arrays or options.
     """
 
-bfd = _make("bfd", "Exact Best-Fit-Decreasing: each sample, longest first (ties by index), goes to the "
-            "feasible pack with the least residual capacity; O(n + L) via a capacity-indexed bitset." + _COMMON)
+bfd = _make(
+    "bfd",
+    "Best-Fit-Decreasing plus a documented refinement. Exact BFD: each sample, longest first (ties by "
+    "index), goes to the feasible pack with the least residual capacity; O(n + L) via a "
+    "capacity-indexed bitset. Refinement (token capacity and sample cap only, not with media budgets "
+    "or ``group_by_kind``): unless BFD already meets the L2 bound (or ceil(n/K) with a cap), the "
+    "exact-fill pass of ``_exact`` (pack-by-pack decreasing fill aiming at residual 0; with a cap it "
+    "spreads the small samples) is run and its plan kept only when it has strictly fewer packs; with "
+    "a cap the small-sample spreading BFD is also tried. So the result never has more packs than "
+    "plain BFD and is deterministic." + _COMMON,
+)
 ffd = _make("ffd", "First-Fit-Decreasing: longest first, each to the lowest-numbered feasible pack "
             "(max-segment tree, O(n log n))." + _COMMON)
 greedy_knapsack = _make(
