@@ -1,6 +1,7 @@
 """Benchmark of the packing engine against LightBinPack and binpacking (prints markdown tables).
 
-Usage: ``python bench/bench_plan.py [--sizes 1e5,1e6,1e7] [--caps 4096,8192,16384] [--reps 3]``.
+Usage: ``python bench/bench_plan.py [--sizes 1e5,1e6,1e7] [--caps 4096,8192,16384] [--reps 3]
+[--big-reps 1] [--binpacking-caps 8192]``.
 Needs ``pip install lightbinpack binpacking`` (the ``bench`` extra). Timings are the median of
 ``--reps`` runs on one core, JIT compile excluded (reported separately, measured in a subprocess
 with an empty numba cache); "RSS delta" is the peak resident-set growth during one call, sampled
@@ -107,6 +108,9 @@ def main() -> None:
     ap.add_argument("--dists", default=",".join(NAMES))
     ap.add_argument("--skip-peers", action="store_true")
     ap.add_argument("--binpacking-max-n", type=float, default=1e5, help="largest n for `binpacking` (slow)")
+    ap.add_argument("--binpacking-caps", default="8192", help="capacities for `binpacking` (pure Python, slow)")
+    ap.add_argument("--big-reps", type=int, default=1,
+                    help="repetitions at n >= 1e7 for everything but bfd and lightbinpack (slow baselines)")
     args = ap.parse_args()
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     caps = [int(c) for c in args.caps.split(",")]
@@ -140,14 +144,16 @@ def main() -> None:
                 total = int(fit.sum())
                 rows = []
                 for a in ALGORITHMS:
-                    plan, sec, mb = _measure(lambda a=a: plan_packs(lengths, cap, algorithm=a), args.reps)
+                    reps = args.reps if (a == "bfd" or n < 10_000_000) else args.big_reps
+                    plan, sec, mb = _measure(lambda a=a: plan_packs(lengths, cap, algorithm=a), reps)
                     rows.append((a, plan.num_packs, sec, mb))
                 if lightbinpack is not None and not args.skip_peers:
                     lst = fit.tolist()
                     packs, sec, mb = _measure(lambda: lightbinpack.obfd(lst, cap), args.reps)
                     rows.append(("lightbinpack.obfd", _count_lists(packs, fit, cap), sec, mb))
                     del packs, lst
-                if binpacking is not None and n <= args.binpacking_max_n and not args.skip_peers:
+                bp_caps = [int(c) for c in args.binpacking_caps.split(",")]
+                if binpacking is not None and n <= args.binpacking_max_n and cap in bp_caps and not args.skip_peers:
                     d = dict(enumerate(fit.tolist()))
                     packs, sec, mb = _measure(lambda: binpacking.to_constant_volume(d, cap), 1)
                     rows.append(("binpacking (1 run)", len(packs), sec, mb))
@@ -156,12 +162,13 @@ def main() -> None:
                           f"| {sec:.4f} | {mb:.1f} |", flush=True)
 
     print("\n## max_samples_per_pack=64 vs uncapped (bfd, n=1e6, L=16384)\n")
-    print("| dist | uncapped | capped 64 | extra % |\n|---|---|---|---|")
+    print("| dist | uncapped | capped 64 | extra % | capped seconds |\n|---|---|---|---|---|")
     for dist in args.dists.split(","):
         lengths = make(dist, 1_000_000, 16384)[0]
         a = plan_packs(lengths, 16384).num_packs
-        b = plan_packs(lengths, 16384, max_samples_per_pack=64).num_packs
-        print(f"| {dist} | {a} | {b} | {100 * (b - a) / a:.4f} |", flush=True)
+        capped, sec, _ = _measure(lambda: plan_packs(lengths, 16384, max_samples_per_pack=64), args.reps)
+        b = capped.num_packs
+        print(f"| {dist} | {a} | {b} | {100 * (b - a) / a:.4f} | {sec:.3f} |", flush=True)
 
     print("\n## StreamingPacker B=10,000, L=8192, n=1e6 (stream in input order)\n")
     print("| dist | packs | L1 | packs / L1 | seconds |\n|---|---|---|---|---|")
