@@ -191,7 +191,8 @@ def _markdown(rows: list[dict]) -> str:
            "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['T']} | {r['samples']} | {f(r['collate'])} | {f(r['mrope_numpy'])} | {f(r['mrope_hf'])} | "
-                   f"{f(r.get('full_text'))} | {f(r.get('pretokenized'))} | {f(r.get('tokenizer_only'))} | {f(r.get('dense'))} | "
+                   f"{f(r.get('full_text'))} | {f(r.get('pretokenized'))} | {f(r.get('tokenizer_only'))} | "
+                   f"{f(r.get('dense'))} | "
                    f"{r['collate_peak_B_per_tok']:.0f} |")
     return "\n".join(out)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -14,7 +15,8 @@ from vlmpack.errors import ConfigError
 @pytest.fixture()
 def base(tmp_path, model_dir):
     data = tmp_path / "d.jsonl"
-    data.write_text('{"id": "a", "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}\n')
+    turns = [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]
+    data.write_text(json.dumps({"id": "a", "conversations": turns}) + "\n")
     return {"input": [str(data)], "model": str(model_dir), "output": str(tmp_path / "out")}
 
 
@@ -59,7 +61,8 @@ def test_fingerprint_tracks_what_changes_the_bytes(base, model_dir, tmp_path):
 
 def test_cli_error_is_one_line_exit_2(base):
     proc = subprocess.run([sys.executable, "-m", "vlmpack", "pack", "--input", base["input"][0], "--model",
-                           base["model"], "--output", base["output"], "--seq-len", "-5"], capture_output=True, text=True)
+                           base["model"], "--output", base["output"], "--seq-len", "-5"],
+                          capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("vlmpack: error: invalid option 'seq_len'")
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -51,7 +51,8 @@ def pack(
     workers: Optional[int] = typer.Option(None, "--workers", "-j", help="processes [cores]"),
     executor: Optional[str] = typer.Option(None, "--executor", help="local|ray [local]"),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address, e.g. auto"),
-    overwrite: Optional[bool] = typer.Option(None, "--overwrite/--no-overwrite", help="replace another config's output"),
+    overwrite: Optional[bool] = typer.Option(None, "--overwrite/--no-overwrite",
+                                             help="replace another config's output"),
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress"),
 ) -> None:
     """Read, validate, count, plan and write packed shards + Energon metadata + report."""
@@ -64,7 +65,8 @@ def pack(
                       media_check=media_check, overlong=overlong, algorithm=algorithm,
                       max_samples_per_pack=max_samples_per_pack, max_media_per_pack=max_media_per_pack,
                       max_media_tokens_per_pack=max_media_tokens_per_pack, group_by_kind=group_by_kind,
-                      pad_to_multiple_of=pad_to_multiple_of, seed=seed, pretokenize=pretokenize, max_packs_per_shard=max_packs_per_shard,
+                      pad_to_multiple_of=pad_to_multiple_of, seed=seed, pretokenize=pretokenize,
+                      max_packs_per_shard=max_packs_per_shard,
                       max_shard_bytes=max_shard_bytes, workers=workers,
                       executor=executor, ray_address=ray_address, overwrite=overwrite, progress=progress)
     report = run_pack(cfg)

@@ -37,7 +37,7 @@ class PackConfig(BaseModel):
     input: list[str] = Field(min_length=1, description="JSONL files (plain, .gz, .zst)")
     output: str = Field(description="output directory: shards + Energon metadata + report")
     model: str = Field(description="local HF-format model directory (tokenizer, processor, config)")
-    media_root: str | None = Field(None, description="media paths are relative to it (default: the first input's folder)")
+    media_root: str | None = Field(None, description="media paths are relative to it (default: 1st input's folder)")
     seq_len: int = Field(8192, gt=0, description="capacity L of a pack, in tokens")
     input_schema: Literal["auto", "llava", "messages", "prompts"] = Field("auto", alias="schema")
     allow_absolute_media: bool = False

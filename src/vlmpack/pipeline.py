@@ -33,8 +33,8 @@ from tqdm import tqdm
 from vlmpack.config import PackConfig
 from vlmpack.energon.meta import write_metadata
 from vlmpack.errors import OverlongError, RunDirError
-from vlmpack.measure import MeasureResult, MeasureTask, run_task
 from vlmpack.executors import make_executor
+from vlmpack.measure import MeasureResult, MeasureTask, run_task
 from vlmpack.packing import PackPlan, plan_packs
 from vlmpack.readers import split_ranges
 from vlmpack.records import Locator, ReadStats, Rejection
@@ -78,7 +78,8 @@ def prepare_output(cfg: PackConfig, fingerprint: str) -> Path:
             raise RunDirError(f"{out} holds a run of another config (fingerprint {old[:12]} != {fingerprint[:12]}); "
                               "pass --overwrite to replace it or choose another --output")
     elif out.exists() and any(out.iterdir()) and not cfg.overwrite:
-        raise RunDirError(f"{out} is not empty and was not written by vlmpack; pass --overwrite or choose another --output")
+        raise RunDirError(f"{out} is not empty and was not written by vlmpack; "
+                          "pass --overwrite or choose another --output")
     if cfg.overwrite and out.exists():
         for p in out.iterdir():
             if p.name in _OWNED or p.name.startswith(cfg.shard_prefix + "-"):
@@ -122,11 +123,15 @@ def build_manifest(cfg: PackConfig, results: list[MeasureResult]) -> tuple[pa.Ta
     """Concatenate the task results into the manifest (valid, unique samples in input order)
     and the list of rejections, duplicates included."""
     ids = [i for r in results for i in r.ids]
-    cat = {k: np.concatenate([getattr(r, k) for r in results]) if results else np.zeros(0)
-           for k in ("num_tokens", "media_tokens", "num_media", "kind", "media_bytes", "line", "offset",
-                     "rec_offset", "rec_len")}
-    file_idx = np.concatenate([np.full(len(r.ids), r.file_idx, np.int32) for r in results]) if results else np.zeros(0, np.int32)
-    part = np.concatenate([np.full(len(r.ids), r.index, np.int32) for r in results]) if results else np.zeros(0, np.int32)
+
+    def cat(arrays: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+
+    names = ("num_tokens", "media_tokens", "num_media", "kind", "media_bytes", "line", "offset",
+             "rec_offset", "rec_len")
+    cols = {k: cat([getattr(r, k) for r in results]) for k in names}
+    file_idx = cat([np.full(len(r.ids), r.file_idx, np.int32) for r in results]).astype(np.int32)
+    part = cat([np.full(len(r.ids), r.index, np.int32) for r in results]).astype(np.int32)
     rejections = [x for r in results for x in r.rejections]
     first_seen: dict[str, int] = {}
     dups = []
@@ -135,21 +140,21 @@ def build_manifest(cfg: PackConfig, results: list[MeasureResult]) -> tuple[pa.Ta
         if f == i:
             continue
         dups.append(i)
-        rejections.append(Rejection(Locator(cfg.input[file_idx[i]], int(cat["line"][i]), int(cat["offset"][i])),
-                                    "duplicate_id", f"id {sid!r} first seen at {cfg.input[file_idx[f]]}:"
-                                    f"{int(cat['line'][f])}", sid))
+        loc = Locator(cfg.input[file_idx[i]], int(cols["line"][i]), int(cols["offset"][i]))
+        first = f"{cfg.input[file_idx[f]]}:{int(cols['line'][f])}"
+        rejections.append(Rejection(loc, "duplicate_id", f"id {sid!r} first seen at {first}", sid))
     keep = np.ones(len(ids), dtype=bool)
     keep[np.asarray(dups, dtype=np.int64)] = False
     table = pa.table({
         "id": pa.array([i for i, k in zip(ids, keep.tolist()) if k], pa.string()),
-        "num_tokens": cat["num_tokens"][keep].astype(np.int32),
-        "media_tokens": cat["media_tokens"][keep].astype(np.int32),
-        "num_media": cat["num_media"][keep].astype(np.int16),
-        "kind": cat["kind"][keep].astype(np.int8),
-        "media_bytes": cat["media_bytes"][keep].astype(np.int64),
-        "file_idx": file_idx[keep], "line": cat["line"][keep].astype(np.int64),
-        "offset": cat["offset"][keep].astype(np.int64), "part": part[keep],
-        "rec_offset": cat["rec_offset"][keep].astype(np.int64), "rec_len": cat["rec_len"][keep].astype(np.int64),
+        "num_tokens": cols["num_tokens"][keep].astype(np.int32),
+        "media_tokens": cols["media_tokens"][keep].astype(np.int32),
+        "num_media": cols["num_media"][keep].astype(np.int16),
+        "kind": cols["kind"][keep].astype(np.int8),
+        "media_bytes": cols["media_bytes"][keep].astype(np.int64),
+        "file_idx": file_idx[keep], "line": cols["line"][keep].astype(np.int64),
+        "offset": cols["offset"][keep].astype(np.int64), "part": part[keep],
+        "rec_offset": cols["rec_offset"][keep].astype(np.int64), "rec_len": cols["rec_len"][keep].astype(np.int64),
     })
     return table, rejections
 

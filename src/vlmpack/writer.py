@@ -153,7 +153,9 @@ def write_shard(task: ShardTask) -> ShardResult:
                 for j, members in enumerate(task.packs):
                     records = []
                     for part, off, length in members:
-                        fh = handles.get(part) or handles.setdefault(part, open(part_path(task.records_dir, part), "rb"))
+                        if part not in handles:
+                            handles[part] = open(part_path(task.records_dir, part), "rb")  # noqa: SIM115
+                        fh = handles[part]
                         fh.seek(off)
                         records.append(json.loads(fh.read(length)))
                     obj, media = build_pack(records, task.seq_len)

@@ -23,7 +23,7 @@ import numpy as np
 
 ENERGON_VERSION = "7.4.1"  # the on-disk format version these files were verified against
 
-SAMPLE_LOADER_SOURCE = '''"""vlmpack sample loader (written by vlmpack): raw tar parts of one pack -> VlmpackPack fields."""
+SAMPLE_LOADER_SOURCE = '''"""vlmpack sample loader (written by vlmpack): tar parts of one pack -> VlmpackPack fields."""
 import io
 
 
