@@ -117,9 +117,10 @@ def test_mrope_per_sample_equals_get_rope_index_alone(raw_packs, model_dir, coll
 
 
 def test_pixel_values_in_sample_order_like_the_processor(raw_packs, collator, fam):
-    from transformers.image_utils import load_image
     import io
+
     from PIL import Image
+    from transformers.image_utils import load_image
 
     raw = _with_images(raw_packs, 3)[0]
     meta = json.loads(raw["json"])
