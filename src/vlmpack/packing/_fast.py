@@ -1,16 +1,18 @@
 """The fast path of ``bfd`` (token capacity and optional sample cap only; no media budgets, no
-kind groups): histogram sort, exact BFD, the exact-fill refinement, and a fused output build.
+kind groups): size histogram, the exact-fill refinement and its tail repair, exact BFD with a
+proof-based early stop, and the output build.
 
 Memory traffic is what costs at n = 1e7, so:
 
-* the counting sort reads ``lengths`` once to count and once to scatter (int32 indices);
-* BFD walks the size histogram (the length of the t-th sorted item is implied, never re-read)
-  and records the pack of each *sorted position* sequentially (int32);
-* the output is built in two passes: a scatter ``pack_ids[items[t]] = new_id[ps[t]]`` and one
-  pass in sample order that fills the CSR ``order`` (so each pack lists ascending indices);
-  offsets and ``pack_tokens`` come from the per-pack counters of the kernels (no bincount).
+* the lengths are only counted (a size histogram); the sorted order (decreasing size, ties by
+  ascending index) is never materialised: the sorted position of a sample is implied by its
+  size and the number of earlier samples of that size;
+* the kernels walk the histogram and record the pack of each *sorted position* (int32);
+* the output is built in two sequential passes in sample order: ``pack_ids[i]`` from a cursor
+  per size, then the CSR ``order`` (so each pack lists ascending indices); offsets and
+  ``pack_tokens`` come from the per-pack counters of the kernels (no bincount).
 
-Peak extra memory: items, ps (int32, 4 B each per sample, plus 4 B for the refinement's ps),
+Peak extra memory: ps (int32, 4 B per sample, 8 B while the refinement and BFD both exist)
 and the two int64 outputs: < 30 bytes per sample.
 """
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from vlmpack.packing import _bfd, _exact
+from vlmpack.packing import _bfd, _exact, _tail
 
 PAIR_TRIES = 32  # candidates of the pair completion of the exact fill (see _exact)
 
@@ -67,9 +69,28 @@ def bfd_hist(cnt, cap, max_n, table):
     Same rule and tie-breaking as ``_bfd.bfd_plain``. Returns (ps int32 ``[m]`` pack of each
     sorted position, fill int64 ``[P]``, size int64 ``[P]``, P).
     """
+    return bfd_hist_until(cnt, cap, max_n, table, np.int64(2**62))
+
+
+@njit(cache=True)
+def bfd_hist_until(cnt, cap, max_n, table, stop):
+    """:func:`bfd_hist` that gives up (returns P = -1) once it provably needs ``>= stop`` packs.
+
+    Certificate: BFD never takes items out of a pack, so a residual smaller than the smallest
+    positive size ``smin`` (or the residual of a pack closed at ``max_n`` samples) stays empty to
+    the end. With ``D`` the sum of such dead residuals so far and ``V`` the total volume, the
+    final plan has ``P * L >= V + D`` tokens of room, so ``ceil((V + D) / L) >= stop`` (or
+    ``stop`` packs already open) proves that BFD cannot beat a plan of ``stop`` packs.
+    """
     m = 0
+    vol = 0
+    smin = cap + 1
     for v in range(cap + 1):
         m += cnt[v]
+        vol += cnt[v] * v
+        if v > 0 and cnt[v] > 0 and v < smin:
+            smin = v
+    dead = 0
     ps = np.empty(m, np.int32)
     nwords = (cap >> 6) + 1
     bits = np.zeros(nwords, np.int64)
@@ -87,6 +108,8 @@ def bfd_hist(cnt, cap, max_n, table):
             if r < 0:
                 p = npacks
                 npacks += 1
+                if npacks >= stop:
+                    return ps, fill[:0].copy(), size[:0].copy(), -1
                 nr = cap - s
                 fill[p] = s
                 size[p] = 1
@@ -100,7 +123,12 @@ def bfd_hist(cnt, cap, max_n, table):
                 size[p] += 1
             ps[t] = p
             t += 1
-            if size[p] >= max_n:
+            full = size[p] >= max_n
+            if (s > 0 and nr < smin) or (full and nr >= smin):  # the residual dies (once)
+                dead += nr
+                if npacks >= stop or (vol + dead + cap - 1) // cap >= stop:
+                    return ps, fill[:0].copy(), size[:0].copy(), -1
+            if full:
                 continue
             if head[nr] < 0:
                 _bfd._bit_set(bits, summ, nr)
@@ -158,13 +186,41 @@ def l2_hist(cnt, cap):
 
 
 @njit(cache=True)
-def build(items, ps, fill, size, new_id, pack_ids):
-    """Fused output build: ``pack_ids[items[t]] = new_id[ps[t]]``, then the CSR.
+def hist_count(eff, cap):
+    """Size histogram of the samples that fit: (cnt int64 ``[cap+1]``, overlong int64 ascending).
 
-    Returns (offsets int64 ``[P+1]``, order int64 ``[m]`` ascending within each pack,
-    pack_tokens int64 ``[P]``); ``pack_ids`` (int64 ``[n]``, overlong already -1) is filled.
+    One read of ``eff`` (a second one only to list the overlong samples, when there are any)."""
+    n = eff.shape[0]
+    cnt = np.zeros(cap + 1, np.int64)
+    nover = 0
+    for i in range(n):
+        v = eff[i]
+        if v <= cap:
+            cnt[v] += 1
+        else:
+            nover += 1
+    over = np.empty(nover, np.int64)
+    if nover:
+        k = 0
+        for i in range(n):
+            if eff[i] > cap:
+                over[k] = i
+                k += 1
+    return cnt, over
+
+
+@njit(cache=True)
+def build(eff, cap, seg, ps, fill, size, new_id):
+    """Output build in two sequential passes in sample order (no sorted index array needed).
+
+    The sorted position of sample ``i`` is implied by the stable counting sort (``seg[v]`` =
+    first position of size ``v``, then one more per earlier sample of that size), so pass 1
+    writes ``pack_ids[i] = new_id[ps[pos]]`` and pass 2 the CSR slot of ``i`` (packs list
+    ascending indices). Returns (pack_ids int64 ``[n]`` with -1 for overlong,
+    offsets int64 ``[P+1]``, order int64 ``[m]``, pack_tokens int64 ``[P]``).
     """
     npk = fill.shape[0]
+    n = eff.shape[0]
     offsets = np.empty(npk + 1, np.int64)
     tokens = np.empty(npk, np.int64)
     cur = np.empty(npk, np.int32)  # int32 (m < 2**31): half the cache footprint of the cursors
@@ -180,26 +236,37 @@ def build(items, ps, fill, size, new_id, pack_ids):
         cur[q] = acc
         acc += c
         offsets[q + 1] = acc
-    m = items.shape[0]
-    for t in range(m):
-        pack_ids[items[t]] = nid[ps[t]]
-    order = np.empty(m, np.int64)
-    for i in range(pack_ids.shape[0]):
+    pos = seg.astype(np.int32)
+    pack_ids = np.empty(n, np.int64)
+    for i in range(n):
+        v = eff[i]
+        if v > cap:
+            pack_ids[i] = -1
+        else:
+            pack_ids[i] = nid[ps[pos[v]]]
+            pos[v] += 1
+    order = np.empty(acc, np.int64)
+    for i in range(n):  # a second pass: shorter dependency chains than one fused pass (measured)
         q = pack_ids[i]
         if q >= 0:
             order[cur[q]] = i
             cur[q] += 1
-    return offsets, order, tokens
+    return pack_ids, offsets, order, tokens
 
 
 @njit(cache=True)
-def first_seen(items, ps, npk, n):
-    """Pack renumbering by the smallest sample index of each pack (order="input")."""
+def first_seen(eff, cap, seg, ps, npk):
+    """Smallest sample index of each pack (for order="input"), positions as in :func:`build`."""
+    n = eff.shape[0]
     first = np.full(npk, n, np.int64)
-    for t in range(items.shape[0]):
-        p = ps[t]
-        i = items[t]
-        if i < first[p]:
+    pos = seg.astype(np.int32)
+    for i in range(n):
+        v = eff[i]
+        if v > cap:
+            continue
+        p = ps[pos[v]]
+        pos[v] += 1
+        if first[p] == n:
             first[p] = i
     return first
 
@@ -208,37 +275,48 @@ def plan(eff: np.ndarray, cap: int, max_n: int, order: str, seed: int | None) ->
     """The ``bfd`` fast path. eff: int64 ``[n]`` rounded lengths; max_n: sample cap (huge if
     unset). Returns (pack_ids, offsets, order, overlong, pack_tokens), all int64.
 
-    Result: the exact-fill refinement when it meets the lower bound ``max(L2, ceil(m / K))`` (then
-    no plan has fewer packs, plain BFD included); otherwise exact BFD is run too and the
-    refinement is kept only when it has strictly fewer packs. With a sample cap the small-sample
-    spreading BFD (``algorithms._bfd_capped``) is tried last when still above the bound.
+    Candidates, in order, each tried only while the best plan so far is above the lower bound
+    ``lb = max(L2, ceil(m / K))`` (a plan at ``lb`` is optimal in pack count):
+
+    1. the exact-fill refinement (``_exact``);
+    2. its tail repair (``_tail.repair``), kept when it has strictly fewer packs;
+    3. exact BFD, stopped as soon as its dead residuals prove it needs at least as many packs
+       (``bfd_hist_until``); kept when it finishes (then it has strictly fewer);
+    4. with a sample cap, the small-sample spreading BFD (``algorithms._bfd_capped``), kept when
+       strictly better.
+
+    So the result never has more packs than plain BFD, and it is deterministic.
     """
     from vlmpack.packing.algorithms import _UNSET, _bfd_capped
 
-    n = eff.shape[0]
-    pack_ids = np.empty(n, np.int64)
-    items, cnt, overlong = hist_sort(eff, cap, pack_ids)
-    m = items.shape[0]
+    table = _bfd.DEBRUIJN_TABLE
+    cnt, overlong = hist_count(eff, cap)
+    m = int(cnt.sum())
     nzero = int(cnt[0])
     lb = max(int(l2_hist(cnt, cap)), -(-m // int(min(max_n, m + 1)))) if m else 0
+    seg = np.empty(cap + 1, np.int64)
+    seg[::-1] = np.concatenate(([0], np.cumsum(cnt[::-1])[:-1]))
     best = None
     if m > nzero:
-        seg = np.empty(cap + 1, np.int64)
-        seg[::-1] = np.concatenate(([0], np.cumsum(cnt[::-1])[:-1]))
         c2 = cnt.copy()
         c2[0] = 0
-        ps2, f2, s2, p2 = _exact.exact_fill(c2, seg, cap, max_n, PAIR_TRIES, _bfd.DEBRUIJN_TABLE)
+        ps2, f2, s2, p2 = _exact.exact_fill(c2, seg, cap, max_n, PAIR_TRIES, table)
+        if p2 > lb:
+            nbig = int(cnt[cap // 2 + 1 :].sum())
+            f2, s2, p2 = _tail.repair(c2, seg, cap, ps2, f2, s2, nbig, max_n, PAIR_TRIES, table)
         if nzero:
             ps2 = np.concatenate((ps2, np.empty(nzero, np.int32)))
             f2, s2, p2 = add_zeros(ps2, f2, s2, m - nzero, nzero, max_n)
         best = (ps2, f2, s2, int(p2))
-    if best is None or best[3] > lb:  # not provably optimal: plain BFD, kept on ties
-        ps, fill, size, npk = bfd_hist(cnt, cap, max_n, _bfd.DEBRUIJN_TABLE)
-        if best is None or npk <= best[3]:
+    if best is None or best[3] > lb:  # not provably optimal: plain BFD unless provably not better
+        stop = np.int64(2**62) if best is None else np.int64(best[3])
+        ps, fill, size, npk = bfd_hist_until(cnt, cap, max_n, table, stop)
+        if npk >= 0:  # finished, so strictly fewer packs than the refinement
             best = (ps, fill, size, int(npk))
     ps, fill, size, npk = best
     if max_n != _UNSET and npk > lb:
-        po, p3 = _bfd_capped(eff, items, cap, np.int64(max_n), n)
+        items = hist_sort(eff, cap, np.empty(eff.shape[0], np.int64))[0]
+        po, p3 = _bfd_capped(eff, items, cap, np.int64(max_n), eff.shape[0])
         if p3 < npk:  # the spreading pass wins: rebuild per-pack arrays from its pack_of
             ps = po[items]
             fill = np.bincount(ps, weights=eff[items], minlength=p3).astype(np.int64)
@@ -252,8 +330,8 @@ def plan(eff: np.ndarray, cap: int, max_n: int, order: str, seed: int | None) ->
         new_id = np.empty(npk, dtype=np.int64)
         new_id[perm] = np.arange(npk, dtype=np.int64)
     else:
-        rank = np.argsort(first_seen(items, ps, npk, n), kind="stable")
+        rank = np.argsort(first_seen(eff, cap, seg, ps, npk), kind="stable")
         new_id = np.empty(npk, dtype=np.int64)
         new_id[rank] = np.arange(npk, dtype=np.int64)
-    offsets, ordr, tokens = build(items, ps, fill, size, new_id, pack_ids)
+    pack_ids, offsets, ordr, tokens = build(eff, cap, seg, ps, fill, size, new_id)
     return pack_ids, offsets, ordr, overlong, tokens

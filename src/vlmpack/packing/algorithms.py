@@ -237,11 +237,12 @@ bfd = _make(
     "Best-Fit-Decreasing plus a documented refinement. Exact BFD: each sample, longest first (ties by "
     "index), goes to the feasible pack with the least residual capacity; O(n + L) via a "
     "capacity-indexed bitset. Refinement (token capacity and sample cap only, not with media budgets "
-    "or ``group_by_kind``): unless BFD already meets the L2 bound (or ceil(n/K) with a cap), the "
-    "exact-fill pass of ``_exact`` (pack-by-pack decreasing fill aiming at residual 0; with a cap it "
-    "spreads the small samples) is run and its plan kept only when it has strictly fewer packs; with "
-    "a cap the small-sample spreading BFD is also tried. So the result never has more packs than "
-    "plain BFD and is deterministic." + _COMMON,
+    "or ``group_by_kind``): the exact-fill pass of ``_exact`` (pack-by-pack decreasing fill aiming at "
+    "residual 0; with a cap it spreads the small samples), then, while above the lower bound "
+    "max(L2, ceil(n/K)), the tail repair of ``_tail`` (the last packs re-packed consuming sizes "
+    "evenly) and exact BFD (stopped once its dead residuals prove it cannot need fewer packs; kept "
+    "when it finishes); with a cap the small-sample spreading BFD is also tried. So the result never "
+    "has more packs than plain BFD and is deterministic." + _COMMON,
 )
 ffd = _make("ffd", "First-Fit-Decreasing: longest first, each to the lowest-numbered feasible pack "
             "(max-segment tree, O(n log n))." + _COMMON)

@@ -253,7 +253,8 @@ def select_samples_to_pack(
         if on_overlong == "error":
             raise OverlongError(
                 f"{plan.overlong.size} samples in the packing buffer fit no pack of {capacity} tokens "
-                f"(first at buffer position {int(plan.overlong[0])}); filter them before packing or pass on_overlong='drop'"
+                f"(first at buffer position {int(plan.overlong[0])}); filter them before packing "
+                "or pass on_overlong='drop'"
             )
         logger.warning("dropping %d samples that fit no pack of %d tokens", plan.overlong.size, capacity)
     return [[samples[int(i)] for i in pack] for pack in plan.packs()]
