@@ -11,16 +11,15 @@ consuming the sizes *evenly* so that the band stays wide until the very end:
    largest first) closes it;
 3. otherwise the *most abundant* size ``s`` in ``[smin, min(R - smin, smax)]`` (ties: smaller
    size, measured better than larger: image L = 4096 L2 + 1 instead of + 2 at n = 1e6, + 1
-   instead of + 4 at 1e7) is taken, lowered to the most abundant ``s <= R - k*smin`` when ``R - s`` would fall in a
-   gap ``((k-1)*smax, k*smin)`` of the reachable sums (as in ``_exact``);
+   instead of + 4 at 1e7) is taken, lowered to the most abundant ``s <= R - k*smin`` when
+   ``R - s`` would fall in a gap ``((k-1)*smax, k*smin)`` of the reachable sums (as ``_exact``);
 4. when ``R < 2*smin``, the largest ``s <= R`` (the pack ends with a residual below ``smin``).
 
-Taking the most abundant size levels the size histogram, so all sizes run out together: the
-pool behaves like the "sum-of-squares" rule's perfectly packable discrete distributions
-(Csirik, Johnson, Kenyon, Orlin, Shor, Weber, "On the sum-of-squares algorithm for bin
-packing", J. ACM 53 (2006)) where a balanced consumption keeps the expected waste O(1) per
-distinct size, instead of the narrow-band tail of a decreasing order. It is a cutting-stock
-style "pattern" choice made greedily pack by pack. "Most abundant in a range" is a query on a
+Taking the most abundant size levels the size histogram, so all sizes run out together. This
+is a heuristic, measured rather than proven: a greedy, pack-by-pack "pattern" choice in
+cutting-stock terms, inspired by (not an implementation of) the balanced consumption of the
+sum-of-squares rule (Csirik, Johnson, Kenyon, Orlin, Shor, Weber, "On the sum-of-squares
+algorithm for bin packing", J. ACM 53 (2006)). "Most abundant in a range" is a query on a
 max segment tree over sizes, O(log L) per pick. Deterministic (ties to the smaller size, items of
 one size taken in sorted-position order). With a sample cap, a pack with one slot left takes
 only an exact fit or the largest size that fits.
