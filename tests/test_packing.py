@@ -121,8 +121,8 @@ def _reference_bfd(lengths: list[int], cap: int, max_n: int | None = None) -> li
 
 def _plain_bfd(lengths: np.ndarray, cap: int, max_n: int | None = None) -> tuple[np.ndarray, int, np.ndarray]:
     """The fast path's exact-BFD kernel alone: (fills int64 [P], P, items sorted decreasing)."""
-    pack_ids = np.empty(lengths.shape[0], np.int64)
-    items, cnt, _ = _fast.hist_sort(lengths, cap, pack_ids)
+    items = _fast.hist_sort(lengths, cap)
+    cnt, _ = _fast.hist_count(lengths, cap)
     k = np.int64(2**62 if max_n is None else max_n)
     _, fill, _, p = _fast.bfd_hist(cnt, cap, k, _bfd.DEBRUIJN_TABLE)
     return fill, int(p), items

@@ -27,39 +27,25 @@ PAIR_TRIES = 32  # candidates of the pair completion of the exact fill (see _exa
 
 
 @njit(cache=True)
-def hist_sort(eff, cap, pack_ids):
-    """Counting sort by decreasing length, ties by ascending index.
+def hist_sort(eff, cap):
+    """Counting sort by decreasing length, ties by ascending index (the BFD item order).
 
-    eff: int64 ``[n]``; pack_ids: int64 ``[n]`` output, set to -1 for overlong samples.
-    Returns (items int32 ``[m]``, cnt int64 ``[cap+1]`` histogram, overlong int64 ascending).
+    eff: int64 ``[n]``. Returns items int32 ``[m]``: the indices of the samples that fit
+    (``eff <= cap``), longest first; overlong samples are left out (see :func:`hist_count`).
     """
-    n = eff.shape[0]
-    cnt = np.zeros(cap + 1, np.int64)
-    nover = 0
-    for i in range(n):
-        v = eff[i]
-        if v <= cap:
-            cnt[v] += 1
-        else:
-            nover += 1
+    cnt, _ = hist_count(eff, cap)
     start = np.empty(cap + 1, np.int64)
     acc = 0
     for v in range(cap, -1, -1):
         start[v] = acc
         acc += cnt[v]
     items = np.empty(acc, np.int32)
-    over = np.empty(nover, np.int64)
-    k = 0
-    for i in range(n):
+    for i in range(eff.shape[0]):
         v = eff[i]
         if v <= cap:
             items[start[v]] = i
             start[v] += 1
-        else:
-            over[k] = i
-            k += 1
-            pack_ids[i] = -1
-    return items, cnt, over
+    return items
 
 
 @njit(cache=True)
@@ -315,7 +301,7 @@ def plan(eff: np.ndarray, cap: int, max_n: int, order: str, seed: int | None) ->
             best = (ps, fill, size, int(npk))
     ps, fill, size, npk = best
     if max_n != _UNSET and npk > lb:
-        items = hist_sort(eff, cap, np.empty(eff.shape[0], np.int64))[0]
+        items = hist_sort(eff, cap)
         po, p3 = _bfd_capped(eff, items, cap, np.int64(max_n), eff.shape[0])
         if p3 < npk:  # the spreading pass wins: rebuild per-pack arrays from its pack_of
             ps = po[items]
