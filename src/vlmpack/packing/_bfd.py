@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from vlmpack.packing._kernels import min_positive
+
 _DEBRUIJN = 0x03F79D71B4CA8B09
 
 
@@ -226,11 +228,7 @@ def bfd_constrained(eff, mc, mt, items, cap, max_n, max_mc, max_mt, n, table):
     cnt = np.zeros(sz, dtype=np.int64)
     pmc = np.zeros(sz, dtype=np.int64)
     pmt = np.zeros(sz, dtype=np.int64)
-    min_mt = 0  # smallest positive media-token count (0: none)
-    for t in range(m):
-        v = mt[items[t]]
-        if v > 0 and (min_mt == 0 or v < min_mt):
-            min_mt = v
+    min_mt = min_positive(mt, items)  # smallest positive media-token count (0: none)
     npacks = 0
     for t in range(m):
         i = items[t]

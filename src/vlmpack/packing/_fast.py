@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from vlmpack.packing import _bfd, _exact, _tail
+from vlmpack.packing import _bfd, _exact, _kernels, _tail
 
 PAIR_TRIES = 32  # candidates of the pair completion of the exact fill (see _exact)
 
@@ -308,16 +308,6 @@ def plan(eff: np.ndarray, cap: int, max_n: int, order: str, seed: int | None) ->
             fill = np.bincount(ps, weights=eff[items], minlength=p3).astype(np.int64)
             size = np.bincount(ps, minlength=p3).astype(np.int64)
             npk = p3
-    if order == "creation" or npk == 0:
-        new_id = np.arange(npk, dtype=np.int64)
-    elif order == "shuffle":
-        rng = np.random.Generator(np.random.PCG64(0 if seed is None else int(seed)))
-        perm = rng.permutation(npk)
-        new_id = np.empty(npk, dtype=np.int64)
-        new_id[perm] = np.arange(npk, dtype=np.int64)
-    else:
-        rank = np.argsort(first_seen(eff, cap, seg, ps, npk), kind="stable")
-        new_id = np.empty(npk, dtype=np.int64)
-        new_id[rank] = np.arange(npk, dtype=np.int64)
+    new_id = _kernels.pack_renumbering(npk, order, seed, lambda: first_seen(eff, cap, seg, ps, npk))
     pack_ids, offsets, ordr, tokens = build(eff, cap, seg, ps, fill, size, new_id)
     return pack_ids, offsets, ordr, overlong, tokens

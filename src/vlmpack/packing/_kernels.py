@@ -8,8 +8,29 @@ returns ``(pack_of int32 [n], number of packs)`` with -1 for samples not placed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numba import njit
+
+
+def pack_renumbering(npacks: int, order: str, seed: int | None, first_member: Callable[[], np.ndarray]) -> np.ndarray:
+    """New id of each pack (int64 ``[npacks]``) for the pack order ``order``.
+
+    ``"creation"``: as the algorithm opened them; ``"shuffle"``: a permutation from
+    ``numpy.random.PCG64(seed or 0)`` (same on any machine); ``"input"``: by the smallest sample
+    index of each pack, which ``first_member()`` returns (int ``[npacks]``; called only here).
+    """
+    if order == "creation" or npacks == 0:
+        return np.arange(npacks, dtype=np.int64)
+    if order == "shuffle":
+        rng = np.random.Generator(np.random.PCG64(0 if seed is None else int(seed)))
+        rank = rng.permutation(npacks)
+    else:
+        rank = np.argsort(first_member(), kind="stable")
+    new_id = np.empty(npacks, dtype=np.int64)
+    new_id[rank] = np.arange(npacks, dtype=np.int64)
+    return new_id
 
 
 @njit(cache=True, inline="always")
@@ -89,6 +110,18 @@ def first_fit_tree(eff, mc, mt, items, cap, max_n, max_mc, max_mt, n):
 
 
 @njit(cache=True)
+def min_positive(values, items):
+    """Smallest positive ``values[i]`` over ``i`` in ``items`` (0 when none is positive), e.g. the
+    smallest media-token count: a pack that cannot take even that many more is full for media."""
+    best = 0
+    for t in range(items.shape[0]):
+        v = values[items[t]]
+        if v > 0 and (best == 0 or v < best):
+            best = v
+    return best
+
+
+@njit(cache=True)
 def _sift_up(heap, pos, key, k):
     p = heap[k]
     while k > 0:
@@ -164,11 +197,7 @@ def greedy_knapsack(eff, mc, mt, items, cap, max_n, max_mc, max_mt, n):
     pmc = np.zeros(sz, dtype=np.int64)
     pmt = np.zeros(sz, dtype=np.int64)
     stack = np.empty(sz + 1, dtype=np.int64)
-    min_mt = 0
-    for t in range(m):
-        v = mt[items[t]]
-        if v > 0 and (min_mt == 0 or v < min_mt):
-            min_mt = v
+    min_mt = min_positive(mt, items)
     npacks = 0
     for t in range(m):
         i = items[t]

@@ -191,19 +191,11 @@ def _finish(
     pack_of: np.ndarray, npacks: int, eff: np.ndarray, overlong: np.ndarray, cap: int, name: str,
     order: str, seed: int | None,
 ) -> PackPlan:
-    if order == "creation" or npacks == 0:
-        new_id = np.arange(npacks, dtype=np.int64)
-    elif order == "shuffle":
-        rng = np.random.Generator(np.random.PCG64(0 if seed is None else int(seed)))
-        perm = rng.permutation(npacks)
-        new_id = np.empty(npacks, dtype=np.int64)
-        new_id[perm] = np.arange(npacks, dtype=np.int64)
-    else:  # "input": by the smallest sample index of each pack
+    def first_member() -> np.ndarray:  # smallest sample index of each pack
         offsets, ordr = _kernels.csr(pack_of, npacks)
-        first = ordr[offsets[:-1]]
-        rank = np.argsort(first, kind="stable")
-        new_id = np.empty(npacks, dtype=np.int64)
-        new_id[rank] = np.arange(npacks, dtype=np.int64)
+        return ordr[offsets[:-1]]
+
+    new_id = _kernels.pack_renumbering(npacks, order, seed, first_member)
     pack_ids, tokens = _kernels.relabel(pack_of, new_id, eff, npacks)
     offsets, ordr = _kernels.csr(pack_ids, npacks)
     return PackPlan(pack_ids, offsets, ordr, overlong, tokens, capacity=cap, algorithm=name)
