@@ -161,9 +161,14 @@ def test_killed_run_resumes_to_the_same_bytes(packed4096, tmp_path, real_data, m
     proc.wait()
     written = len(list(target.glob("*.tar")))
     assert 0 < written < len(list(out.glob("*.tar")))
+    finished = {m.name[:-5]: (target / m.name[:-5]).stat().st_mtime_ns
+                for m in (target / ".vlmpack" / "shards").glob("*.json")}
+    assert finished  # with one worker, a second shard on disk means the first one's marker is written
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert _shard_hashes(target) == _shard_hashes(out)
+    # shards finished before the kill are kept, not written again
+    assert {n: (target / n).stat().st_mtime_ns for n in finished} == finished
 
 
 def test_other_config_in_same_output_is_refused(packed4096, real_data, model_dir):

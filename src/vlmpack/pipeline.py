@@ -48,16 +48,15 @@ TASK_BYTES = 2 << 20  # input bytes per measure task (fixed: the output must not
 _OWNED = ("rejects.jsonl", "report.json", ".nv-meta", RUN_DIR)
 
 
-def _run_all(pool: Executor, fn, tasks: list, *, desc: str, weights: list[int], unit: str, show: bool) -> list:
-    """Run ``fn`` over ``tasks`` and return the results in task order, with a progress bar."""
-    results = [None] * len(tasks)
+def _run_all(pool: Executor, fn, tasks: list, *, done, desc: str, weights: list[int], unit: str, show: bool) -> None:
+    """Run ``fn`` over ``tasks`` with a progress bar; ``done(task, result)`` is called as each task
+    finishes (so its result is saved at once and a killed run does not redo it)."""
     with tqdm(total=sum(weights), desc=desc, unit=unit, unit_scale=True, disable=not show, leave=False) as bar:
         futures = {pool.submit(fn, t): i for i, t in enumerate(tasks)}
         for fut in as_completed(futures):
             i = futures[fut]
-            results[i] = fut.result()
+            done(tasks[i], fut.result())
             bar.update(weights[i])
-    return results
 
 
 # ---------------------------------------------------------------------------------------- run dir
@@ -109,13 +108,15 @@ def _measure(cfg: PackConfig, run: Path, pool: Executor) -> list[MeasureResult]:
             results[t.index] = pickle.loads(done.read_bytes())
         else:
             todo.append(t)
-    fresh = _run_all(pool, run_task, todo, desc="count", weights=[weights[t.index] for t in todo], unit="B",
-                     show=cfg.progress)
-    for t, r in zip(todo, fresh):
+
+    def save(t: MeasureTask, r: MeasureResult) -> None:
         tmp = run / "records" / f"part-{t.index:06d}.result.tmp"
         tmp.write_bytes(pickle.dumps(r))
         os.replace(tmp, run / "records" / f"part-{t.index:06d}.result.pkl")
         results[t.index] = r
+
+    _run_all(pool, run_task, todo, done=save, desc="count", weights=[weights[t.index] for t in todo], unit="B",
+             show=cfg.progress)
     return results  # type: ignore[return-value]
 
 
@@ -223,11 +224,13 @@ def _write(cfg: PackConfig, run: Path, tasks: list[ShardTask], pool: Executor) -
             results[t.index] = ShardResult(**json.loads(marker.read_text()))
         else:
             todo.append(t)
-    fresh = _run_all(pool, write_shard, todo, desc="write", weights=[len(t.packs) for t in todo], unit="pack",
-                     show=cfg.progress)
-    for t, r in zip(todo, fresh):
+
+    def save(t: ShardTask, r: ShardResult) -> None:
         (run / "shards" / (t.name + ".json")).write_text(json.dumps(asdict(r)))
         results[t.index] = r
+
+    _run_all(pool, write_shard, todo, done=save, desc="write", weights=[len(t.packs) for t in todo], unit="pack",
+             show=cfg.progress)
     return results  # type: ignore[return-value]
 
 
