@@ -52,11 +52,20 @@ def _run_all(pool: Executor, fn, tasks: list, *, done, desc: str, weights: list[
     """Run ``fn`` over ``tasks`` with a progress bar; ``done(task, result)`` is called as each task
     finishes (so its result is saved at once and a killed run does not redo it)."""
     with tqdm(total=sum(weights), desc=desc, unit=unit, unit_scale=True, disable=not show, leave=False) as bar:
-        futures = {pool.submit(fn, t): i for i, t in enumerate(tasks)}
-        for fut in as_completed(futures):
-            i = futures[fut]
+
+        def finish(i: int, fut) -> None:
             done(tasks[i], fut.result())
             bar.update(weights[i])
+
+        pending = {}
+        for i, t in enumerate(tasks):
+            fut = pool.submit(fn, t)
+            if fut.done():  # the in-process executor runs the task inside submit()
+                finish(i, fut)
+            else:
+                pending[fut] = i
+        for fut in as_completed(pending):
+            finish(pending[fut], fut)
 
 
 # ---------------------------------------------------------------------------------------- run dir
