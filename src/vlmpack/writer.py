@@ -93,6 +93,24 @@ def estimate_pack_bytes(offsets: np.ndarray, order: np.ndarray, rec_len: np.ndar
     return sums.astype(np.int64) + _TAR_OVERHEAD
 
 
+class _HashingWriter:
+    """A write-only file wrapper that keeps the sha256 and size (bytes) of what passes through,
+    so a shard's hash needs no second read. Offers what ``tarfile`` uses: ``write`` and ``tell``."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data) -> int:
+        self.sha256.update(data)
+        self.size += len(data)
+        return self.raw.write(data)
+
+    def tell(self) -> int:
+        return self.size
+
+
 def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
     ti = tarfile.TarInfo(name)
     ti.size = size
@@ -148,7 +166,8 @@ def write_shard(task: ShardTask) -> ShardResult:
     n_samples = n_tokens = 0
     handles: dict[int, object] = {}
     try:
-        with open(tmp, "wb") as f:
+        with open(tmp, "wb") as raw:
+            f = _HashingWriter(raw)
             with tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tf:
                 for j, members in enumerate(task.packs):
                     records = []
@@ -172,15 +191,11 @@ def write_shard(task: ShardTask) -> ShardResult:
                     n_samples += len(records)
                     n_tokens += obj["num_tokens"]
                 offsets.append(tf.offset)
-            f.flush()
-            os.fsync(f.fileno())
+            raw.flush()
+            os.fsync(raw.fileno())
     finally:
         for fh in handles.values():
             fh.close()
     write_tar_idx(out / (task.name + ".idx"), offsets)
     os.replace(tmp, tar_path)
-    h = hashlib.sha256()
-    with open(tar_path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return ShardResult(task.name, len(task.packs), n_samples, n_tokens, tar_path.stat().st_size, h.hexdigest())
+    return ShardResult(task.name, len(task.packs), n_samples, n_tokens, f.size, f.sha256.hexdigest())
