@@ -2,13 +2,17 @@
 
 Commands: ``pack`` (the main job), ``plan`` (pre-flight bin-packing table), ``check`` (load an
 output through Energon and check it), ``demo`` (build the real demo data + model directory).
-Every vlmpack error ends the command with one line on stderr and exit code 2.
+Every error ends the command with one line on stderr and a documented exit code (:func:`main`).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import Optional
 
@@ -46,6 +50,11 @@ def pack(
     seed: Optional[int] = typer.Option(None, "--seed", help="seed of the pack order shuffle [0]"),
     pretokenize: Optional[bool] = typer.Option(None, "--pretokenize/--no-pretokenize",
                                                help="also write each pack's input_ids as an int32 .npy part"),
+    special_tokens: Optional[str] = typer.Option(
+        None, "--special-tokens", help="reject|split: text holding a tokenizer special token (<|im_end|>, ...) is "
+        "rejected, or tokenized as plain text by counting and collator alike [reject]"),
+    max_reject_fraction: Optional[float] = typer.Option(
+        None, "--max-reject-fraction", help="stop after counting when a larger share of records is rejected [0.05]"),
     max_packs_per_shard: Optional[int] = typer.Option(None, "--max-packs-per-shard"),
     max_shard_bytes: Optional[int] = typer.Option(None, "--max-shard-bytes"),
     workers: Optional[int] = typer.Option(None, "--workers", "-j", help="processes [cores]"),
@@ -66,6 +75,7 @@ def pack(
                       max_samples_per_pack=max_samples_per_pack, max_media_per_pack=max_media_per_pack,
                       max_media_tokens_per_pack=max_media_tokens_per_pack, group_by_kind=group_by_kind,
                       pad_to_multiple_of=pad_to_multiple_of, seed=seed, pretokenize=pretokenize,
+                      special_tokens=special_tokens, max_reject_fraction=max_reject_fraction,
                       max_packs_per_shard=max_packs_per_shard,
                       max_shard_bytes=max_shard_bytes, workers=workers,
                       executor=executor, ray_address=ray_address, overwrite=overwrite, progress=progress)
@@ -79,19 +89,28 @@ def pack(
 @app.command()
 def check(
     output: Path = typer.Argument(..., help="a vlmpack output directory"),
-    workers: int = typer.Option(2, "--workers", help="Energon loader workers"),
+    workers: int = typer.Option(2, "--workers", help="Energon loader workers (0 = in this process)"),
+    no_run_dir: bool = typer.Option(False, "--no-run-dir", help="check without OUTPUT/.vlmpack (no completeness)"),
 ) -> None:
-    """Load OUTPUT through Megatron-Energon and check every pack (ids once, tokens <= seq_len)."""
+    """Check OUTPUT against its report and run record, then load it through Megatron-Energon.
+
+    Shard sha256 and sizes, tar structure and .tar.idx, token counts, every accepted sample id
+    exactly once (see vlmpack.check). Each finding is one 'problem: ...' line on stderr; exit 1.
+    """
     from vlmpack.check import check_output
 
-    res = check_output(output, num_workers=workers)
-    Console().print(f"energon: {res['packs']:,} packs, {res['samples']:,} samples ({res['unique_ids']:,} unique ids), "
-                    f"{res['tokens']:,} tokens, largest pack {res['max_pack_tokens']:,} tokens")
-    if res["problems"]:
-        for p in res["problems"][:20]:
-            err.print(f"problem: {p}")
+    res = check_output(output, num_workers=workers, run_dir=not no_run_dir)
+    typer.echo(f"energon: {res['packs']:,} packs, {res['samples']:,} samples ({res['unique_ids']:,} unique ids), "
+               f"{res['tokens']:,} tokens, largest pack {res['max_pack_tokens']:,} tokens")
+    problems = res["problems"]
+    if problems:
+        for p in problems[:50]:
+            typer.echo(f"problem: {p}", err=True)
+        if len(problems) > 50:
+            typer.echo(f"problem: ... and {len(problems) - 50} more problems", err=True)
         raise typer.Exit(1)
-    Console().print("check passed: every pack loads, every sample id exactly once, every pack within seq_len")
+    typer.echo("check passed: shards match report.json, every accepted sample exactly once, every pack within "
+               "seq_len, every pack loads through Energon" + ("" if not no_run_dir else " (run record not checked)"))
 
 
 @app.command()
@@ -110,11 +129,93 @@ def demo(
 register_plan(app)
 
 
-def main() -> None:
-    """Entry point of the ``vlmpack`` console script."""
+#: Exit codes of every command (also in the README).
+EXIT_OK, EXIT_PROBLEMS, EXIT_ERROR, EXIT_RUN_FAILED, EXIT_INTERNAL = 0, 1, 2, 3, 70
+EXIT_SIGINT, EXIT_SIGTERM = 130, 143
+
+_OS_HINTS = {
+    errno.ENOSPC: "free some space (or choose another --output), then run the same command again to resume",
+    errno.EDQUOT: "free some quota (or choose another --output), then run the same command again to resume",
+    errno.EFBIG: "the file size limit (ulimit -f) was reached; raise it or lower --max-shard-bytes",
+    errno.EROFS: "the file system is read-only; choose a writable --output",
+    errno.EACCES: "check the permissions of this path",
+    errno.EPERM: "check the permissions of this path",
+    errno.ENOTDIR: "a part of this path is a file, not a directory",
+    errno.EISDIR: "this path is a directory where a file was expected",
+    errno.ENOENT: "check the path",
+}
+
+
+def _os_error_line(e: OSError) -> str:
+    """One line for an ``OSError``: the path, the system's words and what to do."""
+    from vlmpack.records import display_path
+
+    path = display_path(str(e.filename)) if e.filename is not None else "(no path)"
+    hint = _OS_HINTS.get(e.errno or 0, "")
+    return f"{path}: {e.strerror or e}" + (f"; {hint}" if hint else "")
+
+
+def _on_sigterm(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
+    from vlmpack.errors import Interrupted
+
+    raise Interrupted(signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``vlmpack`` console script: the one error boundary of every command.
+
+    Exit codes: 0 success; 1 ``check`` found problems; 2 an error (bad option, config, input,
+    output directory, disk/OS error), one line on stderr; 3 a ``pack`` run that finished but
+    failed (more rejections than ``--max-reject-fraction``, or nothing packed); 70 an internal
+    error (one line; the traceback with ``VLMPACK_DEBUG=1``); 130 SIGINT and 143 SIGTERM (one line:
+    run the same command again to resume; worker processes are stopped at once).
+    """
+    import click
+
+    from vlmpack.errors import Interrupted, RunFailedError
+
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    if hasattr(signal, "SIGXFSZ"):  # a file size limit gives EFBIG (one line), not a core dump
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resume = "interrupted; run the same command again to resume"
     try:
-        app()
+        rv = app(args=argv, standalone_mode=False)
+        code = rv if isinstance(rv, int) else EXIT_OK
+    except click.exceptions.Exit as e:
+        code = e.exit_code
+    except click.ClickException as e:
+        e.show()
+        code = EXIT_ERROR
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        print(f"vlmpack: {resume}", file=sys.stderr)
+        code = EXIT_SIGINT
+    except Interrupted as e:
+        print(f"vlmpack: {resume} (signal {e.signum})", file=sys.stderr)
+        code = 128 + e.signum
+    except RunFailedError as e:
+        print(f"vlmpack: failed: {e}", file=sys.stderr)
+        code = EXIT_RUN_FAILED
     except VlmpackError as e:
-        print(f"vlmpack: error: {e}", file=sys.stderr)  # one line, never wrapped
-        sys.exit(2)
+        print(f"vlmpack: error: {_oneline(e)}", file=sys.stderr)  # one line, never wrapped
+        code = EXIT_ERROR
+    except OSError as e:
+        print(f"vlmpack: error: {_oneline(_os_error_line(e))}", file=sys.stderr)
+        code = EXIT_ERROR
+    except Exception as e:  # noqa: BLE001 - a bug: still one line, the traceback on request
+        if os.environ.get("VLMPACK_DEBUG"):
+            traceback.print_exc()
+        print(f"vlmpack: internal error: {type(e).__name__}: {_oneline(e)} (set VLMPACK_DEBUG=1 for the traceback "
+              "and report it)", file=sys.stderr)
+        code = EXIT_INTERNAL
+    sys.stdout.flush()
+    sys.exit(code)
+
+
+def _oneline(e: object) -> str:
+    text = " ".join(str(e).split())
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")

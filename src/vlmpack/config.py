@@ -22,7 +22,7 @@ from vlmpack import __version__
 from vlmpack.errors import ConfigError
 
 #: Options that change neither the plan nor the bytes written (left out of the fingerprint).
-_NOT_FINGERPRINTED = {"workers", "overwrite", "progress", "output", "executor", "ray_address"}
+_NOT_FINGERPRINTED = {"workers", "overwrite", "progress", "output", "executor", "ray_address", "max_reject_fraction"}
 
 
 class PackConfig(BaseModel):
@@ -51,6 +51,10 @@ class PackConfig(BaseModel):
     pad_to_multiple_of: int | None = Field(None, gt=0)
     seed: int = 0
     pretokenize: bool = Field(False, description="also write each pack's input_ids (int32 .npy part)")
+    special_tokens: Literal["reject", "split"] = Field(
+        "reject", description="text holding a tokenizer special token: reject the sample, or split it as plain text")
+    max_reject_fraction: float = Field(0.05, ge=0, le=1, description="stop after counting when more records "
+                                       "than this share are rejected")
     max_packs_per_shard: int = Field(1000, gt=0)
     max_shard_bytes: int = Field(512 << 20, gt=0)
     shard_prefix: str = Field("shard", pattern=r"^[A-Za-z0-9_-]+$")

@@ -29,3 +29,17 @@ class RunDirError(VlmpackError):
 
 class PackMismatchError(VlmpackError):
     """Training side: a pack whose re-tokenized length or media disagrees with its recorded counts."""
+
+
+class RunFailedError(VlmpackError):
+    """A run that finished its stages but must not look like a success: more records rejected than
+    ``--max-reject-fraction`` allows, or no sample packed (exit code 3)."""
+
+
+class Interrupted(BaseException):
+    """SIGTERM received (SIGINT raises ``KeyboardInterrupt``); ``signum`` is the signal number.
+    A ``BaseException`` so that no ``except Exception`` of a stage swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.signum = signum

@@ -9,8 +9,11 @@ directory and output must be on a file system every node sees at the same path.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from multiprocessing import get_context
 
 from vlmpack.errors import ConfigError
@@ -60,7 +63,9 @@ def make_executor(kind: str, workers: int, model_dir: str, ray_address: str | No
 
     ``kind="local"``: in-process for ``workers <= 1``, else a pool of ``workers`` processes; on
     Linux the model is loaded once here and the workers are forked with it (tokenizer parallelism
-    is off, so forking is safe), elsewhere they spawn. ``kind="ray"``: :class:`RayExecutor`.
+    is off, so forking is safe), elsewhere they spawn. Pool workers ignore SIGINT (the parent
+    stops them) and, on Linux, die with their parent (``PR_SET_PDEATHSIG``), so killing the
+    parent, even with SIGKILL, leaves no worker behind. ``kind="ray"``: :class:`RayExecutor`.
     """
     if kind == "ray":
         return RayExecutor(ray_address, num_cpus=workers)
@@ -68,5 +73,54 @@ def make_executor(kind: str, workers: int, model_dir: str, ray_address: str | No
         return InlineExecutor()
     if sys.platform.startswith("linux"):
         load_model(model_dir)
-        return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"))
-    return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
+        return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"), initializer=_worker_init)
+    return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_worker_init)
+
+
+def _worker_init() -> None:
+    """Pool worker set-up: leave SIGINT/SIGTERM to the parent, die when the parent dies."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+            if os.getppid() == 1:  # the parent died before prctl took effect
+                os._exit(1)
+        except (OSError, AttributeError):  # no prctl: workers still exit on a broken pipe
+            pass
+
+
+def abort_executor(pool: Executor) -> None:
+    """Stop ``pool`` now: cancel queued tasks and kill running worker processes (no waiting for
+    them to finish their task). Used on a signal or an error, so a run stops within a second."""
+    processes = getattr(pool, "_processes", None) or {}
+    for p in list(processes.values()):
+        try:
+            p.kill()
+        except (OSError, AttributeError):
+            pass
+    try:
+        pool.shutdown(wait=False, cancel_futures=True)
+    except Exception:  # noqa: BLE001 - a broken pool may complain; it is being thrown away
+        pass
+    for p in list(processes.values()):
+        try:
+            p.join(timeout=1)
+        except (OSError, AttributeError, AssertionError):
+            pass
+
+
+@contextmanager
+def guarded_executor(kind: str, workers: int, model_dir: str, ray_address: str | None = None):
+    """:func:`make_executor` as a context manager that waits for the pool on success and kills it
+    (:func:`abort_executor`) on any exception, ``KeyboardInterrupt`` and SIGTERM included."""
+    pool = make_executor(kind, workers, model_dir, ray_address)
+    try:
+        yield pool
+    except BaseException:
+        abort_executor(pool)
+        raise
+    pool.shutdown(wait=True)

@@ -23,7 +23,8 @@ import numpy as np
 from vlmpack.models import load_model
 from vlmpack.models.qwen2_vl import MediaRuleError
 from vlmpack.readers import read_range
-from vlmpack.records import ReadStats, Rejection, Sample
+from vlmpack.records import ID_KINDS, ReadStats, Rejection, Sample
+from vlmpack.rundir import atomic_write
 from vlmpack.validate import validate_sample
 
 KIND_CODE = {"text": 0, "image": 1, "video": 2}
@@ -47,6 +48,7 @@ class MeasureTask:
     media_check: str
     model_dir: str
     records_dir: str
+    special_tokens: str = "reject"  # --special-tokens: reject | split
 
 
 @dataclass
@@ -56,7 +58,9 @@ class MeasureResult:
     ``num_tokens``/``media_tokens`` int32 (tokens), ``num_media`` int16, ``kind`` int8 (0 text,
     1 image, 2 video), ``media_bytes`` int64 (bytes of the original media), ``line`` int64,
     ``offset`` int64 (bytes, in the decompressed input), ``rec_offset``/``rec_len`` int64 (bytes,
-    in the task's records part file).
+    in the task's records part file), ``id_kind`` int8 (index into :data:`vlmpack.records.ID_KINDS`).
+    ``media_files``: ``(path, size in bytes, mtime in ns)`` of every media file the accepted
+    samples use, as counted: a resume whose media changed counts the task again.
     """
 
     index: int
@@ -71,6 +75,8 @@ class MeasureResult:
     offset: np.ndarray
     rec_offset: np.ndarray
     rec_len: np.ndarray
+    id_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    media_files: list[tuple[str, int, int]] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
     stats: ReadStats = field(default_factory=ReadStats)
     seconds_read: float = 0.0  # worker seconds reading + validating
@@ -82,16 +88,41 @@ def part_path(records_dir: str | Path, index: int) -> Path:
     return Path(records_dir) / f"part-{index:06d}.jsonl"
 
 
-def canonical_record(sample: Sample) -> dict:
-    """The JSON object stored per accepted sample (and later written into its pack)."""
-    return {
+def canonical_record(sample: Sample, special_tokens: str = "reject") -> dict:
+    """The JSON object stored per accepted sample (and later written into its pack); ``mtime_ns``
+    of each media file is kept so that the writer can tell a file that changed since counting."""
+    rec = {
         "id": sample.id,
+        "id_kind": sample.id_kind,
         "num_tokens": sample.num_tokens,
         "source": sample.locator.to_dict(),
         "messages": sample.messages,
         "media": [{"kind": m.kind, "path": m.path, "width": m.width, "height": m.height, "format": m.format,
-                   "nbytes": m.nbytes, "num_tokens": m.num_tokens} for m in sample.media],
+                   "nbytes": m.nbytes, "mtime_ns": _mtime_ns(m.path), "num_tokens": m.num_tokens}
+                  for m in sample.media],
     }
+    if special_tokens == "split":
+        rec["special_tokens"] = "split"
+    return rec
+
+
+def _mtime_ns(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return -1
+
+
+def media_changed(files: list[tuple[str, int, int]]) -> str | None:
+    """The first of ``files`` (``(path, size, mtime_ns)``) whose size or mtime differs now, else None."""
+    for path, size, mtime in files:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return path
+        if st.st_size != size or st.st_mtime_ns != mtime:
+            return path
+    return None
 
 
 def _count_media(family, sample: Sample) -> Rejection | None:
@@ -107,30 +138,47 @@ def _count_media(family, sample: Sample) -> Rejection | None:
     return None
 
 
-def count_samples(family, samples: list[Sample]) -> tuple[list[Sample], list[Rejection]]:
+def count_samples(family, samples: list[Sample], special_tokens: str = "reject"
+                  ) -> tuple[list[Sample], list[Rejection]]:
     """Fill ``num_tokens`` of each sample (and of its media) with the exact count.
 
-    Batched tokenization (``TOKENIZE_BATCH`` texts a call). A sample whose template fails, whose
-    media the processor refuses or whose text holds a model special token is rejected.
+    ``special_tokens``: ``"reject"`` rejects a sample whose text holds a special token of the
+    tokenizer (``special_token_in_text``); ``"split"`` tokenizes such text as plain text (see
+    :mod:`vlmpack.models.special_tokens`). Batched tokenization (``TOKENIZE_BATCH`` samples a
+    call). A sample whose template fails or whose media the processor refuses is rejected.
     Returns ``(counted samples, rejections)``, both in input order.
     """
     ok: list[Sample] = []
-    texts: list[str] = []
     rejected: list[Rejection] = []
     for s in samples:
         bad = _count_media(family, s)
+        if bad is None and special_tokens != "split":
+            hit = family.find_special_token(s.messages)
+            if hit is not None:
+                bad = Rejection(s.locator, "special_token_in_text",
+                                f"turn {hit[0]} holds the special token {hit[1]!r}; remove it, or pass "
+                                "--special-tokens split to train on it as plain text", s.id)
         if bad is None:
-            try:
-                texts.append(family.render(s.messages))
-                ok.append(s)
-                continue
-            except Exception as e:  # noqa: BLE001 - a template may raise anything
-                bad = Rejection(s.locator, "template_error", f"{type(e).__name__}: {e}"[:300], s.id)
-        rejected.append(bad)
+            ok.append(s)
+        else:
+            rejected.append(bad)
     counted: list[Sample] = []
+    modes = [special_tokens] * TOKENIZE_BATCH
     for b in range(0, len(ok), TOKENIZE_BATCH):
         batch = ok[b:b + TOKENIZE_BATCH]
-        for s, ids in zip(batch, family.tokenize(texts[b:b + TOKENIZE_BATCH])):
+        try:
+            all_ids = family.token_ids([s.messages for s in batch], modes[:len(batch)])
+        except Exception:  # noqa: BLE001 - a template may raise anything: find the sample(s) one by one
+            all_ids = []
+            for s in batch:
+                try:
+                    all_ids.append(family.token_ids([s.messages], [special_tokens])[0])
+                except Exception as e:  # noqa: BLE001
+                    all_ids.append(Rejection(s.locator, "template_error", f"{type(e).__name__}: {e}"[:300], s.id))
+        for s, ids in zip(batch, all_ids):
+            if isinstance(ids, Rejection):
+                rejected.append(ids)
+                continue
             arr = np.asarray(ids, dtype=np.int64)
             n_img = sum(m.kind == "image" for m in s.media)
             problem = family.check_ids(arr, n_img, len(s.media) - n_img)
@@ -155,25 +203,28 @@ def run_task(task: MeasureTask) -> MeasureResult:
         if isinstance(rec, Rejection):
             rejections.append(rec)
             continue
-        checked = validate_sample(rec, check=task.media_check)
+        checked = validate_sample(rec, check=task.media_check, **_root_kwargs(task))
         (rejections if isinstance(checked, Rejection) else valid).append(checked)
     t1 = time.perf_counter()
-    counted, rej = count_samples(family, valid)
+    counted, rej = count_samples(family, valid, task.special_tokens)
     t2 = time.perf_counter()
     rejections.extend(rej)
     rejections.sort(key=lambda r: r.locator.line)
-    out = part_path(task.records_dir, task.index)
-    tmp = out.with_suffix(".tmp")
     rec_offset = np.zeros(len(counted), dtype=np.int64)
     rec_len = np.zeros(len(counted), dtype=np.int64)
-    pos = 0
-    with open(tmp, "wb") as f:
-        for i, s in enumerate(counted):
-            blob = json.dumps(canonical_record(s), ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-            f.write(blob)
-            rec_offset[i], rec_len[i] = pos, len(blob) - 1
-            pos += len(blob)
-    os.replace(tmp, out)
+    blobs, pos = [], 0
+    media_files: dict[str, tuple[str, int, int]] = {}
+    for i, s in enumerate(counted):
+        rec = canonical_record(s, task.special_tokens)
+        for m in rec["media"]:
+            media_files.setdefault(m["path"], (m["path"], m["nbytes"], m["mtime_ns"]))
+        # surrogatepass: a media path may hold the surrogate escapes of a non-UTF-8 file name;
+        # json.loads(bytes) reads them back the same way
+        blob = json.dumps(rec, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass") + b"\n"
+        blobs.append(blob)
+        rec_offset[i], rec_len[i] = pos, len(blob) - 1
+        pos += len(blob)
+    atomic_write(part_path(task.records_dir, task.index), b"".join(blobs))
     return MeasureResult(
         index=task.index, file_idx=task.file_idx, ids=[s.id for s in counted],
         num_tokens=np.array([s.num_tokens for s in counted], dtype=np.int32),
@@ -184,6 +235,20 @@ def run_task(task: MeasureTask) -> MeasureResult:
         line=np.array([s.locator.line for s in counted], dtype=np.int64),
         offset=np.array([s.locator.offset for s in counted], dtype=np.int64),
         rec_offset=rec_offset, rec_len=rec_len,
+        id_kind=np.array([ID_KINDS.index(s.id_kind) for s in counted], dtype=np.int8),
+        media_files=sorted(media_files.values()),
         rejections=rejections, stats=stats, seconds_read=t1 - t0, seconds_count=t2 - t1,
     )
 
+
+def _root_kwargs(task: MeasureTask) -> dict:
+    """The media-root keywords of :func:`vlmpack.validate.validate_sample` that this version has."""
+    import inspect
+
+    params = inspect.signature(validate_sample).parameters
+    out = {}
+    if "media_root" in params:
+        out["media_root"] = task.media_root
+    if "allow_absolute_media" in params:
+        out["allow_absolute_media"] = task.allow_absolute_media
+    return out

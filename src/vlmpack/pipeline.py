@@ -1,26 +1,31 @@
 """The main job, ``vlmpack pack``: read -> validate -> count -> plan -> write -> metadata -> report.
 
-Every stage leaves its result in the run directory ``OUT/.vlmpack/`` (the source of truth):
+Every stage leaves its result in the run directory ``OUT/.vlmpack/`` (the source of truth; all
+files written atomically, see :mod:`vlmpack.rundir`; an unreadable one counts as missing):
 
 - ``config.json``: the config and its fingerprint; a run with another fingerprint is refused
-  (:class:`RunDirError`) unless ``overwrite`` is set.
+  (:class:`RunDirError`) unless ``overwrite`` is set. ``lock``: the lock of a running run.
 - ``records/part-<task>.jsonl`` + ``part-<task>.result.pkl``: per measure task, the canonical
-  accepted samples and the task's arrays/rejections (a finished task is not run again);
-- ``manifest.parquet``: one row per valid, unique sample (id, tokens, media, locator, where its
-  record is); ``plan.npz``: the :class:`vlmpack.packing.PackPlan`;
-- ``shards/<name>.json``: a marker per finished shard (sha256, counts).
+  accepted samples and the task's arrays/rejections, with the size and mtime of every media file
+  counted (a finished task is not run again unless one of its media files changed since);
+- ``manifest.parquet``: one row per valid, unique sample (id, id kind, tokens, media, locator,
+  where its record is); ``plan.npz``: the :class:`vlmpack.packing.PackPlan`; ``stages.json``:
+  the manifest digest they were made for;
+- ``outputs.json``: the shard names this run writes (what ``--overwrite`` may delete);
+  ``shards/<name>.json``: a marker per finished shard (sha256, counts, manifest digest).
 
 So a killed run started again skips what is done and produces the same bytes.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
+import io
 import logging
 import os
 import pickle
-import shutil
 import time
+from collections import Counter
 from concurrent.futures import Executor, as_completed
 from dataclasses import asdict
 from pathlib import Path
@@ -32,20 +37,20 @@ from tqdm import tqdm
 
 from vlmpack.config import PackConfig
 from vlmpack.energon.meta import write_metadata
-from vlmpack.errors import OverlongError, RunDirError
-from vlmpack.executors import make_executor
-from vlmpack.measure import MeasureResult, MeasureTask, run_task
+from vlmpack.errors import OverlongError, RunFailedError
+from vlmpack.executors import guarded_executor
+from vlmpack.measure import MeasureResult, MeasureTask, media_changed, part_path, run_task
 from vlmpack.packing import PackPlan, plan_packs
 from vlmpack.readers import split_ranges
-from vlmpack.records import Locator, ReadStats, Rejection
+from vlmpack.records import ID_KINDS, Locator, ReadStats, Rejection
 from vlmpack.report import build_report
+from vlmpack.rundir import RUN_DIR, atomic_write, json_bytes, prepare_output, read_json, read_pickle, unlock_output
 from vlmpack.writer import ShardResult, ShardTask, assign_shards, estimate_pack_bytes, write_shard
 
 log = logging.getLogger(__name__)
 
-RUN_DIR = ".vlmpack"
 TASK_BYTES = 2 << 20  # input bytes per measure task (fixed: the output must not depend on workers)
-_OWNED = ("rejects.jsonl", "report.json", ".nv-meta", RUN_DIR)
+__all__ = ["RUN_DIR", "build_manifest", "make_plan", "manifest_digest", "run_pack"]
 
 
 def _run_all(pool: Executor, fn, tasks: list, *, done, desc: str, weights: list[int], unit: str, show: bool) -> None:
@@ -68,37 +73,6 @@ def _run_all(pool: Executor, fn, tasks: list, *, done, desc: str, weights: list[
             finish(pending[fut], fut)
 
 
-# ---------------------------------------------------------------------------------------- run dir
-def prepare_output(cfg: PackConfig, fingerprint: str) -> Path:
-    """Create ``OUT/.vlmpack`` or check that it belongs to the same fingerprint.
-
-    Raises :class:`RunDirError` when ``OUT`` holds another config's run and ``overwrite`` is
-    not set, or when ``OUT`` is a non-empty directory that vlmpack did not write.
-    """
-    out = Path(cfg.output)
-    run = out / RUN_DIR
-    cfg_file = run / "config.json"
-    if cfg_file.exists():
-        old = json.loads(cfg_file.read_text()).get("fingerprint")
-        if old == fingerprint:
-            return run
-        if not cfg.overwrite:
-            raise RunDirError(f"{out} holds a run of another config (fingerprint {old[:12]} != {fingerprint[:12]}); "
-                              "pass --overwrite to replace it or choose another --output")
-    elif out.exists() and any(out.iterdir()) and not cfg.overwrite:
-        raise RunDirError(f"{out} is not empty and was not written by vlmpack; "
-                          "pass --overwrite or choose another --output")
-    if cfg.overwrite and out.exists():
-        for p in out.iterdir():
-            if p.name in _OWNED or p.name.startswith(cfg.shard_prefix + "-"):
-                shutil.rmtree(p) if p.is_dir() else p.unlink()
-    (run / "records").mkdir(parents=True, exist_ok=True)
-    (run / "shards").mkdir(exist_ok=True)
-    payload = {"fingerprint": fingerprint, **cfg.fingerprint_payload()}
-    cfg_file.write_text(json.dumps(payload, indent=1, sort_keys=True))
-    return run
-
-
 # ---------------------------------------------------------------------------------------- measure
 def _measure(cfg: PackConfig, run: Path, pool: Executor) -> list[MeasureResult]:
     tasks, weights = [], []
@@ -107,21 +81,24 @@ def _measure(cfg: PackConfig, run: Path, pool: Executor) -> list[MeasureResult]:
         for start, end, first_line in split_ranges(path, TASK_BYTES):
             tasks.append(MeasureTask(len(tasks), fi, path, start, end, first_line, cfg.input_schema,
                                      str(cfg.media_root), cfg.allow_absolute_media, cfg.media_check,
-                                     str(cfg.model), str(run / "records")))
+                                     str(cfg.model), str(run / "records"), cfg.special_tokens))
             weights.append((end if end >= 0 else size) - start)
     results: list[MeasureResult | None] = [None] * len(tasks)
     todo = []
     for t in tasks:
-        done = run / "records" / f"part-{t.index:06d}.result.pkl"
-        if done.exists():
-            results[t.index] = pickle.loads(done.read_bytes())
-        else:
+        done = read_pickle(run / "records" / f"part-{t.index:06d}.result.pkl")
+        if not isinstance(done, MeasureResult) or not part_path(run / "records", t.index).is_file():
+            todo.append(t)  # not run, or its result is unreadable (a crash at the wrong moment): redo
+            continue
+        changed = media_changed(done.media_files)
+        if changed is not None:
+            log.warning("media file %s changed since it was counted; counting task %d again", changed, t.index)
             todo.append(t)
+            continue
+        results[t.index] = done
 
     def save(t: MeasureTask, r: MeasureResult) -> None:
-        tmp = run / "records" / f"part-{t.index:06d}.result.tmp"
-        tmp.write_bytes(pickle.dumps(r))
-        os.replace(tmp, run / "records" / f"part-{t.index:06d}.result.pkl")
+        atomic_write(run / "records" / f"part-{t.index:06d}.result.pkl", pickle.dumps(r))
         results[t.index] = r
 
     _run_all(pool, run_task, todo, done=save, desc="count", weights=[weights[t.index] for t in todo], unit="B",
@@ -131,32 +108,36 @@ def _measure(cfg: PackConfig, run: Path, pool: Executor) -> list[MeasureResult]:
 
 def build_manifest(cfg: PackConfig, results: list[MeasureResult]) -> tuple[pa.Table, list[Rejection]]:
     """Concatenate the task results into the manifest (valid, unique samples in input order)
-    and the list of rejections, duplicates included."""
+    and the list of rejections, duplicates included. Ids are compared as ``(id_kind, id)``
+    (:data:`vlmpack.records.ID_KINDS`); the first occurrence in input order is kept."""
     ids = [i for r in results for i in r.ids]
 
-    def cat(arrays: list[np.ndarray]) -> np.ndarray:
-        return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+    def cat(arrays: list[np.ndarray], dtype=np.int64) -> np.ndarray:
+        return np.concatenate(arrays) if arrays else np.zeros(0, dtype)
 
     names = ("num_tokens", "media_tokens", "num_media", "kind", "media_bytes", "line", "offset",
              "rec_offset", "rec_len")
     cols = {k: cat([getattr(r, k) for r in results]) for k in names}
+    id_kind = cat([r.id_kind if len(r.id_kind) == len(r.ids) else np.zeros(len(r.ids), np.int8) for r in results],
+                  np.int8).astype(np.int8)
     file_idx = cat([np.full(len(r.ids), r.file_idx, np.int32) for r in results]).astype(np.int32)
     part = cat([np.full(len(r.ids), r.index, np.int32) for r in results]).astype(np.int32)
     rejections = [x for r in results for x in r.rejections]
-    first_seen: dict[str, int] = {}
+    first_seen: dict[tuple[int, str], int] = {}
     dups = []
-    for i, sid in enumerate(ids):  # the first occurrence (in input order) is kept
-        f = first_seen.setdefault(sid, i)
+    for i, (sid, k) in enumerate(zip(ids, id_kind.tolist())):
+        f = first_seen.setdefault((k, sid), i)
         if f == i:
             continue
         dups.append(i)
         loc = Locator(cfg.input[file_idx[i]], int(cols["line"][i]), int(cols["offset"][i]))
-        first = f"{cfg.input[file_idx[f]]}:{int(cols['line'][f])}"
-        rejections.append(Rejection(loc, "duplicate_id", f"id {sid!r} first seen at {first}", sid))
+        first = str(Locator(cfg.input[file_idx[f]], int(cols["line"][f]), 0))
+        rejections.append(Rejection(loc, "duplicate_id", f"{ID_KINDS[k]} id {sid!r} first seen at {first}", sid))
     keep = np.ones(len(ids), dtype=bool)
     keep[np.asarray(dups, dtype=np.int64)] = False
     table = pa.table({
         "id": pa.array([i for i, k in zip(ids, keep.tolist()) if k], pa.string()),
+        "id_kind": id_kind[keep],
         "num_tokens": cols["num_tokens"][keep].astype(np.int32),
         "media_tokens": cols["media_tokens"][keep].astype(np.int32),
         "num_media": cols["num_media"][keep].astype(np.int16),
@@ -167,6 +148,20 @@ def build_manifest(cfg: PackConfig, results: list[MeasureResult]) -> tuple[pa.Ta
         "rec_offset": cols["rec_offset"][keep].astype(np.int64), "rec_len": cols["rec_len"][keep].astype(np.int64),
     })
     return table, rejections
+
+
+def manifest_digest(manifest: pa.Table) -> str:
+    """sha256 (hex) of the manifest's content: the key of the plan and of the shard markers, so a
+    resume whose counts changed (media edited since) plans and writes again."""
+    h = hashlib.sha256()
+    for name in manifest.column_names:
+        col = manifest.column(name)
+        if pa.types.is_string(col.type):
+            h.update("\n".join(col.to_pylist()).encode("utf-8", "surrogatepass"))
+        else:
+            h.update(np.ascontiguousarray(col.to_numpy()).tobytes())
+        h.update(name.encode())
+    return h.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------- plan
@@ -221,21 +216,29 @@ def _shard_tasks(cfg: PackConfig, run: Path, manifest: pa.Table, plan: PackPlan)
     return tasks
 
 
-def _write(cfg: PackConfig, run: Path, tasks: list[ShardTask], pool: Executor) -> list[ShardResult]:
+def _write(cfg: PackConfig, run: Path, tasks: list[ShardTask], pool: Executor, key: str) -> list[ShardResult]:
+    """Write the shards not yet done for the manifest ``key`` (a marker of another key, or an
+    unreadable one, counts as not done)."""
     out = Path(cfg.output)
-    for p in out.glob("*.tmp"):  # leftovers of a killed run
-        p.unlink()
+    names = {t.name for t in tasks}
+    for p in out.glob("*.tmp"):  # leftovers of a killed run (only vlmpack's own names)
+        if p.name.removesuffix(".tmp").removesuffix(".idx") in names:
+            p.unlink()
     results: list[ShardResult | None] = [None] * len(tasks)
     todo = []
     for t in tasks:
-        marker = run / "shards" / (t.name + ".json")
-        if marker.exists() and (out / t.name).exists() and (out / (t.name + ".idx")).exists():
-            results[t.index] = ShardResult(**json.loads(marker.read_text()))
-        else:
+        marker = read_json(run / "shards" / (t.name + ".json"))
+        try:
+            ok = (isinstance(marker, dict) and marker.get("manifest") == key and (out / t.name).is_file()
+                  and (out / (t.name + ".idx")).is_file())
+            results[t.index] = ShardResult(**marker["result"]) if ok else None
+        except (KeyError, TypeError):
+            results[t.index] = None
+        if results[t.index] is None:
             todo.append(t)
 
     def save(t: ShardTask, r: ShardResult) -> None:
-        (run / "shards" / (t.name + ".json")).write_text(json.dumps(asdict(r)))
+        atomic_write(run / "shards" / (t.name + ".json"), json_bytes({"manifest": key, "result": asdict(r)}))
         results[t.index] = r
 
     _run_all(pool, write_shard, todo, done=save, desc="write", weights=[len(t.packs) for t in todo], unit="pack",
@@ -243,48 +246,111 @@ def _write(cfg: PackConfig, run: Path, tasks: list[ShardTask], pool: Executor) -
     return results  # type: ignore[return-value]
 
 
-# ---------------------------------------------------------------------------------------- main
-def run_pack(cfg: PackConfig) -> dict:
-    """Run the whole job for ``cfg`` and return the report (also written to ``OUT/report.json``).
+def _plan(cfg: PackConfig, run: Path, manifest: pa.Table, key: str) -> PackPlan:
+    """The plan of ``manifest`` (``key`` = its digest), reused from the run dir when it was made
+    for the same manifest, else made and saved (manifest, plan, then the stage record)."""
+    stages = read_json(run / "stages.json")
+    if isinstance(stages, dict) and stages.get("manifest") == key:
+        try:
+            return PackPlan.from_npz(run / "plan.npz")
+        except Exception:  # noqa: BLE001 - a damaged plan file is made again
+            log.warning("plan.npz in %s cannot be read; planning again", run)
+    buf = pa.BufferOutputStream()
+    pq.write_table(manifest, buf)
+    atomic_write(run / "manifest.parquet", buf.getvalue().to_pybytes())
+    plan = make_plan(cfg, manifest)
+    npz = io.BytesIO()
+    plan.to_npz(npz)
+    atomic_write(run / "plan.npz", npz.getvalue())
+    atomic_write(run / "stages.json", json_bytes({"manifest": key}))
+    return plan
 
-    Raises :class:`RunDirError` (foreign output dir), :class:`OverlongError` (``overlong="error"``),
-    :class:`vlmpack.errors.ConfigError` (model directory). Bad records never raise: they are
-    rejected with a reason and listed in ``OUT/rejects.jsonl``.
-    """
-    fingerprint = cfg.fingerprint()
-    run = prepare_output(cfg, fingerprint)
-    timings: dict[str, float] = {}
-    with make_executor(cfg.executor, cfg.workers, str(cfg.model), cfg.ray_address) as pool:
-        t = time.perf_counter()
-        results = _measure(cfg, run, pool)
-        timings["measure"] = time.perf_counter() - t
-        t = time.perf_counter()
-        manifest_path = run / "manifest.parquet"
-        manifest, rejections = build_manifest(cfg, results)
-        if not manifest_path.exists():
-            pq.write_table(manifest, manifest_path)
-        plan_path = run / "plan.npz"
-        plan = PackPlan.from_npz(plan_path) if plan_path.exists() else make_plan(cfg, manifest)
-        rejections += _overlong_rejections(cfg, manifest, plan)
-        if not plan_path.exists():
-            plan.to_npz(plan_path)
-        timings["plan"] = time.perf_counter() - t
-        t = time.perf_counter()
-        shards = _write(cfg, run, _shard_tasks(cfg, run, manifest, plan), pool)
-        timings["write"] = time.perf_counter() - t
-    write_metadata(cfg.output, {s.name: s.num_packs for s in shards})
+
+def _write_rejects(cfg: PackConfig, rejections: list[Rejection]) -> None:
     order = {p: i for i, p in enumerate(cfg.input)}
     rejections.sort(key=lambda r: (order.get(r.locator.file, len(order)), r.locator.line))
-    with open(Path(cfg.output) / "rejects.jsonl", "w", encoding="utf-8") as f:
-        for r in rejections:
-            f.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
+    atomic_write(Path(cfg.output) / "rejects.jsonl",
+                 b"".join(json_bytes(r.to_dict()) + b"\n" for r in rejections))
+
+
+def _read_stats(results: list[MeasureResult]) -> ReadStats:
     stats = ReadStats()
     for r in results:
         stats.lines += r.stats.lines
         stats.blank += r.stats.blank
         stats.records += r.stats.records
+    return stats
+
+
+def _reject_gate(cfg: PackConfig, fingerprint: str, results: list[MeasureResult], rejections: list[Rejection]) -> None:
+    """Stop after counting (before planning and writing) when more than ``max_reject_fraction``
+    of the records were rejected: rejects.jsonl and a report of the counting stage are written."""
+    records = _read_stats(results).records
+    if not records or len(rejections) <= cfg.max_reject_fraction * records:
+        return
+    _write_rejects(cfg, rejections)
+    reasons = Counter(r.reason for r in rejections)
+    report = {"status": "failed", "stage": "count", "records_read": records, "rejected": len(rejections),
+              "rejected_by_reason": dict(sorted(reasons.items())), "max_reject_fraction": cfg.max_reject_fraction,
+              "fingerprint": fingerprint}
+    atomic_write(Path(cfg.output) / "report.json", json_bytes(report, indent=1))
+    top = ", ".join(f"{k} {v:,}" for k, v in reasons.most_common(3))
+    share = 100 * len(rejections) / records
+    raise RunFailedError(f"{len(rejections):,} of {records:,} records rejected ({share:.1f} % "
+                         f"> --max-reject-fraction {100 * cfg.max_reject_fraction:g} %): {top}; nothing was written, "
+                         f"see {Path(cfg.output) / 'rejects.jsonl'} (raise --max-reject-fraction to pack anyway)")
+
+
+# ---------------------------------------------------------------------------------------- main
+def run_pack(cfg: PackConfig) -> dict:
+    """Run the whole job for ``cfg`` and return the report (also written to ``OUT/report.json``).
+
+    Raises :class:`RunDirError` (foreign, locked or unreadable output dir), :class:`OverlongError`
+    (``overlong="error"``), :class:`RunFailedError` (more rejections than ``max_reject_fraction``,
+    or no sample packed; the report and rejects.jsonl are written first),
+    :class:`vlmpack.errors.ConfigError` (model directory), :class:`vlmpack.errors.InputError`
+    (an unreadable or truncated input file) and ``OSError`` (disk full, read-only, ...). Bad
+    records never raise: they are rejected with a reason and listed in ``OUT/rejects.jsonl``.
+    A run stopped at any point (signal, kill, error) resumes with the same command.
+    """
+    fingerprint = cfg.fingerprint()
+    out = Path(cfg.output)
+    run = prepare_output(out, fingerprint, cfg.fingerprint_payload(), overwrite=cfg.overwrite)
+    try:
+        return _run(cfg, run, fingerprint)
+    finally:
+        unlock_output(out)
+
+
+def _run(cfg: PackConfig, run: Path, fingerprint: str) -> dict:
+    timings: dict[str, float] = {}
+    with guarded_executor(cfg.executor, cfg.workers, str(cfg.model), cfg.ray_address) as pool:
+        t = time.perf_counter()
+        results = _measure(cfg, run, pool)
+        timings["measure"] = time.perf_counter() - t
+        t = time.perf_counter()
+        manifest, rejections = build_manifest(cfg, results)
+        _reject_gate(cfg, fingerprint, results, rejections)
+        key = manifest_digest(manifest)
+        plan = _plan(cfg, run, manifest, key)
+        rejections += _overlong_rejections(cfg, manifest, plan)
+        timings["plan"] = time.perf_counter() - t
+        t = time.perf_counter()
+        tasks = _shard_tasks(cfg, run, manifest, plan)
+        atomic_write(run / "outputs.json", json_bytes({"shards": [x.name for x in tasks]}))
+        shards = _write(cfg, run, tasks, pool, key)
+        timings["write"] = time.perf_counter() - t
+    if shards:
+        write_metadata(cfg.output, {s.name: s.num_packs for s in shards})
+    _write_rejects(cfg, rejections)
+    stats = _read_stats(results)
     timings["worker_read_validate"] = sum(r.seconds_read for r in results)
     timings["worker_count"] = sum(r.seconds_count for r in results)
     report = build_report(cfg, fingerprint, stats, manifest, plan, rejections, shards, timings)
-    (Path(cfg.output) / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    report["status"] = "ok" if report["samples_packed"] else "failed"
+    atomic_write(Path(cfg.output) / "report.json", json_bytes(report, indent=1))
+    if not report["samples_packed"]:
+        raise RunFailedError(f"no sample was packed ({report['records_read']:,} records read, "
+                             f"{report['rejected']:,} rejected, {report['dropped_overlong']:,} overlong); "
+                             f"see {Path(cfg.output) / 'rejects.jsonl'}")
     return report

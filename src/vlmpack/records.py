@@ -16,6 +16,7 @@ with ``"part": "img<i>.<ext>"`` when it names the media parts of a pack.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -55,10 +56,25 @@ class Locator:
     offset: int
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}"
+        return f"{display_path(self.file)}:{self.line}"
 
     def to_dict(self) -> dict:
-        return {"file": self.file, "line": self.line, "offset": self.offset}
+        """``{"file", "line", "offset"}``; a file name that is not valid UTF-8 is shown with
+        ``\\xNN`` escapes (:func:`display_path`), so the dict always encodes as UTF-8 JSON."""
+        return {"file": display_path(self.file), "line": self.line, "offset": self.offset}
+
+
+def display_path(path: str) -> str:
+    """``path`` as printable UTF-8 text: bytes a file name holds that are not UTF-8 (surrogate
+    escapes in a Python ``str``) become ``\\xNN``; other strings are returned unchanged."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        try:
+            return os.fsencode(path).decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # a lone surrogate that no file name bytes give
+            return path.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @dataclass(slots=True)
@@ -84,10 +100,18 @@ class Media:
     frames: int | None = None
 
 
+#: Kinds of sample ids: the record's own string id, its own integer id, or the implicit
+#: ``<file>:<line>`` id of a record without one. Ids are compared as ``(kind, id)``, so the integer
+#: id 7 and the string id ``"7"``, or an implicit ``a.jsonl:3`` and an explicit ``"a.jsonl:3"``,
+#: never collide by accident (``id_kind`` column of the manifest, key of each packed sample).
+ID_KINDS = ("str", "int", "line")
+
+
 @dataclass(slots=True)
 class Sample:
     """A valid record in canonical form. ``id`` is the record's own id (as ``str``) or a stable
-    ``<file>:<line>`` when it has none; ``num_tokens`` is filled by measuring."""
+    ``<file>:<line>`` when it has none; ``id_kind`` one of :data:`ID_KINDS`; ``num_tokens`` is
+    filled by measuring."""
 
     id: str
     messages: list[dict]
@@ -95,6 +119,11 @@ class Sample:
     locator: Locator
     has_own_id: bool = True
     num_tokens: int = 0
+    id_kind: str = "str"
+
+    def __post_init__(self) -> None:
+        if not self.has_own_id:
+            self.id_kind = "line"
 
     @property
     def kind(self) -> str:

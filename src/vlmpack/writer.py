@@ -23,8 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from vlmpack.energon.meta import write_tar_idx
+from vlmpack.errors import InputError
 from vlmpack.measure import part_path
 from vlmpack.models import load_model
+from vlmpack.rundir import fsync_dir
 
 FORMAT = "vlmpack.pack/1"
 EXT_BY_FORMAT = {"JPEG": "jpg", "PNG": "png", "GIF": "gif", "WEBP": "webp", "BMP": "bmp", "TIFF": "tiff",
@@ -122,9 +124,10 @@ def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
     return ti
 
 
-def build_pack(records: list[dict], seq_len: int) -> tuple[dict, list[tuple[str, str]]]:
-    """The pack JSON object and its media parts ``[(part name, source path)]`` from the
-    canonical records of its samples (see :func:`vlmpack.measure.canonical_record`)."""
+def build_pack(records: list[dict], seq_len: int) -> tuple[dict, list[tuple]]:
+    """The pack JSON object and its media parts ``[(part name, source path, size in bytes,
+    mtime in ns)]`` (size/mtime as counted, None when unknown) from the canonical records of its
+    samples (see :func:`vlmpack.measure.canonical_record`)."""
     samples, media_parts = [], []
     for rec in records:
         names = []
@@ -132,14 +135,17 @@ def build_pack(records: list[dict], seq_len: int) -> tuple[dict, list[tuple[str,
             ext = EXT_BY_FORMAT.get(m["format"], m["format"].lower() or "bin")
             tag = "img" if m["kind"] == "image" else "vid"
             names.append(f"{tag}{len(media_parts)}.{ext}")
-            media_parts.append((names[-1], m["path"]))
+            media_parts.append((names[-1], m["path"], m.get("nbytes"), m.get("mtime_ns")))
         messages = [{"role": msg["role"],
                      "content": [{"type": p["type"], "part": names[p["index"]]} if "index" in p else p
                                  for p in msg["content"]]} for msg in rec["messages"]]
         media = [{"part": n, "kind": m["kind"], "width": m["width"], "height": m["height"],
                   "num_tokens": m["num_tokens"]} for n, m in zip(names, rec["media"])]
-        samples.append({"id": rec["id"], "num_tokens": rec["num_tokens"], "source": rec["source"],
-                        "messages": messages, "media": media})
+        sample = {"id": rec["id"], "id_kind": rec.get("id_kind", "str"), "num_tokens": rec["num_tokens"],
+                  "source": rec["source"], "messages": messages, "media": media}
+        if rec.get("special_tokens") == "split":  # the collator must tokenize this text the same way
+            sample["special_tokens"] = "split"
+        samples.append(sample)
     total = sum(s["num_tokens"] for s in samples)
     return {"format": FORMAT, "seq_len": seq_len, "num_tokens": total, "samples": samples}, media_parts
 
@@ -149,12 +155,30 @@ def pack_input_ids(model_dir: str, records: list[dict], obj: dict, key: str) -> 
     each equal to :meth:`vlmpack.models.qwen2_vl.Qwen2VLFamily.encode` (what the collator would
     tokenize). Raises ``RuntimeError`` when T differs from the counted ``num_tokens``."""
     family = load_model(model_dir)
-    ids = np.concatenate([family.encode(r["messages"], [m["num_tokens"] for m in r["media"]]) for r in records])
+    ids = np.concatenate([family.encode(r["messages"], [m["num_tokens"] for m in r["media"]], r.get("special_tokens"))
+                          for r in records])
     if len(ids) != obj["num_tokens"]:
         raise RuntimeError(f"pack {key}: encoded {len(ids)} tokens but counted {obj['num_tokens']}")
     buf = io.BytesIO()
     np.save(buf, ids.astype("<i4"), allow_pickle=False)
     return buf.getvalue()
+
+
+def _read_media(path: str, nbytes: int | None, mtime_ns: int | None) -> bytes:
+    """The bytes of a media file, checked against the size/mtime it had when it was counted.
+    Raises :class:`vlmpack.errors.InputError` when it changed (its token count may be stale)."""
+    try:
+        with open(path, "rb") as mf:
+            st = os.fstat(mf.fileno())
+            data = mf.read()
+    except OSError as e:
+        raise InputError(f"media file {path} cannot be read any more ({e.strerror or e}); "
+                         "run the same command again to recount it") from None
+    if (nbytes is not None and (st.st_size != nbytes or len(data) != nbytes)) or \
+            (mtime_ns is not None and mtime_ns >= 0 and st.st_mtime_ns != mtime_ns):
+        raise InputError(f"media file {path} changed after it was counted; run the same command again "
+                         "(changed media are counted again)")
+    return data
 
 
 def write_shard(task: ShardTask) -> ShardResult:
@@ -180,9 +204,8 @@ def write_shard(task: ShardTask) -> ShardResult:
                     obj, media = build_pack(records, task.seq_len)
                     key = pack_key(task.first_pack + j)
                     entries = [(f"{key}.json", json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode())]
-                    for part_name, src in media:
-                        with open(src, "rb") as mf:
-                            entries.append((f"{key}.{part_name}", mf.read()))
+                    for part_name, src, nbytes, mtime in media:
+                        entries.append((f"{key}.{part_name}", _read_media(src, nbytes, mtime)))
                     if task.model_dir is not None:
                         entries.append((f"{key}.input_ids.npy", pack_input_ids(task.model_dir, records, obj, key)))
                     offsets.append(tf.offset)
@@ -193,9 +216,14 @@ def write_shard(task: ShardTask) -> ShardResult:
                 offsets.append(tf.offset)
             raw.flush()
             os.fsync(raw.fileno())
+    except OSError as e:  # disk full, read-only, ...: name the file being written
+        if e.filename is None:
+            e.filename = str(tmp)
+        raise
     finally:
         for fh in handles.values():
             fh.close()
     write_tar_idx(out / (task.name + ".idx"), offsets)
     os.replace(tmp, tar_path)
+    fsync_dir(out)
     return ShardResult(task.name, len(task.packs), n_samples, n_tokens, f.size, f.sha256.hexdigest())

@@ -139,7 +139,17 @@ class VlmpackOnlineTaskEncoder(_CollatingTaskEncoder):
 
     @stateless
     def preencode_sample(self, sample: UnpackedSample) -> UnpackedSample:
-        """Measure the exact token count (template + tokenizer + image rule of ``vlmpack pack``)."""
+        """Measure the exact token count (template + tokenizer + image rule of ``vlmpack pack``).
+
+        A sample whose text holds a special token of the tokenizer (it would fake or cut a turn)
+        is skipped with a log line (Energon's ``SkipSample``), as ``vlmpack pack`` rejects it."""
+        from megatron.energon import SkipSample
+
+        hit = self.collator.family.find_special_token(sample.messages)
+        if hit is not None:
+            log.warning("online packing: sample %r holds the special token %r in turn %d; skipped", sample.id,
+                        hit[1], hit[0])
+            raise SkipSample()
         sample.num_tokens = measure_item(self.collator.family, PackItem(sample.id, sample.messages, sample.images))
         return sample
 

@@ -28,6 +28,13 @@ from pathlib import Path
 import numpy as np
 
 from vlmpack.errors import ConfigError
+from vlmpack.models.special_tokens import (
+    find_special_token,
+    render_pieces,
+    special_token_pattern,
+    special_token_strings,
+    tokenize_pieces,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +80,8 @@ class Qwen2VLFamily:
         self.vision_start_token_id = int(cfg.get("vision_start_token_id") or ids("<|vision_start|>"))
         self.im_start_id = int(ids("<|im_start|>"))
         self.im_end_id = int(ids("<|im_end|>"))
+        self.special_tokens = special_token_strings(self.tokenizer)
+        self._special_re = special_token_pattern(self.special_tokens)
         self._image_tokens = lru_cache(maxsize=65536)(self._image_tokens_uncached)
 
     # ------------------------------------------------------------------ media rule
@@ -115,6 +124,35 @@ class Qwen2VLFamily:
         """Batched tokenization with the tokenizer's default call (what the processor does)."""
         return self.tokenizer(texts)["input_ids"]
 
+    def find_special_token(self, messages: Sequence[dict]) -> tuple[int, str] | None:
+        """``(turn index, token)`` of the first special token (``<|im_end|>``, ...) in the text of
+        ``messages``, or None (see :mod:`vlmpack.models.special_tokens`)."""
+        return find_special_token(messages, self._special_re)
+
+    def render_pieces(self, messages: Sequence[dict]) -> list[str | int]:
+        """:func:`vlmpack.models.special_tokens.render_pieces` with this family's template (the
+        ``--special-tokens split`` form of :meth:`render`). Raises ``TemplateSplitError``."""
+        return render_pieces(self.render, messages, self._special_re, self.tokenizer.convert_tokens_to_ids)
+
+    def token_ids(self, messages_list: Sequence[Sequence[dict]], special_tokens: Sequence[str | None]) -> list:
+        """Unexpanded token ids (one image/video pad per media item) of each conversation, batched.
+
+        ``special_tokens[i]``: ``"split"`` tokenizes special tokens in the i-th sample's text as
+        plain text (:meth:`render_pieces`); anything else is the ordinary processor path
+        (:meth:`render` + :meth:`tokenize`). Returns ``list[list[int]]``; raises what the template
+        raises (and ``TemplateSplitError`` in split mode)."""
+        out: list = [None] * len(messages_list)
+        plain = [i for i, m in enumerate(special_tokens) if m != "split"]
+        split = [i for i, m in enumerate(special_tokens) if m == "split"]
+        if plain:
+            for i, ids in zip(plain, self.tokenize([self.render(messages_list[i]) for i in plain])):
+                out[i] = ids
+        if split:
+            for i, ids in zip(split, tokenize_pieces(self.tokenizer, [self.render_pieces(messages_list[i])
+                                                                      for i in split])):
+                out[i] = ids
+        return out
+
     # ------------------------------------------------------------------ samples
     def check_ids(self, ids: np.ndarray, n_images: int, n_videos: int) -> str | None:
         """A one-line problem when the rendered ids do not hold exactly one image pad per image,
@@ -141,10 +179,12 @@ class Qwen2VLFamily:
         reps[pads] = np.asarray(media_tokens, dtype=np.int64)
         return np.repeat(ids, reps)
 
-    def encode(self, messages: Sequence[dict], media_tokens: Sequence[int]) -> np.ndarray:
+    def encode(self, messages: Sequence[dict], media_tokens: Sequence[int],
+               special_tokens: str | None = None) -> np.ndarray:
         """Full ``input_ids`` (int32 ``[num_tokens]``) of one sample, pads expanded; equal to the
-        ``input_ids`` of the transformers processor for the same conversation and images."""
-        ids = np.asarray(self.tokenize([self.render(messages)])[0], dtype=np.int32)
+        ``input_ids`` of the transformers processor for the same conversation and images
+        (``special_tokens="split"``: see :meth:`token_ids`)."""
+        ids = np.asarray(self.token_ids([messages], [special_tokens])[0], dtype=np.int32)
         return self.expand(ids, media_tokens)
 
 

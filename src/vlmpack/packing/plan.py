@@ -78,9 +78,10 @@ class PackPlan:
     __hash__ = None  # type: ignore[assignment]
 
     def to_npz(self, path: str | Path) -> None:
-        """Save to an uncompressed ``.npz`` (the five arrays plus ``capacity`` and ``algorithm``)."""
+        """Save to an uncompressed ``.npz`` (the five arrays plus ``capacity`` and ``algorithm``);
+        ``path`` may also be a writable binary file object."""
         np.savez(
-            Path(path),
+            path if hasattr(path, "write") else Path(path),
             **{a: getattr(self, a) for a in _ARRAYS},
             capacity=np.int64(self.capacity),
             algorithm=np.str_(self.algorithm),

@@ -1,9 +1,20 @@
-"""JSONL reader: plain, gzip or zstd files -> :class:`Sample` | :class:`Rejection`, with locators.
+"""JSONL reader: plain, gzip, zstd, xz or bzip2 files -> :class:`Sample` | :class:`Rejection`, with locators.
 
 Work is split into line-aligned byte ranges (:func:`split_ranges`, plain files only; a compressed
 file is one task) that process-pool workers read independently (:func:`read_range`). Everything is
-module-level and picklable. Compression is detected from the file's magic bytes (gzip ``1f 8b``,
-zstd ``28 b5 2f fd``), not from its name.
+module-level and picklable. Compression is detected from the file's magic bytes
+(:func:`vlmpack.readers.sniff.codec_of`), not from its name.
+
+Integrity: a compressed file is read member by member (gzip members, zstd frames, xz streams,
+bzip2 streams, any number of them concatenated) and must end exactly at the end of a complete
+member; a file cut inside one, corrupt data (a failed CRC/checksum, an invalid block) or trailing
+bytes that are not another member raise :class:`InputError` naming the file, the line and the
+decompressed byte offset reached (never a silent partial read; gzip's zero padding after the last
+member is allowed, as ``gzip`` does). Limits: a file cut exactly between two members is a valid
+shorter file and cannot be told apart; a bit flip in a zstd frame written without a content
+checksum (``zstd`` writes one by default, ``ZstdCompressor()`` does not) can go undetected.
+:func:`sniff_input` refuses a file whose content is clearly not JSONL (a tar, zip, Parquet,
+image, binary ...: :func:`vlmpack.readers.sniff.describe`) before it is read as lines.
 
 Per-line rules: the line's bytes without ``"\\n"``; a UTF-8 BOM at the start of *any* line and a
 trailing ``"\\r"`` are stripped; a line that is empty or whitespace only (after the BOM) is *blank*
@@ -13,56 +24,180 @@ Sample or Rejection: :func:`parse_record` never raises.
 
 from __future__ import annotations
 
-import gzip
+import bz2
 import io
 import json
 import logging
+import lzma
 import re
+import zlib
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, Any
 
 from vlmpack.errors import InputError
 from vlmpack.media import MediaError, resolve_ref
 from vlmpack.readers.schemas import SCHEMAS, RecordError, to_canonical
+from vlmpack.readers.sniff import SNIFF_BYTES, codec_of, describe, printable_path
 from vlmpack.records import Locator, Media, ReadStats, Rejection, Sample
 
 logger = logging.getLogger(__name__)
 
 _BOM = b"\xef\xbb\xbf"
-_GZIP_MAGIC = b"\x1f\x8b"
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
 _READ_BLOCK = 4 << 20
+_COMPRESSED_CHUNK = 64 << 10  # compressed bytes fed to a decompressor at once (bounds its output)
+_MEMBER = {"gzip": "member", "zstd": "frame", "xz": "stream", "bz2": "stream"}
+_FORMATS = "plain, .gz, .zst, .xz, .bz2"
 
 
 def compression(path: str) -> str | None:
-    """``"gzip"``, ``"zstd"`` or ``None`` (plain) from the first bytes of ``path``.
+    """``"gzip"``, ``"zstd"``, ``"xz"``, ``"bz2"`` or ``None`` (plain) from the first bytes of ``path``.
     Raises :class:`InputError` when the file cannot be opened."""
     try:
         with open(path, "rb") as fh:
-            magic = fh.read(4)
+            magic = fh.read(10)
     except OSError as e:
-        raise InputError(f"cannot open input {path}: {e.strerror or e}; check the path") from None
-    if magic.startswith(_GZIP_MAGIC):
-        return "gzip"
-    if magic.startswith(_ZSTD_MAGIC):
-        return "zstd"
-    return None
+        raise InputError(f"cannot open input {printable_path(path)}: {e.strerror or e}; check the path") from None
+    return codec_of(magic)
 
 
 def open_stream(path: str) -> IO[bytes]:
     """A binary, line-iterable stream of the *decompressed* content of ``path``.
+
+    Reading a compressed stream raises :class:`StreamError` (truncated or corrupt data) and
+    ``OSError`` (I/O); :func:`iter_lines` turns both into :class:`InputError`.
     Raises :class:`InputError` when the file cannot be opened."""
     kind = compression(path)
-    if kind == "gzip":
-        return gzip.open(path, "rb")
-    if kind == "zstd":
+    if kind is None:
+        return open(path, "rb")
+    try:
+        return io.BufferedReader(_Members(path, kind), buffer_size=1 << 20)
+    except OSError as e:
+        raise InputError(f"cannot open input {printable_path(path)}: {e.strerror or e}; check the path") from None
+
+
+class StreamError(Exception):
+    """A compressed stream that is truncated or corrupt: ``reason`` (one line, e.g. ``"ends inside
+    frame 2"``), ``codec`` and ``at`` (decompressed bytes produced before the break)."""
+
+    def __init__(self, codec: str, reason: str, at: int) -> None:
+        super().__init__(f"the {codec} stream {reason} at decompressed byte {at}")
+        self.codec, self.reason, self.at = codec, reason, at
+
+
+class _Members(io.RawIOBase):
+    """Raw stream of the decompressed content of a file of concatenated compressed members.
+
+    One stdlib / python-zstandard decompressor object per member, fed :data:`_COMPRESSED_CHUNK`
+    compressed bytes at a time; a member is complete when its decompressor says ``eof`` (gzip
+    trailer CRC32 + ISIZE checked by zlib, zstd frame end and checksum if present, xz/bzip2 stream
+    end and checks). Raises :class:`StreamError` when the file ends inside a member, when a member
+    is corrupt or when bytes after a member are not another member.
+    """
+
+    def __init__(self, path: str, codec: str) -> None:
+        super().__init__()
+        self._raw = open(path, "rb")
+        self.codec = codec
+        self.decoded = 0  # decompressed bytes produced so far
+        self._done = 0  # complete members
+        self._dec: Any = None  # decompressor of the member being read, None between members
+        self._pending = b""  # compressed bytes not yet fed
+        self._out = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._out:
+            if not self._fill():
+                return 0
+        n = min(len(buffer), len(self._out))
+        buffer[:n] = self._out[:n]
+        self._out = self._out[n:]
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()
+        super().close()
+
+    def _fill(self) -> bool:
+        data, self._pending = self._pending or self._raw.read(_COMPRESSED_CHUNK), b""
+        unit = _MEMBER[self.codec]
+        if not data:
+            if self._dec is not None:
+                raise StreamError(self.codec, f"ends inside {unit} {self._done + 1} (the file is cut short)",
+                                  self.decoded)
+            return False
+        fresh = self._dec is None
+        if fresh:
+            if self.codec == "gzip" and self._done:
+                data = data.lstrip(b"\x00")  # zero padding after a member, as gzip allows
+                if not data:
+                    return True
+            self._dec = _decompressor(self.codec)
+        try:
+            out = self._dec.decompress(data)
+        except Exception as e:  # noqa: BLE001 - zlib.error, LZMAError, OSError (bz2), ZstdError, ...
+            if fresh and self._done:
+                what = f"has bytes that are not {self.codec} after {unit} {self._done}"
+            else:
+                what = f"is corrupt in {unit} {self._done + 1}"
+            raise StreamError(self.codec, f"{what} ({_short(str(e) or type(e).__name__)})", self.decoded) from None
+        self.decoded += len(out)
+        if self._dec.eof:
+            self._pending, self._dec = self._dec.unused_data, None
+            self._done += 1
+        self._out = memoryview(out)
+        return True
+
+
+def _decompressor(codec: str) -> Any:
+    if codec == "gzip":
+        return zlib.decompressobj(wbits=31)
+    if codec == "zstd":
         import zstandard
 
-        raw = open(path, "rb")
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
-        return io.BufferedReader(reader, buffer_size=1 << 20)
-    return open(path, "rb")
+        return zstandard.ZstdDecompressor().decompressobj()
+    if codec == "xz":
+        return lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+    return bz2.BZ2Decompressor()
+
+
+def sniff_input(path: str) -> None:
+    """Refuse ``path`` at once when its content is clearly not JSONL (one call per input file,
+    before any task is made; :func:`vlmpack.config.load_config` calls it for every ``--input``).
+
+    Reads the first :data:`~vlmpack.readers.sniff.SNIFF_BYTES` of the decompressed content (and
+    the last 4 bytes of an uncompressed file) and asks :func:`vlmpack.readers.sniff.describe`.
+    Raises :class:`InputError` (one line: the file, what it looks like, what vlmpack reads) for a
+    tar, zip, Parquet, image, binary ... file, and for an unreadable file or a compressed head that
+    is truncated or corrupt.
+    """
+    codec = compression(path)
+    tail = None
+    try:
+        with open_stream(path) as fh:
+            head = fh.read(SNIFF_BYTES)
+            if codec is None and len(head) >= 8:
+                fh.seek(-4, io.SEEK_END)
+                tail = fh.read(4)
+    except StreamError as e:
+        raise InputError(_broken(path, e, None, 0)) from None
+    except OSError as e:
+        raise InputError(f"cannot read input {printable_path(path)}: {e.strerror or e}; check the file") from None
+    what = describe(head, tail)
+    if what is not None:
+        packed = f" compressed with {codec}" if codec else ""
+        raise InputError(f"{printable_path(path)} looks like {what}{packed}, not JSONL; "
+                         f"vlmpack reads JSONL inputs ({_FORMATS}) for now")
+
+
+def _broken(path: str, e: StreamError, line_no: int | None, offset: int) -> str:
+    where = f", after line {line_no - 1} (which ends at byte {offset})" if line_no is not None else ""
+    return (f"{printable_path(path)}: the {e.codec} stream {e.reason} at decompressed byte {e.at}{where}; "
+            "the file is truncated or corrupt, re-create or re-download it")
 
 
 def split_ranges(path: str, target_bytes: int = 8 << 20) -> list[tuple[int, int, int]]:
@@ -72,7 +207,8 @@ def split_ranges(path: str, target_bytes: int = 8 << 20) -> list[tuple[int, int,
     (so ranges hold >= ``target_bytes`` bytes except the last), ``end`` is exclusive and the last
     range ends at the file size (a last line without ``"\\n"`` is included); ``first_line_no`` is
     1-based. An empty file gives ``[(0, 0, 1)]``. Reads the whole file once (counts newlines).
-    Compressed files: ``[(0, -1, 1)]`` (one task; ``-1`` = to the end of the stream).
+    Compressed files: ``[(0, -1, 1)]`` (one task; ``-1`` = to the end of the stream). Does not
+    look at the content: :func:`sniff_input` does (once per input, before tasks are made).
     Raises :class:`InputError` (unreadable file), ``ValueError`` (``target_bytes < 1``).
     """
     if target_bytes < 1:
@@ -111,7 +247,10 @@ def iter_lines(
     ``start`` must be a line start (``0`` or a value from :func:`split_ranges`) and ``first_line``
     its 1-based line number; ``end=-1`` reads to the end. Compressed streams are read from their
     beginning (bytes before ``start`` are decompressed and skipped).
-    Raises :class:`InputError` for an unreadable or corrupt (e.g. truncated .gz) input.
+    Raises :class:`InputError` for an unreadable input, or a compressed one that is truncated or
+    corrupt (one line: the file, the last complete line, the decompressed byte offset reached);
+    the lines before the break have been yielded by then, so a caller must treat the error as
+    fatal for the whole file.
     """
     line_no, offset = first_line, start
     try:
@@ -128,20 +267,13 @@ def iter_lines(
                 yield line_no, offset, raw
                 line_no += 1
                 offset += len(line)
-    except (OSError, EOFError) as e:
+    except StreamError as e:
+        raise InputError(_broken(path, e, line_no, offset)) from None
+    except OSError as e:
         raise InputError(
-            f"cannot read {path} after line {line_no - 1} (byte {offset}): {e}; "
-            "the file is truncated or corrupt, re-create it"
+            f"cannot read {printable_path(path)} after line {line_no - 1} (byte {offset}): {e.strerror or e}; "
+            "check the file and the disk"
         ) from None
-    except Exception as e:
-        import zstandard
-
-        if isinstance(e, zstandard.ZstdError):
-            raise InputError(
-                f"cannot decompress {path} after line {line_no - 1} (byte {offset}): {e}; "
-                "the file is truncated or corrupt, re-create it"
-            ) from None
-        raise
 
 
 def parse_record(
@@ -213,8 +345,8 @@ def parse_record(
             for kind, ref in refs
         ]
         if rid is None:
-            return Sample(f"{locator.file}:{locator.line}", messages, media, locator, has_own_id=False)
-        return Sample(rid, messages, media, locator)
+            return Sample(str(locator), messages, media, locator, has_own_id=False)
+        return Sample(rid, messages, media, locator, id_kind="int" if isinstance(own, int) else "str")
     except (RecordError, MediaError) as e:
         return Rejection(locator, e.reason, e.detail, rid)
     except RecursionError:
@@ -290,4 +422,13 @@ def _short(value: object, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-__all__ = ["compression", "iter_lines", "open_stream", "parse_record", "read_range", "split_ranges"]
+__all__ = [
+    "StreamError",
+    "compression",
+    "iter_lines",
+    "open_stream",
+    "parse_record",
+    "read_range",
+    "sniff_input",
+    "split_ranges",
+]

@@ -49,6 +49,7 @@ class PackItem:
     images: list[Image.Image]
     recorded_tokens: int | None = None
     recorded_media: list[tuple[str, int]] | None = None  # (part, num_tokens) per image, in order
+    special_tokens: str | None = None  # "split": special tokens in the text are plain text (pack JSON key)
 
 
 @dataclass(slots=True)
@@ -176,7 +177,7 @@ def _from_pack_fields(key: str, samples: list[dict], media: list, parts: list[st
                 raise PackMismatchError(f"pack {key!r} sample {s.get('id')!r}: media part {name!r} is missing "
                                         f"(pack has {list(by_part)[:6]}); the shard is incomplete, re-pack it")
             imgs.append(open_image(by_part[name], where=f"pack {key!r} part {name}"))
-        items.append(PackItem(str(s["id"]), s["messages"], imgs, s.get("num_tokens"), rec))
+        items.append(PackItem(str(s["id"]), s["messages"], imgs, s.get("num_tokens"), rec, s.get("special_tokens")))
     return PackInput(key, items, None if num_tokens is None else int(num_tokens),
                      None if seq_len is None else int(seq_len))
 
@@ -289,8 +290,11 @@ class PackEncoder:
         """Encode one pack (any input accepted by :func:`read_pack`) into an :class:`EncodedPack`.
 
         Raises :class:`PackMismatchError` (one line, pack key + sample id) when a sample's
-        image-pad tokens do not match its image features, or when a sample's / the pack's token
-        count differs from the recorded one.
+        image-pad tokens do not match its image features, when a sample's / the pack's token
+        count differs from the recorded one, or when a sample's text holds a special token of the
+        tokenizer and the sample does not say ``"special_tokens": "split"`` (the pack JSON key
+        ``vlmpack pack --special-tokens split`` writes; such text is then tokenized as plain text,
+        exactly as it was counted).
         """
         pack = read_pack(obj)
         f = self.family
@@ -298,7 +302,13 @@ class PackEncoder:
             raise PackMismatchError(f"pack {pack.key!r} holds no samples")
         raw_ids = self._pretokenized(pack) if pack.input_ids is not None else None
         if raw_ids is None:
-            raw_ids = f.tokenize([f.render(it.messages) for it in pack.items])
+            for it in pack.items:
+                hit = f.find_special_token(it.messages) if it.special_tokens != "split" else None
+                if hit is not None:
+                    raise PackMismatchError(
+                        f"pack {pack.key!r} sample {it.id!r}: turn {hit[0]} holds the special token {hit[1]!r}, "
+                        "which would fake or cut a turn; pack with --special-tokens split (or drop the sample)")
+            raw_ids = f.token_ids([it.messages for it in pack.items], [it.special_tokens for it in pack.items])
         all_imgs = [im for it in pack.items for im in it.images]
         pixel_values, grids = self.process_images(all_imgs)
         tokens_per_image = grids.prod(axis=1) // self.m2 if len(grids) else np.zeros(0, dtype=np.int64)

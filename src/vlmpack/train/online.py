@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 def measure_item(family, item: PackItem) -> int:
     """Exact tokens of one sample: ``len(tokenize(render(messages))) + sum(image_tokens - 1)``, the
     rule of :func:`vlmpack.measure.count_samples`; sizes are those of the EXIF-oriented images."""
-    ids = family.tokenize([family.render(item.messages)])[0]
+    ids = family.token_ids([item.messages], [item.special_tokens])[0]
     return int(len(ids) + sum(family.image_tokens(im.width, im.height) - 1 for im in item.images))
 
 
@@ -112,8 +112,14 @@ class OnlinePackedDataset(IterableDataset):
                 st["yielded"] += 1
                 yield emit(p)
             item = _item_from_unpacked(raw)
-            n = measure_item(family, item)
             st["next_index"] = idx + 1
+            hit = family.find_special_token(item.messages) if item.special_tokens != "split" else None
+            if hit is not None:
+                st["dropped"] = st.get("dropped", 0) + 1
+                log.warning("online packing: sample %r holds the special token %r in turn %d; dropped", item.id,
+                            hit[1], hit[0])
+                continue
+            n = measure_item(family, item)
             if n > self.seq_len:
                 st["dropped"] = st.get("dropped", 0) + 1
                 log.warning("online packing: sample %r has %d tokens > seq_len %d; dropped", item.id, n,

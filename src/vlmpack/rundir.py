@@ -1,0 +1,210 @@
+"""The run directory ``OUT/.vlmpack/``: atomic files, an exclusive lock, and what ``--overwrite`` may delete.
+
+Rules (so that a run directory survives a kill, a full disk or a second run at any moment):
+
+- every file vlmpack writes goes through :func:`atomic_write` (temp file + ``fsync`` + rename +
+  ``fsync`` of the folder): a reader sees the old file or the whole new one, never a part;
+- a stage file that cannot be read (empty, truncated, foreign) counts as missing: the task that
+  wrote it is done again (:func:`read_json`, :func:`read_pickle` return ``None``);
+- :func:`lock_output` takes an exclusive ``flock`` on ``.vlmpack/lock`` for the whole run; a
+  second run on the same ``OUT`` fails at once with one line naming the holder's PID (the lock
+  goes with the process, also when it is SIGKILLed);
+- :func:`prepare_output` refuses a non-empty ``OUT`` that holds no vlmpack run record, even with
+  ``--overwrite``; with ``--overwrite`` it deletes only what the run record says vlmpack wrote
+  (:data:`OWNED` + the shards listed in ``.vlmpack/outputs.json``, ``.nv-meta/.info.json`` and
+  the shard markers).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+from vlmpack.errors import RunDirError
+
+RUN_DIR = ".vlmpack"
+#: Files and folders of ``OUT`` that belong to vlmpack besides the shards.
+OWNED = ("rejects.jsonl", "report.json", ".nv-meta")
+_LOCK = "lock"
+_held: dict[str, int] = {}  # OUT -> fd of its lock file, for the life of the process
+
+
+def atomic_write(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically and durably (temp + fsync + rename + fsync of the
+    parent folder). Raises ``OSError`` (ENOSPC, EROFS, EACCES, ...) with ``filename`` set."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        if e.filename is None:
+            e.filename = str(path)
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(folder: str | Path) -> None:
+    """``fsync`` a folder so a rename in it is durable (best effort where folders cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def json_bytes(obj, **kwargs) -> bytes:
+    """``json.dumps(obj, ensure_ascii=False)`` as UTF-8; a string holding a lone surrogate (which
+    UTF-8 cannot encode) is written with ``\\uXXXX`` escapes instead of crashing."""
+    text = json.dumps(obj, ensure_ascii=False, **kwargs)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(obj, ensure_ascii=True, **kwargs).encode("ascii")
+
+
+def read_json(path: str | Path):
+    """The JSON content of ``path``, or ``None`` when it is missing, empty or not valid JSON."""
+    try:
+        return json.loads(Path(path).read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def read_pickle(path: str | Path):
+    """The unpickled content of a run-dir file, or ``None`` when missing or unreadable."""
+    try:
+        return pickle.loads(Path(path).read_bytes())
+    except Exception:  # noqa: BLE001 - truncated/foreign pickles raise many kinds; redo the task
+        return None
+
+
+def lock_output(out: Path) -> None:
+    """Take the exclusive lock of ``out`` (``out/.vlmpack/lock``) for the rest of the process.
+
+    Raises :class:`RunDirError` (one line with the holder's PID) when another process holds it.
+    Idempotent within a process."""
+    import fcntl
+
+    key = os.path.realpath(out)
+    if key in _held:
+        return
+    run = out / RUN_DIR
+    run.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run / _LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise RunDirError(f"{out} is in use by another vlmpack run (pid {holder}); wait for it to finish "
+                              "or choose another --output") from None
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _held[key] = fd
+
+
+def unlock_output(out: Path) -> None:
+    """Release the lock taken by :func:`lock_output` (no-op when not held)."""
+    fd = _held.pop(os.path.realpath(out), None)
+    if fd is not None:
+        os.close(fd)
+
+
+def is_run_dir(out: Path) -> bool:
+    """True when ``out`` holds a vlmpack run directory (``.vlmpack/``, its record readable or not)."""
+    return (out / RUN_DIR).is_dir()
+
+
+def written_shards(out: Path) -> set[str]:
+    """Names of the shards the run record of ``out`` says vlmpack wrote (outputs list, Energon
+    ``.info.json``, shard markers)."""
+    names: set[str] = set()
+    listed = read_json(out / RUN_DIR / "outputs.json")
+    if isinstance(listed, dict):
+        names.update(str(n) for n in listed.get("shards", []))
+    info = read_json(out / ".nv-meta" / ".info.json")
+    if isinstance(info, dict) and isinstance(info.get("shard_counts"), dict):
+        names.update(str(n) for n in info["shard_counts"])
+    markers = out / RUN_DIR / "shards"
+    if markers.is_dir():
+        names.update(p.name[:-len(".json")] for p in markers.glob("*.json"))
+    return {n for n in names if n and "/" not in n and n not in (".", "..")}
+
+
+def prepare_output(out: Path, fingerprint: str, payload: dict, *, overwrite: bool) -> Path:
+    """Check, lock and (re)initialise ``out`` for a run with ``fingerprint``; returns ``out/.vlmpack``.
+
+    - ``out`` a file -> :class:`RunDirError`; missing or empty -> a new run;
+    - non-empty without a run record -> :class:`RunDirError`, also with ``overwrite`` (vlmpack
+      never deletes files it did not write);
+    - same fingerprint -> resume; another (or an unreadable) record -> :class:`RunDirError`
+      unless ``overwrite``, which deletes only vlmpack's own files first.
+    """
+    if out.exists() and not out.is_dir():
+        raise RunDirError(f"--output {out} is a file, not a directory; choose a directory")
+    if out.is_dir() and any(out.iterdir()) and not is_run_dir(out):
+        hint = "" if not overwrite else " (--overwrite only replaces vlmpack's own outputs)"
+        raise RunDirError(f"{out} is not empty and holds no vlmpack run record; choose a new or empty --output"
+                          + hint)
+    lock_output(out)
+    run = out / RUN_DIR
+    cfg_file = run / "config.json"
+    if cfg_file.exists():
+        old = read_json(cfg_file)
+        old_fp = old.get("fingerprint") if isinstance(old, dict) else None
+        if old_fp == fingerprint:
+            _ensure_dirs(run)
+            return run
+        if not overwrite:
+            what = (f"a run of another config (fingerprint {old_fp[:12]} != {fingerprint[:12]})"
+                    if isinstance(old_fp, str) else "a run record that cannot be read (.vlmpack/config.json)")
+            raise RunDirError(f"{out} holds {what}; pass --overwrite to replace it or choose another --output")
+        clear_output(out)
+    _ensure_dirs(run)
+    atomic_write(cfg_file, json_bytes({"fingerprint": fingerprint, **payload}, indent=1, sort_keys=True))
+    return run
+
+
+def clear_output(out: Path) -> None:
+    """Delete what vlmpack wrote in ``out`` (keeping the lock file): its shards and their
+    ``.idx``/``.tmp``, :data:`OWNED` and the run directory's content."""
+    for name in written_shards(out):
+        for p in (out / name, out / (name + ".idx"), out / (name + ".tmp"), out / (name + ".idx.tmp")):
+            if p.is_file() or p.is_symlink():
+                p.unlink()
+    for name in OWNED:
+        p = out / name
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        elif p.exists() or p.is_symlink():
+            p.unlink()
+    run = out / RUN_DIR
+    if run.is_dir():
+        for p in run.iterdir():
+            if p.name == _LOCK:
+                continue
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+
+
+def _ensure_dirs(run: Path) -> None:
+    (run / "records").mkdir(parents=True, exist_ok=True)
+    (run / "shards").mkdir(exist_ok=True)
