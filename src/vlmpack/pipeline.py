@@ -232,6 +232,8 @@ def _write(cfg: PackConfig, run: Path, tasks: list[ShardTask], pool: Executor, k
             ok = (isinstance(marker, dict) and marker.get("manifest") == key and (out / t.name).is_file()
                   and (out / (t.name + ".idx")).is_file())
             results[t.index] = ShardResult(**marker["result"]) if ok else None
+            if ok and (out / t.name).stat().st_size != results[t.index].nbytes:  # cut or replaced since
+                results[t.index] = None
         except (KeyError, TypeError):
             results[t.index] = None
         if results[t.index] is None:

@@ -1,0 +1,288 @@
+"""Hostile runs: signals, kills, faults, concurrent runs, broken run directories and bad arguments.
+
+Every case runs the real ``vlmpack`` command in a fresh interpreter on real demo data and checks
+the exit code (0 / 2 error / 3 failed run / 130 SIGINT / 143 SIGTERM), that a failure is exactly
+one stderr line without a traceback, that no worker process outlives the command, and that the
+same command run again afterwards ends with shards byte-identical to an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+from hostile_corpus import one_error_line, run_cli, start_cli
+
+pytestmark = pytest.mark.slow
+
+
+def _hashes(out: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("*.tar*"))}
+
+
+def _pack_args(inp: Path, real_data: Path, model_dir: Path, out: Path, *extra) -> list:
+    return ["pack", "--input", inp, "--media-root", real_data, "--model", model_dir, "--seq-len", 8192,
+            "--output", out, "--no-progress", *extra]
+
+
+@pytest.fixture(scope="module")
+def small_input(tmp_path_factory, real_data) -> Path:
+    path = tmp_path_factory.mktemp("small") / "small.jsonl"
+    path.write_text("\n".join((real_data / "real_sft.jsonl").read_text(encoding="utf-8").splitlines()[:200]) + "\n",
+                    encoding="utf-8")
+    return path
+
+
+# Big enough to be killed mid-count and mid-write: the whole real set, one shard per 5 packs,
+# pretokenized (writing tokenizes every pack, so it lasts seconds).
+KILL_EXTRA = ["--max-packs-per-shard", 5, "--pretokenize", "--workers", 2]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, real_data, model_dir) -> Path:
+    out = tmp_path_factory.mktemp("reference") / "out"
+    proc = run_cli(_pack_args(real_data / "real_sft.jsonl", real_data, model_dir, out, *KILL_EXTRA))
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def _wait_for(cond, proc: subprocess.Popen, what: str, limit: float = 300) -> None:
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if cond():
+            return
+        assert proc.poll() is None, f"the run ended before {what}: {proc.stderr.read()}"
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+POINTS = {
+    "count": lambda out, proc: bool(_children(proc.pid))
+    and not list((out / ".vlmpack" / "records").glob("*.result.pkl")),
+    "write": lambda out, proc: bool(list((out / ".vlmpack" / "shards").glob("*.json"))),
+}
+
+
+@pytest.mark.parametrize("sig,point", [(signal.SIGINT, "count"), (signal.SIGINT, "write"), (signal.SIGTERM, "write"),
+                                       (signal.SIGKILL, "count"), (signal.SIGKILL, "write")])
+def test_signal_stops_at_once_and_the_rerun_gives_the_same_bytes(sig, point, tmp_path, reference, real_data,
+                                                                 model_dir):
+    out = tmp_path / "out"
+    args = _pack_args(real_data / "real_sft.jsonl", real_data, model_dir, out, *KILL_EXTRA)
+    proc = start_cli(args)
+    _wait_for(lambda: (out / ".vlmpack").is_dir() and POINTS[point](out, proc), proc, f"the {point} stage")
+    workers = _children(proc.pid)
+    t0 = time.monotonic()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    stopped_after = time.monotonic() - t0
+    if sig == signal.SIGKILL:
+        assert proc.returncode == -signal.SIGKILL
+    else:
+        assert proc.returncode == 128 + sig
+        assert "run the same command again to resume" in one_error_line(err)
+        # a liveness bound, not a speed target: the old code waited 13-25 s for running tasks
+        assert stopped_after < 10, f"took {stopped_after:.1f} s to stop"
+    end = time.monotonic() + 10
+    while any(_alive(w) for w in workers) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not [w for w in workers if _alive(w)], "worker processes outlived the command"
+    again = run_cli(args)
+    assert again.returncode == 0, again.stderr
+    assert _hashes(out) == _hashes(reference)
+
+
+def test_second_run_on_the_same_output_is_refused_with_the_holder_pid(tmp_path, real_data, model_dir):
+    out = tmp_path / "out"
+    args = _pack_args(real_data / "real_sft.jsonl", real_data, model_dir, out, *KILL_EXTRA)
+    first = start_cli(args)
+    _wait_for(lambda: (out / ".vlmpack" / "lock").is_file() and (out / ".vlmpack" / "lock").read_text().strip(),
+              first, "the lock")
+    second = run_cli(args)
+    assert second.returncode == 2
+    assert f"pid {first.pid}" in one_error_line(second.stderr)
+    _, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err
+
+
+def test_overwrite_never_deletes_files_vlmpack_did_not_write(tmp_path, small_input, real_data, model_dir):
+    out = tmp_path / "mine"
+    out.mkdir()
+    for name in ("shard-000000.tar", "report.json", "notes.txt"):
+        (out / name).write_text("user data")
+    proc = run_cli(_pack_args(small_input, real_data, model_dir, out, "--overwrite"))
+    assert proc.returncode == 2 and "no vlmpack run record" in one_error_line(proc.stderr)
+    assert all((out / n).read_text() == "user data" for n in ("shard-000000.tar", "report.json", "notes.txt"))
+
+
+def test_bricked_run_directory_is_recovered(tmp_path, small_input, real_data, model_dir):
+    out = tmp_path / "out"
+    args = _pack_args(small_input, real_data, model_dir, out, "--max-packs-per-shard", 3)
+    assert run_cli(args).returncode == 0
+    want = _hashes(out)
+    run = out / ".vlmpack"
+    # disk full at the wrong moment: empty stage files count as missing and are made again
+    for p in [next((run / "shards").glob("*.json")), next((run / "records").glob("*.result.pkl")),
+              run / "plan.npz", run / "stages.json", out / "report.json"]:
+        p.write_bytes(b"")
+    (out / "shard-000001.tar").write_bytes(b"")  # a shard cut to nothing, with its marker still there
+    proc = run_cli(args)
+    assert proc.returncode == 0, proc.stderr
+    assert _hashes(out) == want
+    (run / "config.json").write_bytes(b"")  # the run record itself
+    proc = run_cli(args)
+    assert proc.returncode == 2 and "--overwrite" in one_error_line(proc.stderr)
+    proc = run_cli([*args, "--overwrite"])
+    assert proc.returncode == 0, proc.stderr
+    assert _hashes(out) == want
+
+
+def test_media_edited_before_a_resume_are_counted_again(tmp_path, real_data, model_dir):
+    from vlmpack.train import PackCollator
+
+    root = tmp_path / "root"
+    (root / "img").mkdir(parents=True)
+    recs = [json.loads(x) for x in (real_data / "real_sft.jsonl").read_text(encoding="utf-8").splitlines()[:120]]
+    recs = [r for r in recs if r.get("images")][:20]
+    for r in recs:
+        new = []
+        for ref in r["images"]:
+            dst = root / "img" / Path(ref).name
+            shutil.copyfile(real_data / ref, dst)
+            new.append(f"img/{dst.name}")
+        r["images"] = new
+    (root / "in.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    args = _pack_args(root / "in.jsonl", root, model_dir, root / "out")
+    assert run_cli(args).returncode == 0
+    target = root / recs[0]["images"][0]
+    big = max((real_data / "images").rglob("*.png"), key=lambda p: p.stat().st_size if "broken" not in str(p) else 0)
+    shutil.copyfile(big, target)  # another real image, another size: another token count
+    proc = run_cli(args)
+    assert proc.returncode == 0, proc.stderr
+    assert run_cli(["check", root / "out"]).returncode == 0
+    collator = PackCollator(model_dir, mrope=False)
+    for shard in (root / "out").glob("*.tar"):
+        with tarfile.open(shard) as tf:
+            m = {x.name: x for x in tf.getmembers()}
+            for name in (k for k in m if k.endswith(".json")):
+                key = name[:-5]
+                raw = {"__key__": key, "json": tf.extractfile(m[name]).read()}
+                raw.update({k[len(key) + 1:]: tf.extractfile(m[k]).read() for k in m if k.startswith(key + ".img")})
+                collator.encode(raw)  # PackMismatchError if a count were stale
+
+
+def test_file_size_limit_is_one_line_and_the_rerun_completes(tmp_path, small_input, real_data, model_dir):
+    out = tmp_path / "out"
+    args = _pack_args(small_input, real_data, model_dir, out, "--max-packs-per-shard", 3)
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, 300_000))
+
+    proc = run_cli(args, preexec_fn=limit)
+    assert proc.returncode == 2
+    line = one_error_line(proc.stderr)
+    assert "File too large" in line and str(out) in line
+    assert run_cli(args).returncode == 0
+    ref = tmp_path / "ref"
+    assert run_cli(_pack_args(small_input, real_data, model_dir, ref, "--max-packs-per-shard", 3)).returncode == 0
+    assert _hashes(out) == _hashes(ref)
+
+
+def _mount_tmpfs(where: Path, size: str) -> bool:
+    where.mkdir()
+    ok = os.geteuid() == 0 and shutil.which("mount") and subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True).returncode == 0
+    return bool(ok)
+
+
+@pytest.mark.parametrize("fault,words", [("full", "No space left"), ("readonly", "Read-only file system")])
+def test_disk_full_and_read_only_output_are_one_line(fault, words, tmp_path, small_input, real_data, model_dir):
+    mnt = tmp_path / "mnt"
+    if not _mount_tmpfs(mnt, "1m" if fault == "full" else "16m"):
+        pytest.skip("needs root and mount to make a tmpfs")
+    try:
+        if fault == "readonly":
+            subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+            out = mnt
+        else:
+            out = mnt / "out"
+        proc = run_cli(_pack_args(small_input, real_data, model_dir, out))
+        assert proc.returncode == 2
+        assert words in one_error_line(proc.stderr)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_bad_arguments_are_one_line(tmp_path, small_input, real_data, model_dir):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    cases = {
+        "directory as input": (_pack_args(tmp_path, real_data, model_dir, tmp_path / "o1"), "directory"),
+        "glob as input": (_pack_args(tmp_path / "*.jsonl", real_data, model_dir, tmp_path / "o2"), "glob"),
+        "file as output": (_pack_args(small_input, real_data, model_dir, a_file), "file"),
+        "missing input": (_pack_args(tmp_path / "nope.jsonl", real_data, model_dir, tmp_path / "o3"), "not found"),
+        "model dir without config": (_pack_args(small_input, real_data, tmp_path, tmp_path / "o4"), "config.json"),
+        "tar as input": (_pack_args(next((real_data / "wds").glob("*.tar")), real_data, model_dir, tmp_path / "o5"),
+                         "tar"),
+        "binary as input": (_pack_args(Path(shutil.which("ls") or "/bin/ls"), real_data, model_dir, tmp_path / "o6"),
+                            "binary"),
+    }
+    for name, (args, words) in cases.items():
+        proc = run_cli(args)
+        assert proc.returncode == 2, (name, proc.stderr)
+        assert words in one_error_line(proc.stderr).lower(), (name, proc.stderr)
+
+
+def test_runs_that_did_nothing_do_not_succeed(tmp_path, small_input, real_data, model_dir):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    proc = run_cli(_pack_args(empty, real_data, model_dir, tmp_path / "o1"))
+    assert proc.returncode == 3 and "no sample was packed" in one_error_line(proc.stderr)
+    broken = real_data / "broken.jsonl"  # 29 broken records of which 2 are acceptable: 93 % rejected
+    proc = run_cli(_pack_args(broken, real_data, model_dir, tmp_path / "o2"))
+    line = one_error_line(proc.stderr)
+    assert proc.returncode == 3 and "--max-reject-fraction" in line and "27 of 29 records rejected" in line
+    assert (tmp_path / "o2" / "rejects.jsonl").is_file() and not list((tmp_path / "o2").glob("*.tar"))
+    report = json.loads((tmp_path / "o2" / "report.json").read_text())
+    assert report["status"] == "failed" and report["stage"] == "count"
+    proc = run_cli(_pack_args(broken, real_data, model_dir, tmp_path / "o2", "--max-reject-fraction", 1))
+    assert proc.returncode == 0, proc.stderr  # the same run dir resumes with the counts already made
+    assert json.loads((tmp_path / "o2" / "report.json").read_text())["samples_packed"] == 2
+
+
+def test_non_utf8_input_file_name(tmp_path, small_input, real_data, model_dir):
+    name = os.fsdecode(b"in-\xff\xfe.jsonl")
+    bad = tmp_path / name
+    lines = small_input.read_text(encoding="utf-8").splitlines()[:30]
+    lines.append('{"conversations": [{"from": "human", "value": "no id"}, {"from": "gpt", "value": "ok"}]}')
+    lines.append('{"id": "x", "conversations": []}')
+    bad.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    proc = run_cli(_pack_args(bad, real_data, model_dir, tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    rejects = [json.loads(x) for x in (tmp_path / "out" / "rejects.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["reason"] for r in rejects] == ["empty_conversation"] and "\\xff" in rejects[0]["file"]
+    assert run_cli(["check", tmp_path / "out"]).returncode == 0
