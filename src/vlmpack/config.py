@@ -105,7 +105,9 @@ def load_config(yaml_path: str | Path | None = None, **overrides: Any) -> PackCo
 
     ``None`` overrides are ignored (an unset CLI flag). Keys may use dashes or underscores.
     Raises :class:`ConfigError` for an unreadable file, unknown keys or invalid values, and when
-    an input file or the model directory does not exist.
+    an input file or the model directory does not exist (input and output paths: see
+    :func:`_check_paths`); :class:`~vlmpack.errors.InputError` when an input's content is not
+    JSONL or its compressed head is corrupt.
     """
     data: dict[str, Any] = {}
     if yaml_path is not None:
@@ -126,9 +128,62 @@ def load_config(yaml_path: str | Path | None = None, **overrides: Any) -> PackCo
         where = ".".join(str(x) for x in first["loc"]) or "config"
         more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
         raise ConfigError(f"invalid option {where!r}: {first['msg']}{more}") from None
-    for p in cfg.input:
-        if not Path(p).is_file():
-            raise ConfigError(f"input file not found: {p}")
+    _check_paths(cfg.input, cfg.output)
     if not Path(cfg.model).is_dir():
         raise ConfigError(f"model directory not found: {cfg.model}")
     return cfg
+
+
+def _check_paths(inputs: list[str], output: str) -> None:
+    """Check the ``--input`` files and the ``--output`` path before anything is read or written.
+
+    Each input must be an existing regular file (a directory, a glob pattern the shell did not
+    expand, a FIFO or device are refused with what to do instead), readable, given once (same
+    device + inode, so a symlink or hard link to another input counts as the same file), and
+    look like JSONL by content (:func:`vlmpack.readers.sniff_input`). ``output`` must not be an
+    existing non-directory, nor lie under one. Names that are not valid UTF-8 (surrogate escapes)
+    are shown as ``\\xNN``. Raises :class:`ConfigError` (paths) or
+    :class:`~vlmpack.errors.InputError` (content), one line each.
+    """
+    import stat
+
+    from vlmpack.readers import sniff_input
+    from vlmpack.readers.sniff import printable_path as show
+
+    seen: dict[tuple[int, int], str] = {}
+    for p in inputs:
+        try:
+            st = os.stat(p)
+        except ValueError:  # an embedded NUL character
+            raise ConfigError(f"input {show(p)} holds a NUL character; give a file path") from None
+        except OSError as e:
+            if any(c in p for c in "*?[") and not os.path.lexists(p):
+                raise ConfigError(f"input {show(p)} does not exist and globs are not expanded yet; "
+                                  "let the shell expand them (leave the pattern unquoted)") from None
+            if isinstance(e, (FileNotFoundError, NotADirectoryError)):
+                raise ConfigError(f"input file not found: {show(p)}") from None
+            raise ConfigError(f"cannot access input {show(p)}: {e.strerror or e}; check the path") from None
+        if stat.S_ISDIR(st.st_mode):
+            raise ConfigError(f"input {show(p)} is a directory; give JSONL files (directories are not supported yet)")
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"input {show(p)} is not a regular file (a pipe, socket or device); vlmpack reads "
+                              "each input more than once, save it to a file first")
+        first = seen.get((st.st_dev, st.st_ino))
+        if first is not None:
+            same = "" if os.path.abspath(first) == os.path.abspath(p) else f" (the same file as {show(first)})"
+            raise ConfigError(f"input {show(p)} is given twice{same}; give each input once")
+        seen[(st.st_dev, st.st_ino)] = p
+        try:
+            with open(p, "rb"):
+                pass
+        except OSError as e:
+            raise ConfigError(f"cannot read input {show(p)}: {e.strerror or e}; check its permissions") from None
+        sniff_input(p)
+    out = os.path.abspath(output)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ConfigError(f"output {show(output)} is an existing file, not a directory; give a directory path")
+    parent = os.path.dirname(out)
+    while parent and not os.path.lexists(parent) and parent != os.path.dirname(parent):
+        parent = os.path.dirname(parent)
+    if os.path.exists(parent) and not os.path.isdir(parent):
+        raise ConfigError(f"output {show(output)} lies under {show(parent)}, which is a file; give a directory path")

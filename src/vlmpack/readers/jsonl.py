@@ -9,10 +9,11 @@ Integrity: a compressed file is read member by member (gzip members, zstd frames
 bzip2 streams, any number of them concatenated) and must end exactly at the end of a complete
 member; a file cut inside one, corrupt data (a failed CRC/checksum, an invalid block) or trailing
 bytes that are not another member raise :class:`InputError` naming the file, the line and the
-decompressed byte offset reached (never a silent partial read; gzip's zero padding after the last
-member is allowed, as ``gzip`` does). Limits: a file cut exactly between two members is a valid
+decompressed byte offset reached (never a silent partial read; zero padding after a gzip member
+or an xz stream is allowed, as ``gzip`` and ``xz`` do). Limits: a file cut exactly between two members is a valid
 shorter file and cannot be told apart; a bit flip in a zstd frame written without a content
-checksum (``zstd`` writes one by default, ``ZstdCompressor()`` does not) can go undetected.
+checksum (``zstd`` writes one by default, ``ZstdCompressor()`` does not) can go undetected:
+:func:`sniff_input` logs a warning when the first frame has none.
 :func:`sniff_input` refuses a file whose content is clearly not JSONL (a tar, zip, Parquet,
 image, binary ...: :func:`vlmpack.readers.sniff.describe`) before it is read as lines.
 
@@ -132,8 +133,8 @@ class _Members(io.RawIOBase):
             return False
         fresh = self._dec is None
         if fresh:
-            if self.codec == "gzip" and self._done:
-                data = data.lstrip(b"\x00")  # zero padding after a member, as gzip allows
+            if self.codec in ("gzip", "xz") and self._done:
+                data = data.lstrip(b"\x00")  # zero padding after a member (gzip, xz stream padding)
                 if not data:
                     return True
             self._dec = _decompressor(self.codec)
@@ -187,11 +188,23 @@ def sniff_input(path: str) -> None:
         raise InputError(_broken(path, e, None, 0)) from None
     except OSError as e:
         raise InputError(f"cannot read input {printable_path(path)}: {e.strerror or e}; check the file") from None
+    if codec == "zstd" and not _zstd_checked(path):
+        logger.warning("%s: its zstd frames carry no content checksum, so corrupt data inside them may go "
+                       "undetected; compress with the zstd tool (checksums on by default) or write_checksum=True",
+                       printable_path(path))
     what = describe(head, tail)
     if what is not None:
         packed = f" compressed with {codec}" if codec else ""
         raise InputError(f"{printable_path(path)} looks like {what}{packed}, not JSONL; "
                          f"vlmpack reads JSONL inputs ({_FORMATS}) for now")
+
+
+def _zstd_checked(path: str) -> bool:
+    """Whether the first zstd frame of ``path`` has a content checksum (RFC 8878 frame header
+    descriptor bit 2); ``True`` when the file starts with a skippable frame or is too short."""
+    with open(path, "rb") as fh:
+        header = fh.read(5)
+    return len(header) < 5 or header[:4] != b"\x28\xb5\x2f\xfd" or bool(header[4] & 0x04)
 
 
 def _broken(path: str, e: StreamError, line_no: int | None, offset: int) -> str:
