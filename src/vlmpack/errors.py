@@ -43,3 +43,8 @@ class Interrupted(BaseException):
     def __init__(self, signum: int):
         super().__init__(f"signal {signum}")
         self.signum = signum
+
+
+class MediaDecodeError(VlmpackError):
+    """Training side: an image of a pack (or of an unpacked sample) that PIL cannot open or decode;
+    the message names the pack key, the sample id and the media part."""

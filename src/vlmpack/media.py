@@ -1,14 +1,18 @@
-"""Media references and header probing: lexical path resolution and cheap image header checks.
+"""Media references and probing: lexical path resolution, the media-root rule with symlinks
+followed, and image checks at three levels.
 
-Two pure-ish entry points used by the readers and by :mod:`vlmpack.validate`:
+Two entry points used by the readers and by :mod:`vlmpack.validate`:
 
 - :func:`resolve_ref` turns the reference written in a record (``"images/a.png"``,
   ``"file:///data/a.png"``, ``"/abs/a.png"``) into an absolute path, *lexically*
-  (``os.path.normpath`` of the join; symlinks are not followed because datasets are often symlink
-  farms whose targets live elsewhere). No file system access.
-- :func:`probe_media` opens the file with PIL (lazy, no pixel decode at ``check="header"``) and
-  returns a :class:`MediaInfo` (width/height after EXIF orientation, PIL format name, file size).
-  Results are cached per ``(path, check, size, mtime)`` within a process: many samples share images.
+  (``os.path.normpath`` of the join; no file system access, used at parse time).
+- :func:`probe_media` checks the file at validation time: with ``media_root`` given, its
+  ``os.path.realpath`` (symlinks followed) must lie inside the media root's realpath unless
+  ``allow_absolute_media``; then the file is opened with PIL restricted to
+  :data:`vlmpack.imagecheck.IMAGE_FORMATS` and checked at the asked level; it returns a
+  :class:`MediaInfo` (width/height after EXIF orientation, PIL format name, file size).
+  Results are cached per ``(path, kind, check, size, mtime)`` within a process: many samples share
+  images.
 
 Both raise :class:`MediaError` (``reason`` is a code of :data:`vlmpack.records.REASONS`).
 """
@@ -25,9 +29,12 @@ from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
 
+from vlmpack.imagecheck import IMAGE_FORMATS, check_decodes, open_image_file
+
 logger = logging.getLogger(__name__)
 
-#: Check levels of :func:`probe_media`, cheapest first.
+#: Check levels of :func:`probe_media`, cheapest first. ``verify`` (the default) and ``decode``
+#: accept exactly the images the loader decodes; ``header`` only opens them.
 CHECKS = ("header", "verify", "decode")
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
@@ -65,7 +72,8 @@ def resolve_ref(ref: object, media_root: str, *, allow_absolute_media: bool = Fa
     Raises :class:`MediaError` with ``wrong_type`` (not a non-empty string / NUL byte),
     ``media_unsupported`` (``http(s)://`` or any other URL scheme, ``data:`` URIs: only local files
     are read) or ``media_outside_root`` (the path lands outside ``media_root`` and
-    ``allow_absolute_media`` is false; ``..`` is resolved lexically, symlinks are not followed).
+    ``allow_absolute_media`` is false; ``..`` is resolved lexically, symlinks are not followed
+    here: :func:`probe_media` applies the same rule to the realpath at validation time).
     """
     if not isinstance(ref, str) or not ref:
         raise MediaError("wrong_type", f"media reference must be a non-empty string, got {_short(ref)}")
@@ -90,21 +98,42 @@ def resolve_ref(ref: object, media_root: str, *, allow_absolute_media: bool = Fa
     return full
 
 
-def probe_media(path: str, kind: str = "image", check: str = "verify") -> MediaInfo:
+def probe_media(
+    path: str,
+    kind: str = "image",
+    check: str = "verify",
+    *,
+    media_root: str | None = None,
+    allow_absolute_media: bool = False,
+) -> MediaInfo:
     """Header facts of the media file at ``path`` (absolute, as from :func:`resolve_ref`).
 
-    ``check``: ``"header"`` opens the file with PIL (reads the header only), ``"verify"`` adds
-    ``Image.verify()`` (PNG: walks every chunk and checks its CRC without decoding pixels; other
-    formats: little more than the header), ``"decode"`` decodes all pixels (``load()``).
+    ``media_root``: when given and ``allow_absolute_media`` is false, ``os.path.realpath(path)``
+    (every symlink followed) must lie inside ``os.path.realpath(media_root)`` (README: "a path
+    resolving outside it is rejected"); ``None`` skips this rule (the lexical rule of
+    :func:`resolve_ref` still applied at parse time). Checked before anything else, never cached.
+    ``check`` (images; PIL opens only :data:`~vlmpack.imagecheck.IMAGE_FORMATS`):
+
+    - ``"header"``: open and read the header only;
+    - ``"verify"`` (default): accepts exactly the images the training loader decodes (PIL
+      ``Image.open`` + ``load()``), by the cheapest equivalent check per format
+      (:func:`vlmpack.imagecheck.check_decodes`: PNG inflate + row filter bytes, JPEG 1/8-scale
+      decode, full decode otherwise);
+    - ``"decode"``: a full ``load()`` (the same verdicts, slower).
+
     Videos (``kind="video"``) are only checked to exist as regular files (width/height 0).
     Width/height follow the EXIF orientation tag (5-8 swap them), as ``PIL.ImageOps.exif_transpose``
     (and transformers' ``load_image``) would. Cached per process.
-    Raises :class:`MediaError`: ``media_missing`` (absent, a directory, unreadable),
-    ``media_undecodable`` (unknown format, SVG, empty, truncated, corrupt), ``media_unsupported``
-    (more pixels than PIL's decompression-bomb limit). ``ValueError`` for an unknown ``check``.
+    Raises :class:`MediaError`: ``media_outside_root`` (see ``media_root``), ``media_missing``
+    (absent, a directory, unreadable), ``media_undecodable`` (empty, not an accepted format (the
+    detail names what it is, e.g. "EPS is not an accepted image format"), truncated, corrupt),
+    ``media_unsupported`` (more pixels than PIL's decompression-bomb limit). ``ValueError`` for an
+    unknown ``check``.
     """
     if check not in CHECKS:
         raise ValueError(f"unknown media check {check!r}; use one of {', '.join(CHECKS)}")
+    if media_root is not None and not allow_absolute_media:
+        _check_real_path(path, media_root, kind)
     try:
         st = os.stat(path)
     except (OSError, ValueError) as e:
@@ -132,6 +161,19 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
+def _check_real_path(path: str, media_root: str, kind: str) -> None:
+    try:
+        real, root = os.path.realpath(path), os.path.realpath(media_root)
+    except (OSError, ValueError) as e:  # a symlink loop (strict mode only) or a NUL byte
+        raise MediaError("media_missing", f"{kind} path cannot be resolved: {path} ({_oneline(e)})") from None
+    if not _inside(real, root):
+        raise MediaError(
+            "media_outside_root",
+            f"{kind} path {path} resolves (symlinks followed) to {real}, outside media root {root} "
+            "(pass --allow-absolute-media / allow_absolute_media to accept it)",
+        )
+
+
 def _probe_video(st: os.stat_result) -> MediaInfo:
     return MediaInfo(0, 0, "", st.st_size)
 
@@ -142,23 +184,27 @@ def _probe_image(path: str, nbytes: int, check: str) -> MediaInfo:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with open(path, "rb") as fh, Image.open(fh) as img:
+            with open(path, "rb") as fh, open_image_file(fh) as img:
                 fmt = img.format or ""
+                if fmt not in IMAGE_FORMATS:  # a plugin of OPEN_FORMATS that answered with another format
+                    raise MediaError("media_undecodable", f"{fmt} is not an accepted image format: {path}")
                 width, height = img.size
                 orientation = _orientation(img, fh)
                 if check == "verify":
-                    img.verify()
+                    check_decodes(img)
                 elif check == "decode":
                     img.load()
+    except MediaError:
+        raise
     except Image.DecompressionBombError as e:
         raise MediaError("media_unsupported", f"image too large: {_oneline(e)}: {path}") from None
-    except UnidentifiedImageError:
-        raise MediaError("media_undecodable", f"not a readable image (unknown format): {path}") from None
+    except UnidentifiedImageError as e:
+        raise MediaError("media_undecodable", f"{_oneline(e)}: {path}") from None
     except OSError as e:
         if not os.access(path, os.R_OK):
             raise MediaError("media_missing", f"image not readable: {path} ({_oneline(e)})") from None
         raise MediaError("media_undecodable", f"image does not decode: {_oneline(e)}: {path}") from None
-    except Exception as e:  # noqa: BLE001 - PIL raises SyntaxError, ValueError, struct.error...
+    except Exception as e:  # noqa: BLE001 - PIL raises SyntaxError, ValueError, struct.error, zlib.error...
         raise MediaError(
             "media_undecodable", f"image does not decode: {type(e).__name__}: {_oneline(e)}: {path}"
         ) from None

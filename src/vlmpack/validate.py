@@ -5,10 +5,13 @@ Division of labour (documented contract for the pipeline):
 - **parse time** (:func:`vlmpack.readers.parse_record`, pure, no file system): UTF-8, JSON, object,
   schema, types, roles, turn order, assistant turn, empty turns, placeholders == media count,
   media references (remote -> ``media_unsupported``, outside the media root -> ``media_outside_root``).
-- **validate time** (:func:`validate_sample`, file system): every media file exists and is a regular
-  file (``media_missing``), its header decodes at the asked check level (``media_undecodable``), its
-  size is one the model's processor accepts (``media_unsupported``); fills ``Media.width``,
-  ``height``, ``format``, ``nbytes``.
+- **validate time** (:func:`validate_sample`, file system): with ``media_root`` given, every media
+  path with its symlinks followed stays inside the media root (``media_outside_root``, unless
+  ``allow_absolute_media``); every media file exists and is a regular file (``media_missing``), is
+  an image of an accepted format that decodes at the asked check level (``media_undecodable``; the
+  default ``verify`` accepts exactly what the training loader decodes), its size is one the
+  model's processor accepts (``media_unsupported``); fills ``Media.width``, ``height``,
+  ``format``, ``nbytes``.
 - **pipeline**: duplicate ids (global), token counts, overlong.
 """
 
@@ -26,14 +29,22 @@ MAX_ASPECT_RATIO = 200.0
 
 
 def validate_sample(
-    sample: Sample, *, check: str = "verify", max_aspect_ratio: float = MAX_ASPECT_RATIO, min_side: int = 1
+    sample: Sample,
+    *,
+    check: str = "verify",
+    max_aspect_ratio: float = MAX_ASPECT_RATIO,
+    min_side: int = 1,
+    media_root: str | None = None,
+    allow_absolute_media: bool = False,
 ) -> Sample | Rejection:
     """Check the media of ``sample`` and fill their header fields in place; return the sample or a
     :class:`Rejection` (the first failing media item decides). Never raises for bad data.
 
     ``check``: ``"header"`` | ``"verify"`` (default) | ``"decode"``, see :func:`vlmpack.media.probe_media`
-    (``verify`` catches truncated / corrupt PNGs by walking all chunks and their CRCs; truncated
-    JPEG data is only caught by ``decode``). Images need ``max(w, h) / min(w, h) <= max_aspect_ratio``
+    (``verify`` and ``decode`` both accept exactly the images PIL's ``load()`` decodes, ``verify``
+    at a fraction of the cost; ``header`` misses damage after the header). ``media_root`` /
+    ``allow_absolute_media``: the realpath rule of :func:`~vlmpack.media.probe_media` (``None``,
+    the default, skips it). Images need ``max(w, h) / min(w, h) <= max_aspect_ratio``
     (200: the rule of transformers' Qwen2-VL ``smart_resize``) and ``min(w, h) >= min_side`` (pass
     the processor's minimum, e.g. 28 for processors that reject images smaller than one merged patch;
     the default 1 accepts every image, as transformers 5's Qwen2-VL resizes small images up).
@@ -44,7 +55,8 @@ def validate_sample(
     own_id = sample.id if sample.has_own_id else None
     for i, item in enumerate(sample.media):
         try:
-            info = probe_media(item.path, item.kind, check)
+            info = probe_media(item.path, item.kind, check, media_root=media_root,
+                               allow_absolute_media=allow_absolute_media)
         except MediaError as e:
             return Rejection(sample.locator, e.reason, f"media {i} ({item.ref}): {e.detail}", own_id)
         except Exception as e:  # noqa: BLE001 - one bad record must never stop a run

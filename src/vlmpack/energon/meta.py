@@ -9,7 +9,10 @@ Formats follow ``shared/docs/energon_format.md`` (verified against megatron-ener
 - ``.nv-meta/split.yaml``: every shard in ``train``, ``val``/``test`` empty, ``exclude: []``.
 - ``.nv-meta/dataset.yaml``: the typed form with ``sample_type`` = :class:`vlmpack.energon.sample.VlmpackPack`,
   ``sample_loader: sample_loader.py:sample_loader`` and ``part_filter: sample_loader.py:part_filter``.
-- ``.nv-meta/sample_loader.py``: :data:`SAMPLE_LOADER_SOURCE`.
+- ``.nv-meta/sample_loader.py``: :data:`SAMPLE_LOADER_SOURCE` (no decoding: an image that does not
+  decode must fail in :func:`vlmpack.train.encode.open_image`, which names the pack key and sample
+  id, not inside Energon's decoder, whose ``DecodingError`` names neither and makes Energon skip
+  the whole pack).
 """
 
 from __future__ import annotations
@@ -23,14 +26,19 @@ import numpy as np
 
 ENERGON_VERSION = "7.4.1"  # the on-disk format version these files were verified against
 
-SAMPLE_LOADER_SOURCE = '''"""vlmpack sample loader (written by vlmpack): tar parts of one pack -> VlmpackPack fields."""
+SAMPLE_LOADER_SOURCE = '''"""vlmpack sample loader (written by vlmpack): tar parts of one pack -> VlmpackPack fields.
+
+Images are passed on as Energon's decoder left them: raw bytes when it is off (the vlmpack
+TaskEncoder; vlmpack.train.encode.open_image then decodes them and names the pack, the sample and
+the part of an image that does not decode), else what the decoder made. Nothing is decoded here.
+"""
 import io
+import json
 
 
-def _image(value):
-    if isinstance(value, (bytes, bytearray)):  # a format Energon's decoder left undecoded
-        from PIL import Image
-        return Image.open(io.BytesIO(value))
+def _json(value):
+    if isinstance(value, (bytes, bytearray, str)):  # the decoder is off
+        return json.loads(value)
     return value
 
 
@@ -42,11 +50,12 @@ def _array(value):
 
 
 def sample_loader(raw: dict) -> dict:
-    meta = raw["json"]
+    meta = _json(raw["json"])
     parts = [m["part"] for s in meta["samples"] for m in s["media"]]
+    present = [p for p in parts if p in raw]  # a missing part is named by the collator (pack + sample)
     ids = raw.get("input_ids.npy")
     return dict(seq_len=meta["seq_len"], num_tokens=meta["num_tokens"], samples=meta["samples"],
-                media=[_image(raw[p]) for p in parts], media_parts=parts,
+                media=[raw[p] for p in present], media_parts=present,
                 input_ids=None if ids is None else _array(ids))
 
 

@@ -32,7 +32,8 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
-from vlmpack.errors import ConfigError, PackMismatchError
+from vlmpack.errors import ConfigError, MediaDecodeError, PackMismatchError
+from vlmpack.imagecheck import IMAGE_FORMATS, open_image_file
 
 log = logging.getLogger(__name__)
 
@@ -98,20 +99,42 @@ class EncodedPack:
 def open_image(obj: Any, *, where: str = "") -> Image.Image:
     """A PIL RGB image as transformers' ``load_image`` gives it (EXIF orientation applied).
 
-    obj: PIL image, bytes, or a path. Raises :class:`ConfigError` for a decoded tensor (the
-    TaskEncoder must use ``SampleDecoder(image_decode="pil")``) or another type.
+    obj: raw bytes (what the vlmpack sample loader passes on when Energon's decoder is off), a
+    path, or a PIL image. Bytes and paths are opened with ``formats=``
+    :data:`vlmpack.imagecheck.OPEN_FORMATS` (PIL never tries EPS/PS, which would run Ghostscript)
+    and fully decoded here (``load()``, ``LOAD_TRUNCATED_IMAGES`` as the process has it, PIL's
+    default False); ``where`` (e.g. ``"pack 'pack000000012' sample 'x1' part img3.png"``) starts
+    every error message.
+    Raises :class:`MediaDecodeError` (one line: ``where``, the PIL error) when the image is missing,
+    not of an accepted format, truncated or corrupt, and :class:`ConfigError` for a decoded tensor
+    (the TaskEncoder must leave images undecoded or use ``SampleDecoder(image_decode="pil")``) or
+    another type.
     """
     if isinstance(obj, (bytes, bytearray, memoryview)):
-        img = Image.open(io.BytesIO(bytes(obj)))
+        src = io.BytesIO(bytes(obj))
     elif isinstance(obj, (str, Path)):
-        img = Image.open(obj)
+        src = str(obj)
     elif isinstance(obj, Image.Image):
-        img = obj
+        src = None
+        fmt = getattr(obj, "format", None)
+        if fmt and fmt not in IMAGE_FORMATS and getattr(obj, "tile", None):  # not decoded yet: never load it
+            raise MediaDecodeError(f"{where}: image does not decode: {fmt} is not an accepted image format "
+                                   f"({', '.join(IMAGE_FORMATS)}); re-pack with vlmpack's media check")
     else:
-        raise ConfigError(f"{where}: media of type {type(obj).__name__} cannot be used; decode media as PIL "
-                          "(SampleDecoder(image_decode='pil')) or pass raw bytes")
-    img = ImageOps.exif_transpose(img)
-    return img.convert("RGB")
+        raise ConfigError(f"{where}: media of type {type(obj).__name__} cannot be used; pass raw bytes or decode "
+                          "media as PIL (SampleDecoder(image_decode='pil'))")
+    try:
+        img = obj if src is None else open_image_file(src)
+        img.load()
+        img = ImageOps.exif_transpose(img)
+        return img.convert("RGB")
+    except MemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - PIL raises OSError, SyntaxError, ValueError, struct.error...
+        detail = " ".join(str(e).split()) or type(e).__name__
+        raise MediaDecodeError(f"{where}: image does not decode ({type(e).__name__}: {detail}); the shard or "
+                               "file is corrupt or changed after packing: re-pack it (vlmpack pack checks "
+                               "that every image decodes)") from None
 
 
 def _image_parts_in_order(messages: Sequence[dict]) -> list[dict]:
@@ -176,7 +199,7 @@ def _from_pack_fields(key: str, samples: list[dict], media: list, parts: list[st
             if name not in by_part:
                 raise PackMismatchError(f"pack {key!r} sample {s.get('id')!r}: media part {name!r} is missing "
                                         f"(pack has {list(by_part)[:6]}); the shard is incomplete, re-pack it")
-            imgs.append(open_image(by_part[name], where=f"pack {key!r} part {name}"))
+            imgs.append(open_image(by_part[name], where=f"pack {key!r} sample {s.get('id')!r} part {name}"))
         items.append(PackItem(str(s["id"]), s["messages"], imgs, s.get("num_tokens"), rec, s.get("special_tokens")))
     return PackInput(key, items, None if num_tokens is None else int(num_tokens),
                      None if seq_len is None else int(seq_len))
@@ -186,7 +209,8 @@ def _item_from_unpacked(s: Any) -> PackItem:
     if isinstance(s, PackItem):
         return s
     if hasattr(s, "messages") and hasattr(s, "media") and hasattr(s, "locator"):  # records.Sample
-        imgs = [open_image(m.path or m.ref, where=f"sample {s.id!r}") for m in s.media]
+        imgs = [open_image(m.path or m.ref, where=f"sample {s.id!r} media {i} ({m.ref})")
+                for i, m in enumerate(s.media)]
         order = [p["index"] for p in _image_parts_in_order(s.messages)]
         return PackItem(str(s.id), s.messages, [imgs[i] for i in order], s.num_tokens or None)
     if isinstance(s, dict) and "messages" in s:
@@ -194,7 +218,7 @@ def _item_from_unpacked(s: Any) -> PackItem:
         imgs = []
         for i, p in enumerate(_image_parts_in_order(s["messages"])):
             idx = p.get("index", i)
-            imgs.append(open_image(raw[idx], where=f"sample {s.get('id')!r}"))
+            imgs.append(open_image(raw[idx], where=f"sample {s.get('id')!r} image {idx}"))
         return PackItem(str(s.get("id", "?")), s["messages"], imgs, s.get("num_tokens"))
     raise ConfigError(f"cannot read an unpacked sample of type {type(s).__name__}; give records.Sample or "
                       "{'id', 'messages', 'images'}")
