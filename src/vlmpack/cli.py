@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from vlmpack import signals
 from vlmpack.cli_plan import register as register_plan
 from vlmpack.errors import VlmpackError
 
@@ -155,12 +156,6 @@ def _os_error_line(e: OSError) -> str:
     return f"{path}: {e.strerror or e}" + (f"; {hint}" if hint else "")
 
 
-def _on_sigterm(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
-    from vlmpack.errors import Interrupted
-
-    raise Interrupted(signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``vlmpack`` console script: the one error boundary of every command.
 
@@ -175,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     from vlmpack.errors import Interrupted, RunFailedError
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signals.install()
     if hasattr(signal, "SIGXFSZ"):  # a file size limit gives EFBIG (one line), not a core dump
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resume = "interrupted; run the same command again to resume"
@@ -191,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vlmpack: {resume}", file=sys.stderr)
         code = EXIT_SIGINT
     except Interrupted as e:
-        print(f"vlmpack: {resume} (signal {e.signum})", file=sys.stderr)
+        print(f"vlmpack: {resume}", file=sys.stderr)
         code = 128 + e.signum
     except RunFailedError as e:
         print(f"vlmpack: failed: {e}", file=sys.stderr)

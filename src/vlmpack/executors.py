@@ -73,14 +73,29 @@ def make_executor(kind: str, workers: int, model_dir: str, ray_address: str | No
         return InlineExecutor()
     if sys.platform.startswith("linux"):
         load_model(model_dir)
-        return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"), initializer=_worker_init)
-    return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_worker_init)
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"), initializer=_worker_init)
+    else:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_worker_init)
+    # Start the workers now with SIGINT/SIGTERM blocked: a signal that lands inside os.fork's
+    # at-fork hooks would be printed as "Exception ignored" and lost; blocked, it waits and is
+    # delivered right after, at a safe point. (A fork pool starts all its workers on the first
+    # submit.)
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        pool.submit(int).result()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    return pool
+
+
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 def _worker_init() -> None:
     """Pool worker set-up: leave SIGINT/SIGTERM to the parent, die when the parent dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # blocked while the parent forked us
     if sys.platform.startswith("linux"):
         try:
             import ctypes

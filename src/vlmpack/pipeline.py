@@ -26,7 +26,7 @@ import os
 import pickle
 import time
 from collections import Counter
-from concurrent.futures import Executor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Executor, wait
 from dataclasses import asdict
 from pathlib import Path
 
@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from vlmpack import signals
 from vlmpack.config import PackConfig
 from vlmpack.energon.meta import write_metadata
 from vlmpack.errors import OverlongError, RunFailedError
@@ -64,13 +65,18 @@ def _run_all(pool: Executor, fn, tasks: list, *, done, desc: str, weights: list[
 
         pending = {}
         for i, t in enumerate(tasks):
+            signals.check()
             fut = pool.submit(fn, t)
             if fut.done():  # the in-process executor runs the task inside submit()
                 finish(i, fut)
             else:
                 pending[fut] = i
-        for fut in as_completed(pending):
-            finish(pending[fut], fut)
+        while pending:
+            signals.check()
+            finished, _ = wait(pending, timeout=signals.POLL_S, return_when=FIRST_COMPLETED)
+            for fut in sorted(finished, key=pending.__getitem__):
+                finish(pending.pop(fut), fut)
+        signals.check()
 
 
 # ---------------------------------------------------------------------------------------- measure
