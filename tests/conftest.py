@@ -10,6 +10,11 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Run time varies on a shared machine: no hypothesis deadline anywhere (speed lives in bench/).
+settings.register_profile("vlmpack", deadline=None)
+settings.load_profile("vlmpack")
 
 CACHE = Path(os.environ.get("VLMPACK_TEST_CACHE", Path.home() / ".cache" / "vlmpack" / "test"))
 

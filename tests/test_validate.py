@@ -7,7 +7,6 @@ import io
 import os
 import shutil
 import struct
-import time
 
 import pytest
 from PIL import Image, ImageOps
@@ -160,15 +159,13 @@ def test_unknown_check_level_is_an_error(real_data):
         probe_media(str(real_data / "images/broken/empty.jpg"), "image", "header")
 
 
-def test_read_and_validate_real_set_is_fast(real_data):
-    """Reading + validating (default check) the 5,783 real samples, cold cache, one core: < 5 s."""
+def test_read_and_validate_real_set_accepts_every_good_sample(real_data):
+    """Reading + validating (default check) the 5,783 real samples, cold cache: all accepted.
+    (Its speed is measured in ``bench/bench_pack.py``, never asserted in a test.)"""
     clear_cache()
     path = str(real_data / "real_sft.jsonl")
-    t0 = time.perf_counter()
     n = 0
     for start, end, first in split_ranges(path):
         for s in read_range(path, start, end, first, media_root=str(real_data)):
             n += isinstance(validate_sample(s), Sample)
-    elapsed = time.perf_counter() - t0
     assert n == 5783
-    assert elapsed < 5.0, f"{elapsed:.2f} s"
