@@ -203,7 +203,8 @@ def run_task(task: MeasureTask) -> MeasureResult:
         if isinstance(rec, Rejection):
             rejections.append(rec)
             continue
-        checked = validate_sample(rec, check=task.media_check, **_root_kwargs(task))
+        checked = validate_sample(rec, check=task.media_check, media_root=task.media_root,
+                                  allow_absolute_media=task.allow_absolute_media)
         (rejections if isinstance(checked, Rejection) else valid).append(checked)
     t1 = time.perf_counter()
     counted, rej = count_samples(family, valid, task.special_tokens)
@@ -240,15 +241,3 @@ def run_task(task: MeasureTask) -> MeasureResult:
         rejections=rejections, stats=stats, seconds_read=t1 - t0, seconds_count=t2 - t1,
     )
 
-
-def _root_kwargs(task: MeasureTask) -> dict:
-    """The media-root keywords of :func:`vlmpack.validate.validate_sample` that this version has."""
-    import inspect
-
-    params = inspect.signature(validate_sample).parameters
-    out = {}
-    if "media_root" in params:
-        out["media_root"] = task.media_root
-    if "allow_absolute_media" in params:
-        out["allow_absolute_media"] = task.allow_absolute_media
-    return out
