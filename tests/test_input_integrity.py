@@ -178,7 +178,7 @@ def test_bit_flips_in_unchecked_zstd_never_crash_and_are_warned_about(sft, tmp_p
     blob, _ = _encodings(sft)["zstd-nocheck-2members"]
     plain = tmp_path / "plain.jsonl.zst"
     plain.write_bytes(blob)
-    with caplog.at_level(logging.WARNING, logger="vlmpack.readers.jsonl"):
+    with caplog.at_level(logging.WARNING, logger="vlmpack.readers.sniff"):
         sniff_input(str(plain))
     assert "no content checksum" in caplog.text and str(plain) in caplog.text
     rng = random.Random("unchecked")

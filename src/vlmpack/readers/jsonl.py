@@ -10,12 +10,12 @@ bzip2 streams, any number of them concatenated) and must end exactly at the end 
 member; a file cut inside one, corrupt data (a failed CRC/checksum, an invalid block) or trailing
 bytes that are not another member raise :class:`InputError` naming the file, the line and the
 decompressed byte offset reached (never a silent partial read; zero padding after a gzip member
-or an xz stream is allowed, as ``gzip`` and ``xz`` do). Limits: a file cut exactly between two members is a valid
-shorter file and cannot be told apart; a bit flip in a zstd frame written without a content
-checksum (``zstd`` writes one by default, ``ZstdCompressor()`` does not) can go undetected:
-:func:`sniff_input` logs a warning when the first frame has none.
-:func:`sniff_input` refuses a file whose content is clearly not JSONL (a tar, zip, Parquet,
-image, binary ...: :func:`vlmpack.readers.sniff.describe`) before it is read as lines.
+or an xz stream is allowed, as ``gzip`` and ``xz`` do). Limits: a file cut exactly between two
+members is a valid shorter file and cannot be told apart; a bit flip in a zstd frame written
+without a content checksum (``zstd`` writes one by default, ``ZstdCompressor()`` does not) can go
+undetected (:func:`~vlmpack.readers.sniff.sniff_input` logs a warning when the first frame has
+none). :func:`~vlmpack.readers.sniff.sniff_input` refuses a file whose content is clearly not
+JSONL (a tar, zip, Parquet, image, binary ...) before it is read as lines.
 
 Per-line rules: the line's bytes without ``"\\n"``; a UTF-8 BOM at the start of *any* line and a
 trailing ``"\\r"`` are stripped; a line that is empty or whitespace only (after the BOM) is *blank*
@@ -38,7 +38,7 @@ from typing import IO, Any
 from vlmpack.errors import InputError
 from vlmpack.media import MediaError, resolve_ref
 from vlmpack.readers.schemas import SCHEMAS, RecordError, to_canonical
-from vlmpack.readers.sniff import SNIFF_BYTES, codec_of, describe, printable_path
+from vlmpack.readers.sniff import codec_of, printable_path, sniff_input
 from vlmpack.records import Locator, Media, ReadStats, Rejection, Sample
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,6 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
 _READ_BLOCK = 4 << 20
 _COMPRESSED_CHUNK = 64 << 10  # compressed bytes fed to a decompressor at once (bounds its output)
 _MEMBER = {"gzip": "member", "zstd": "frame", "xz": "stream", "bz2": "stream"}
-_FORMATS = "plain, .gz, .zst, .xz, .bz2"
 
 
 def compression(path: str) -> str | None:
@@ -166,48 +165,9 @@ def _decompressor(codec: str) -> Any:
     return bz2.BZ2Decompressor()
 
 
-def sniff_input(path: str) -> None:
-    """Refuse ``path`` at once when its content is clearly not JSONL (one call per input file,
-    before any task is made; :func:`vlmpack.config.load_config` calls it for every ``--input``).
-
-    Reads the first :data:`~vlmpack.readers.sniff.SNIFF_BYTES` of the decompressed content (and
-    the last 4 bytes of an uncompressed file) and asks :func:`vlmpack.readers.sniff.describe`.
-    Raises :class:`InputError` (one line: the file, what it looks like, what vlmpack reads) for a
-    tar, zip, Parquet, image, binary ... file, and for an unreadable file or a compressed head that
-    is truncated or corrupt.
-    """
-    codec = compression(path)
-    tail = None
-    try:
-        with open_stream(path) as fh:
-            head = fh.read(SNIFF_BYTES)
-            if codec is None and len(head) >= 8:
-                fh.seek(-4, io.SEEK_END)
-                tail = fh.read(4)
-    except StreamError as e:
-        raise InputError(_broken(path, e, None, 0)) from None
-    except OSError as e:
-        raise InputError(f"cannot read input {printable_path(path)}: {e.strerror or e}; check the file") from None
-    if codec == "zstd" and not _zstd_checked(path):
-        logger.warning("%s: its zstd frames carry no content checksum, so corrupt data inside them may go "
-                       "undetected; compress with the zstd tool (checksums on by default) or write_checksum=True",
-                       printable_path(path))
-    what = describe(head, tail)
-    if what is not None:
-        packed = f" compressed with {codec}" if codec else ""
-        raise InputError(f"{printable_path(path)} looks like {what}{packed}, not JSONL; "
-                         f"vlmpack reads JSONL inputs ({_FORMATS}) for now")
-
-
-def _zstd_checked(path: str) -> bool:
-    """Whether the first zstd frame of ``path`` has a content checksum (RFC 8878 frame header
-    descriptor bit 2); ``True`` when the file starts with a skippable frame or is too short."""
-    with open(path, "rb") as fh:
-        header = fh.read(5)
-    return len(header) < 5 or header[:4] != b"\x28\xb5\x2f\xfd" or bool(header[4] & 0x04)
-
-
-def _broken(path: str, e: StreamError, line_no: int | None, offset: int) -> str:
+def broken_message(path: str, e: StreamError, line_no: int | None, offset: int) -> str:
+    """The one-line :class:`InputError` message for ``e`` in ``path``; ``line_no`` is the line
+    being read (``None``: while sniffing the head) and ``offset`` its first decompressed byte."""
     where = f", after line {line_no - 1} (which ends at byte {offset})" if line_no is not None else ""
     return (f"{printable_path(path)}: the {e.codec} stream {e.reason} at decompressed byte {e.at}{where}; "
             "the file is truncated or corrupt, re-create or re-download it")
@@ -281,7 +241,7 @@ def iter_lines(
                 line_no += 1
                 offset += len(line)
     except StreamError as e:
-        raise InputError(_broken(path, e, line_no, offset)) from None
+        raise InputError(broken_message(path, e, line_no, offset)) from None
     except OSError as e:
         raise InputError(
             f"cannot read {printable_path(path)} after line {line_no - 1} (byte {offset}): {e.strerror or e}; "

@@ -1,6 +1,7 @@
 """Content sniffing of input files: what a file *looks like*, from its first bytes, not its name.
 
-Pure functions on bytes (the I/O is :func:`vlmpack.readers.jsonl.sniff_input`):
+:func:`sniff_input` (the I/O: one call per input file, before any task is made) refuses a file
+that is clearly not JSONL; it uses these pure functions on bytes:
 
 - :func:`codec_of`: the compression of a file from its magic bytes (gzip ``1f 8b``, zstd
   ``28 b5 2f fd`` or a skippable frame ``5? 2a 4d 18``, xz ``fd 37 7a 58 5a 00``, bzip2
@@ -23,10 +24,18 @@ a JSON object.
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import os
 import re
 
+from vlmpack.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+#: The input formats named in a refusal.
+FORMATS = "plain, .gz, .zst, .xz, .bz2"
 #: Bytes of the decompressed head that :func:`describe` looks at.
 SNIFF_BYTES = 64 << 10
 #: Share of bad bytes (NUL, C0 controls other than TAB/LF/FF/CR/ESC, invalid UTF-8) above which a head is binary.
@@ -149,6 +158,42 @@ def describe(head: bytes, tail: bytes | None = None) -> str | None:
     return _text_not_jsonl(head)
 
 
+def sniff_input(path: str) -> None:
+    """Refuse ``path`` at once when its content is clearly not JSONL (one call per input file,
+    before any task is made; :func:`vlmpack.config.load_config` calls it for every ``--input``).
+
+    Reads the first :data:`SNIFF_BYTES` of the decompressed content (and the last 4 bytes of an
+    uncompressed file) and asks :func:`describe`. Logs a warning when the first zstd frame has no
+    content checksum (corruption inside such frames may go undetected). Raises
+    :class:`InputError` (one line: the file, what it looks like, what vlmpack reads) for a tar,
+    zip, Parquet, image, binary ... file, and for an unreadable file or a compressed head that is
+    truncated or corrupt.
+    """
+    from vlmpack.readers.jsonl import StreamError, broken_message, compression, open_stream
+
+    codec = compression(path)
+    tail = None
+    try:
+        with open_stream(path) as fh:
+            head = fh.read(SNIFF_BYTES)
+            if codec is None and len(head) >= 8:
+                fh.seek(-4, io.SEEK_END)
+                tail = fh.read(4)
+    except StreamError as e:
+        raise InputError(broken_message(path, e, None, 0)) from None
+    except OSError as e:
+        raise InputError(f"cannot read input {printable_path(path)}: {e.strerror or e}; check the file") from None
+    if codec == "zstd" and not _zstd_checked(path):
+        logger.warning("%s: its zstd frames carry no content checksum, so corrupt data inside them may go "
+                       "undetected; compress with the zstd tool (checksums on by default) or write_checksum=True",
+                       printable_path(path))
+    what = describe(head, tail)
+    if what is not None:
+        packed = f" compressed with {codec}" if codec else ""
+        raise InputError(f"{printable_path(path)} looks like {what}{packed}, not JSONL; "
+                         f"vlmpack reads JSONL inputs ({FORMATS}) for now")
+
+
 def printable_path(path: str | os.PathLike[str]) -> str:
     """``path`` as one printable line: bytes of a non-UTF-8 name (surrogate escapes in ``str``)
     as ``\\xNN`` and control or other non-printable characters escaped. Never raises."""
@@ -160,6 +205,14 @@ def printable_path(path: str | os.PathLike[str]) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def _zstd_checked(path: str) -> bool:
+    """Whether the first zstd frame of ``path`` has a content checksum (RFC 8878 frame header
+    descriptor bit 2); ``True`` when the file starts with a skippable frame or is too short."""
+    with open(path, "rb") as fh:
+        header = fh.read(5)
+    return len(header) < 5 or header[:4] != b"\x28\xb5\x2f\xfd" or bool(header[4] & 0x04)
 
 
 def _bad_bytes(head: bytes) -> int:
@@ -224,4 +277,4 @@ def _text_not_jsonl(head: bytes) -> str | None:
     return what
 
 
-__all__ = ["BINARY_SHARE", "SNIFF_BYTES", "codec_of", "describe", "printable_path"]
+__all__ = ["BINARY_SHARE", "FORMATS", "SNIFF_BYTES", "codec_of", "describe", "printable_path", "sniff_input"]
