@@ -1,57 +1,457 @@
-"""``vlmpack check``: load a packed output through Megatron-Energon and check every pack.
+"""``vlmpack check``: a gate that ``OUT`` is exactly what ``vlmpack pack`` wrote, and that it loads.
 
-Iterates one full pass of ``get_train_dataset(OUT, ..., repeat=False)`` and checks that every pack
-is a :class:`vlmpack.energon.sample.VlmpackPack`, that its samples' ``num_tokens`` sum to the
-pack's ``num_tokens`` and stay ``<= seq_len``, that every media part decoded, and that every
-sample id comes out exactly once. Needs ``megatron-energon`` (the ``train`` extra).
+Checks, cheapest first; every finding is one line in ``problems`` and nothing raises:
+
+1. ``OUT`` is an existing, non-empty directory with a readable ``report.json`` (an object with
+   ``shard_sha256``) and ``.nv-meta/`` (``.info.json`` with ``shard_counts``, ``split.yaml``,
+   ``dataset.yaml``).
+2. Shard lists: ``.info.json`` and ``report.json`` list the same shards, each of them exists,
+   and no ``<prefix>-*`` file (a tar, an ``.idx``, a ``.tmp``) listed by neither lies in ``OUT``.
+3. Per shard: the sha256 (streamed) equals ``report.json``'s, the size the run dir marker's,
+   and all sizes sum to ``shard_bytes``; the tar reads to its end-of-archive zero blocks (not
+   truncated, nothing appended); every member is a regular file ``<key>.<part>`` with contiguous,
+   globally unique keys; each key has a ``json`` part of format ``vlmpack.pack/1`` and exactly
+   the media parts it references; ``<shard>.idx`` exists and holds N+1 offsets equal to the
+   tar's sample header offsets and its end-of-archive offset, N = ``.info.json``'s count.
+4. Token counts: in each pack the samples' ``num_tokens`` sum to the pack's ``num_tokens``
+   ``<= seq_len`` (= ``report.json``'s); each sample's ``num_tokens`` equals the manifest's;
+   the totals equal ``report.json``'s ``packs``, ``samples_packed`` and ``tokens``.
+5. Completeness against the run dir ``OUT/.vlmpack`` (``manifest.parquet``: columns ``id``,
+   ``num_tokens``, optional int8 ``id_kind``; ``plan.npz``: :class:`vlmpack.packing.PackPlan`
+   whose ``overlong`` rows were dropped): every manifest id not overlong is in exactly one pack,
+   and no other id is. Ids are compared as ``(kind, id)`` with kind ``"str"|"int"|"line"``
+   (manifest ``id_kind`` 0/1/2, pack JSON ``"id_kind"``; missing means ``"str"``). A missing run
+   dir is a problem unless ``run_dir=False``.
+6. Energon (when ``.nv-meta`` is complete): one pass of Energon's own ``get_train_dataset(OUT,
+   repeat=False)``; every pack found in the tars comes out exactly once with the same sample ids
+   and all its media decoded, nothing else comes out. Samples Energon fails on (in training it
+   logs and skips them) and exceptions it raises become problem lines naming shard and key.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import io
 import json
+import re
+import tarfile
+import tempfile
+import warnings
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+
 from vlmpack.errors import ConfigError
 
+RUN_DIR = ".vlmpack"  # = vlmpack.pipeline.RUN_DIR
+FORMAT = "vlmpack.pack/1"  # = vlmpack.writer.FORMAT
+ID_KINDS = ("str", "int", "line")  # manifest ``id_kind`` int8 value -> pack JSON ``"id_kind"``
+_EXTRA_PARTS = {"json", "input_ids.npy"}  # parts a pack may have besides its media
 
-def iter_energon_packs(out_dir: str | Path, *, num_workers: int = 2):
-    """Yield the packs of ``out_dir`` through Energon's own loader, one epoch, no shuffle."""
+
+def iter_energon_packs(out_dir: str | Path, *, num_workers: int = 2, error_handler=None):
+    """Yield the packs of ``out_dir`` through Energon's own loader, one epoch, no shuffle.
+
+    ``error_handler(exception, sample, sources)`` replaces Energon's default one (which prints a
+    traceback and skips the sample). Raises :class:`ConfigError` without megatron-energon and
+    whatever Energon raises for an unloadable dataset.
+    """
     try:
         from megatron.energon import WorkerConfig, get_loader, get_train_dataset
     except ImportError:
         raise ConfigError("checking with Energon needs megatron-energon: pip install 'vlmpack[train]'") from None
+    wc = WorkerConfig.default_worker_config(num_workers=num_workers)
+    if error_handler is not None:
+        wc.global_error_handler = error_handler
     ds = get_train_dataset(str(out_dir), batch_size=None, shuffle_buffer_size=None, max_samples_per_sequence=None,
-                           worker_config=WorkerConfig.default_worker_config(num_workers=num_workers), repeat=False)
+                           worker_config=wc, repeat=False)
     yield from get_loader(ds)
 
 
-def check_output(out_dir: str | Path, *, num_workers: int = 2) -> dict:
-    """Check ``out_dir`` as described in the module docstring.
+class _ErrorLog:
+    """Energon error handler appending ``{"shard", "key", "error"}`` JSON lines to ``path`` (so it
+    works from loader worker processes; picklable for any start method)."""
 
-    Returns ``{"packs", "samples", "tokens", "max_pack_tokens", "duplicates", "problems"}``;
-    ``problems`` is a list of one-line strings (empty when everything holds).
-    """
-    info = json.loads((Path(out_dir) / ".nv-meta" / ".info.json").read_text())
-    expected_packs = sum(info["shard_counts"].values())
-    ids: Counter[str] = Counter()
-    problems: list[str] = []
-    packs = tokens = max_tokens = 0
-    for pack in iter_energon_packs(out_dir, num_workers=num_workers):
-        packs += 1
-        total = sum(s["num_tokens"] for s in pack.samples)
-        if total != pack.num_tokens or total > pack.seq_len:
-            problems.append(f"{pack.__key__}: tokens {total} (recorded {pack.num_tokens}, seq_len {pack.seq_len})")
-        n_media = sum(len(s["media"]) for s in pack.samples)
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __call__(self, e: Exception, sample, sources=None) -> None:
+        raw = sample
+        if not isinstance(raw, dict) and isinstance(getattr(raw, "data", None), (tuple, list)) and raw.data:
+            raw = raw.data[0]  # RawSampleData: the sample's tar parts with __key__ / __shard__
+        get = raw.get if isinstance(raw, dict) else lambda k: getattr(raw, k, None)
+        src = (sources or get("__sources__") or [None])[0]
+        key, shard = get("__key__"), get("__shard__") or getattr(src, "shard_name", None)
+        if key is None and src is not None and src.file_names:
+            key = str(src.file_names[0]).split(".", 1)[0]
+        part = getattr(e, "k", None)  # webdataset's DecodingError names the part (and has no message)
+        msg = _one_line(e.__cause__ if e.__cause__ is not None and not str(e) else e)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"shard": shard, "key": key, "error": (f"part {part}: " if part else "") + msg}) + "\n")
+
+
+def _one_line(e: BaseException) -> str:
+    """``Type: message`` on one line (a DataLoader worker's wrapped exception: its last line)."""
+    lines = [x.strip() for x in re.sub(r" ?<[^<>]* at 0x[0-9a-f]+>", "", str(e)).splitlines() if x.strip()]
+    last, name = (lines[-1] if lines else ""), type(e).__name__
+    return last if last.split(":", 1)[0].endswith(name) else f"{name}: {last}" if last else name
+
+
+def _eg(items: list, n: int = 3) -> str:
+    return ", ".join(str(x) for x in items[:n]) + (", ..." if len(items) > n else "")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _read_json(path: Path):
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+class _Checker:
+    """One check of ``out``: the problems found and what the tars hold."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        self.problems: list[str] = []
+        self.report: dict | None = None
+        self.counts: dict[str, int] | None = None  # .info.json shard_counts
+        self.meta_ok = False  # .nv-meta complete: Energon may load it
+        self.expected: dict[tuple[str, str], int] | None = None  # manifest (kind, id) -> num_tokens, not overlong
+        self.keys: dict[str, str] = {}  # every key found in a tar -> its shard
+        self.packs: dict[str, tuple[str, list[tuple[str, str]]]] = {}  # key -> (shard, (kind, id) of its samples)
+        self.totals: Counter[str] = Counter()
+        self.token_diffs: list[str] = []
+
+    def add(self, msg: str) -> None:
+        self.problems.append(msg)
+
+    # ---------------------------------------------------------------------------- records
+    def load_records(self) -> None:
+        rp, meta = self.out / "report.json", self.out / ".nv-meta"
+        try:
+            rep = _read_json(rp)
+            if not isinstance(rep, dict) or not isinstance(rep.get("shard_sha256"), dict):
+                raise ValueError("not a vlmpack report (no shard_sha256 object)")
+            self.report = rep
+        except FileNotFoundError:
+            self.add(f"{rp} is missing: shard hashes cannot be checked (not a finished vlmpack output)")
+        except (OSError, ValueError) as e:
+            self.add(f"{rp} is corrupt ({_one_line(e)}): shard hashes cannot be checked")
+        if not meta.is_dir():
+            self.add(f"{meta} is missing: Energon cannot load {self.out}")
+            return
+        try:
+            counts = _read_json(meta / ".info.json")["shard_counts"]
+            if not isinstance(counts, dict) or not all(_is_int(v) for v in counts.values()):
+                raise ValueError("shard_counts is not an object of integers")
+            self.counts = counts
+        except FileNotFoundError:
+            self.add(f"{meta / '.info.json'} is missing: Energon cannot load {self.out}")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            self.add(f"{meta / '.info.json'} is corrupt ({_one_line(e)})")
+        missing = [n for n in ("split.yaml", "dataset.yaml") if not (meta / n).is_file()]
+        if missing:
+            self.add(f"{meta} lacks {', '.join(missing)}: Energon cannot load {self.out}")
+        self.meta_ok = self.counts is not None and not missing
+
+    def load_run_dir(self) -> None:
+        run = self.out / RUN_DIR
+        man, plan_path = run / "manifest.parquet", run / "plan.npz"
+        if not man.is_file() or not plan_path.is_file():
+            self.add(f"the run record {run}/manifest.parquet + plan.npz is missing: completeness and per-sample "
+                     "token counts cannot be checked (pass --no-run-dir to check without it)")
+            return
+        try:
+            import pyarrow.parquet as pq
+
+            from vlmpack.packing import PackPlan
+
+            table = pq.read_table(man)
+            ids = [str(x) for x in table.column("id").to_pylist()]
+            tokens = table.column("num_tokens").to_numpy().astype(np.int64).tolist()
+            kinds = (table.column("id_kind").to_numpy().astype(np.int64) if "id_kind" in table.column_names
+                     else np.zeros(len(ids), np.int64))
+            plan = PackPlan.from_npz(plan_path)
+        except Exception as e:  # noqa: BLE001 - an unreadable run record is a finding, not a crash
+            self.add(f"the run record in {run} is unreadable ({_one_line(e)}): completeness cannot be checked")
+            return
+        over = plan.overlong
+        if plan.num_samples != len(ids) or (len(over) and (over.min() < 0 or over.max() >= len(ids))) or (
+                len(kinds) and (kinds.min() < 0 or kinds.max() >= len(ID_KINDS))):
+            self.add(f"the run record in {run} is inconsistent ({plan.num_samples} samples planned, {len(ids)} in "
+                     "the manifest, or id_kind outside 0..2): completeness cannot be checked")
+            return
+        keep = np.ones(len(ids), bool)
+        keep[over] = False
+        self.expected = {(ID_KINDS[k], i): t for i, t, k, ok in zip(ids, tokens, kinds.tolist(), keep.tolist()) if ok}
+
+    # ---------------------------------------------------------------------------- shard lists
+    def shard_names(self) -> list[str]:
+        """The shards listed by .info.json and/or report.json that exist; problems for the rest."""
+        info, rep = set(self.counts or ()), set(self.report["shard_sha256"]) if self.report else set()
+        if self.counts is not None and self.report is not None:
+            for a, b, names in (("report.json", ".info.json", rep - info), (".info.json", "report.json", info - rep)):
+                if names:
+                    self.add(f"{len(names)} shards listed in {a} but not in {b}: {_eg(sorted(names))}")
+        listed, good = sorted(info | rep), []
+        for name in listed:
+            if Path(name).is_absolute() or ".." in Path(name).parts:
+                self.add(f"shard name {name!r} points outside {self.out}")
+            elif not (self.out / name).is_file():
+                self.add(f"shard {name} is listed but missing from {self.out}")
+            else:
+                good.append(name)
+        prefixes = {n.rsplit("-", 1)[0] for n in listed if "-" in n} | {"shard"}
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            prefixes.add(str(_read_json(self.out / RUN_DIR / "config.json")["options"]["shard_prefix"]))
+        known = set(listed) | {n + ".idx" for n in listed}
+        foreign = sorted({p.name for pre in prefixes for p in self.out.glob(f"{pre}-*") if p.name not in known})
+        if foreign:
+            self.add(f"{len(foreign)} foreign or leftover files listed by neither .info.json nor report.json: "
+                     f"{_eg(foreign)}")
+        return good
+
+    # ---------------------------------------------------------------------------- one shard
+    def check_shard(self, name: str) -> None:
+        path, idx_path = self.out / name, self.out / (name + ".idx")
+        h, size = hashlib.sha256(), 0
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+                size += len(chunk)
+        self.totals["bytes"] += size
+        try:  # the run dir's marker of the shard: {"sha256", "nbytes", ...}
+            marker = _read_json(self.out / RUN_DIR / "shards" / (name + ".json"))
+        except (OSError, ValueError):
+            marker = {}
+        marker = marker if isinstance(marker, dict) else {}
+        want = (self.report or {}).get("shard_sha256", {}).get(name) or marker.get("sha256")
+        if want is not None and h.hexdigest() != want:
+            self.add(f"{name}: sha256 {h.hexdigest()[:16]}... differs from the recorded {str(want)[:16]}... "
+                     "(the shard was modified after packing)")
+        if _is_int(marker.get("nbytes")) and marker["nbytes"] != size:
+            self.add(f"{name}: {size} bytes, the run record says {marker['nbytes']}")
+        starts, end, whole = self.read_tar(name, path, size)
+        count = (self.counts or {}).get(name)
+        if whole and count is not None and count != len(starts):
+            self.add(f".info.json counts {count} packs in {name}, the tar holds {len(starts)}")
+        if not idx_path.is_file():
+            self.add(f"{name}.idx is missing: Energon cannot index {name}")
+            return
+        raw = idx_path.read_bytes()
+        if len(raw) % 8:
+            self.add(f"{name}.idx is {len(raw)} bytes, not a multiple of 8 (corrupt)")
+            return
+        offs, want_offs = np.frombuffer(raw, "<u8").astype(np.int64), np.asarray(starts + [end], np.int64)
+        if count is not None and len(offs) - 1 != count:
+            self.add(f"{name}.idx holds {len(offs) - 1} packs (+ end entry), .info.json counts {count}")
+        elif whole and len(offs) != len(want_offs):
+            self.add(f"{name}.idx holds {len(offs)} offsets, the tar needs {len(want_offs)} (N packs + end)")
+        elif whole and not np.array_equal(offs, want_offs):
+            i = int(np.flatnonzero(offs != want_offs)[0])
+            self.add(f"{name}.idx entry {i} is {offs[i]}, the tar has {want_offs[i]}")
+
+    def read_tar(self, name: str, path: Path, size: int) -> tuple[list[int], int, bool]:
+        """Walk the tar's headers and check every pack's JSON; returns the packs' header offsets,
+        the end-of-archive offset and whether the tar was whole (else problems were added)."""
+        starts: list[int] = []
+        cur, parts, body, end = None, set(), None, 0
+        try:
+            with tarfile.open(path, "r:") as tf:
+                while (m := tf.next()) is not None:
+                    if m.offset_data + m.size > size:
+                        self.add(f"{name}: truncated (member {m.name} ends at byte {m.offset_data + m.size}, "
+                                 f"the file has {size})")
+                        return starts, 0, False
+                    if not m.isreg() or "/" in m.name or "." not in m.name:
+                        self.add(f"{name}: bad member {m.name!r} (not a regular file named <key>.<part>)")
+                        continue
+                    key, part = m.name.split(".", 1)
+                    if key != cur:
+                        if cur is not None:
+                            self.check_pack(name, cur, body, parts)
+                        if key in self.keys:
+                            self.add(f"{name}: key {key} appears twice in the dataset (keys must be unique, "
+                                     "contiguous)")
+                        cur, parts, body = key, set(), None
+                        self.keys[key] = name
+                        starts.append(m.offset)
+                    parts.add(part)
+                    if part == "json":
+                        body = tf.extractfile(m).read()
+                if cur is not None:
+                    self.check_pack(name, cur, body, parts)
+                end = tf.offset
+        except (tarfile.TarError, OSError, EOFError) as e:
+            self.add(f"{name}: not a readable tar ({_one_line(e)})")
+            return starts, 0, False
+        with open(path, "rb") as f:
+            f.seek(end)
+            tail = f.read(1 << 16)
+        if len(tail) < 1024 or tail.strip(b"\0"):
+            self.add(f"{name}: no end-of-archive blocks after byte {end} (truncated, or data appended)")
+            return starts, end, False
+        return starts, end, True
+
+    def check_pack(self, shard: str, key: str, body: bytes | None, parts: set[str]) -> None:
+        where = f"{shard}/{key}"
+        try:
+            obj = json.loads(body) if body is not None else None
+        except ValueError as e:
+            obj = _one_line(e)
+        if not isinstance(obj, dict) or obj.get("format") != FORMAT or not isinstance(obj.get("samples"), list):
+            why = obj if isinstance(obj, str) else f"not a {FORMAT} pack"
+            self.add(f"{where}: bad or missing member {key}.json ({why})")
+            return
+        ids, total, media = [], 0, set()
+        for i, s in enumerate(obj["samples"]):
+            if (not isinstance(s, dict) or not isinstance(s.get("id"), (str, int)) or not _is_int(s.get("num_tokens"))
+                    or not isinstance(s.get("media", []), list) or s.get("id_kind", "str") not in ID_KINDS):
+                self.add(f"{where}: sample {i} lacks a valid id / id_kind / num_tokens / media")
+                continue
+            pair = (s.get("id_kind", "str"), str(s["id"]))
+            ids.append(pair)
+            total += s["num_tokens"]
+            media.update(str(m.get("part")) for m in s["media"] if isinstance(m, dict))
+            want = None if self.expected is None else self.expected.get(pair)
+            if want is not None and want != s["num_tokens"]:
+                self.token_diffs.append(f"{where} id {pair[1]!r}: {s['num_tokens']} vs {want}")
+        seq_len, n, rep_len = obj.get("seq_len"), obj.get("num_tokens"), (self.report or {}).get("seq_len")
+        if not _is_int(seq_len) or not _is_int(n):
+            self.add(f"{where}: seq_len / num_tokens missing or not integers")
+        elif total != n:
+            self.add(f"{where}: samples' num_tokens sum to {total}, the pack records {n}")
+        elif n > seq_len:
+            self.add(f"{where}: {n} tokens > seq_len {seq_len}")
+        if _is_int(rep_len) and seq_len != rep_len:
+            self.add(f"{where}: seq_len {seq_len}, report.json says {rep_len}")
+        if media - parts:
+            self.add(f"{where}: referenced media parts missing from the tar: {_eg(sorted(media - parts))}")
+        if parts - media - _EXTRA_PARTS:
+            self.add(f"{where}: bad member(s) referenced by no sample: {_eg(sorted(parts - media - _EXTRA_PARTS))}")
+        self.packs[key] = (shard, ids)
+        self.totals.update(packs=1, samples=len(ids), tokens=total)
+
+    # ---------------------------------------------------------------------------- totals, completeness
+    def check_totals(self) -> None:
+        if self.token_diffs:
+            self.add(f"{len(self.token_diffs)} samples record num_tokens other than the manifest's (pack vs "
+                     f"manifest): {_eg(self.token_diffs)}")
+        rep = self.report or {}
+        diff = [f"{k} {rep[k]} vs {self.totals[t]}" for k, t in (("packs", "packs"), ("samples_packed", "samples"),
+                ("tokens", "tokens"), ("shard_bytes", "bytes")) if _is_int(rep.get(k)) and rep[k] != self.totals[t]]
+        if diff:
+            self.add(f"report.json totals differ from the shards (recorded vs found): {', '.join(diff)}")
+        where: dict[tuple[str, str], list[str]] = {}
+        for key, (shard, ids) in self.packs.items():
+            for pair in ids:
+                where.setdefault(pair, []).append(f"{shard}/{key}")
+        dups = [f"{p[1]!r} in {' and '.join(w[:2])}" for p, w in where.items() if len(w) > 1]
+        if dups:
+            self.add(f"{len(dups)} sample ids are packed more than once: {_eg(dups)}")
+        if self.expected is None:
+            return
+        missing = [repr(p[1]) for p in self.expected if p not in where]
+        if missing:
+            self.add(f"{len(missing)} samples of the run record's manifest are in no pack (lost): {_eg(missing)}")
+        extra = [f"{p[1]!r} ({p[0]}) in {w[0]}" for p, w in where.items() if p not in self.expected]
+        if extra:
+            self.add(f"{len(extra)} packed sample ids are not in the manifest (injected, or dropped as overlong): "
+                     f"{_eg(extra)}")
+
+    # ---------------------------------------------------------------------------- Energon
+    def take(self, pack, res: dict, seen: Counter, pairs: Counter) -> None:
+        """Account one pack Energon yielded and compare it with the tar's."""
+        key, n = pack.__key__, pack.num_tokens if _is_int(pack.num_tokens) else 0
+        samples = [s for s in pack.samples if isinstance(s, dict)] if isinstance(pack.samples, list) else []
+        ids = [(s.get("id_kind", "str"), str(s.get("id"))) for s in samples]
+        seen[key] += 1
+        pairs.update(ids)
+        res["ids"].update(p[1] for p in ids)
+        res.update(packs=res["packs"] + 1, samples=res["samples"] + len(ids), tokens=res["tokens"] + n,
+                   max_pack_tokens=max(res["max_pack_tokens"], n))
+        if key not in self.keys:
+            self.add(f"Energon yielded pack {key}, which the tars do not hold")
+        elif key in self.packs and ids != self.packs[key][1]:
+            self.add(f"{self.packs[key][0]}/{key}: Energon yielded other sample ids than the tar holds")
+        n_media = sum(len(s.get("media") or ()) for s in samples)
         if len(pack.media) != n_media:
-            problems.append(f"{pack.__key__}: {len(pack.media)} media decoded for {n_media} referenced")
-        tokens += total
-        max_tokens = max(max_tokens, total)
-        ids.update(s["id"] for s in pack.samples)
-    dups = {k: v for k, v in ids.items() if v > 1}
-    if packs != expected_packs:
-        problems.append(f"Energon yielded {packs} packs, .info.json lists {expected_packs}")
-    if dups:
-        problems.append(f"{len(dups)} sample ids came out more than once, e.g. {next(iter(dups))!r}")
-    return {"packs": packs, "samples": sum(ids.values()), "unique_ids": len(ids), "tokens": tokens,
-            "max_pack_tokens": max_tokens, "duplicates": len(dups), "problems": problems, "ids": ids}
+            self.add(f"{self.keys.get(key, '?')}/{key}: Energon decoded {len(pack.media)} media for {n_media} "
+                     "referenced")
+
+    def check_energon(self, num_workers: int) -> dict:
+        res = {"packs": 0, "samples": 0, "tokens": 0, "max_pack_tokens": 0, "ids": Counter()}
+        seen: Counter[str] = Counter()
+        pairs: Counter[tuple[str, str]] = Counter()
+        raised = None
+        with tempfile.TemporaryDirectory(prefix="vlmpack-check-") as tmp:
+            log = _ErrorLog(Path(tmp) / "errors.jsonl")
+            try:  # Energon's prints, pin_memory / PIL palette warnings: noise here (failures reach `log`)
+                with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+                    warnings.simplefilter("ignore")
+                    for pack in iter_energon_packs(self.out, num_workers=num_workers, error_handler=log):
+                        self.take(pack, res, seen, pairs)
+            except ConfigError as e:
+                self.add(f"cannot load through Energon: {e}")
+                return res
+            except Exception as e:  # noqa: BLE001 - whatever Energon raises is a finding of the gate
+                raised = _one_line(e)
+            errors = [json.loads(x) for x in log.path.read_text().splitlines()] if log.path.exists() else []
+        for err in errors[:10]:
+            self.add(f"Energon could not load {err['shard'] or '?'}/{err['key'] or '?'}: {err['error']}")
+        if len(errors) > 10:
+            self.add(f"Energon could not load {len(errors) - 10} more samples")
+        lost = [k for k in self.packs if k not in seen]
+        if raised is not None:
+            self.add(f"Energon raised while loading (after {res['packs']} of {len(self.packs)} packs): {raised}")
+        elif lost:
+            n = sum(len(self.packs[k][1]) for k in lost)
+            self.add(f"Energon did not yield {len(lost)} packs ({n} samples lost at load): "
+                     f"{_eg([f'{self.packs[k][0]}/{k}' for k in lost])}")
+        twice = [k for k, v in seen.items() if v > 1]
+        if twice:
+            self.add(f"Energon yielded {len(twice)} packs more than once: {_eg(twice)}")
+        res.update(unique_ids=len(res["ids"]), duplicates=sum(1 for v in pairs.values() if v > 1))
+        return res
+
+
+def check_output(out_dir: str | Path, *, num_workers: int = 2, run_dir: bool = True) -> dict:
+    """Check ``out_dir`` as described in the module docstring; never raises for a bad output.
+
+    ``num_workers``: Energon loader worker processes (0 = in this process). ``run_dir=False``:
+    check without ``OUT/.vlmpack`` (no completeness, no per-sample token counts).
+    Returns ``{"packs", "samples", "unique_ids", "tokens", "max_pack_tokens", "duplicates",
+    "problems", "ids"}``: counts as Energon yielded them (``ids``: Counter id -> times yielded,
+    ``duplicates``: ``(kind, id)`` pairs yielded more than once) and ``problems``, a list of
+    one-line strings, empty when everything holds.
+    """
+    out = Path(out_dir)
+    c = _Checker(out)
+    res = {"packs": 0, "samples": 0, "unique_ids": 0, "tokens": 0, "max_pack_tokens": 0, "duplicates": 0,
+           "problems": c.problems, "ids": Counter()}
+    try:
+        if not out.is_dir():
+            c.add(f"{out} does not exist" if not out.exists() else f"{out} is not a directory")
+            return res
+        if not any(out.iterdir()):
+            c.add(f"{out} is empty: not a vlmpack output (run vlmpack pack first)")
+            return res
+        c.load_records()
+        if run_dir:
+            c.load_run_dir()
+        for name in c.shard_names():
+            try:
+                c.check_shard(name)
+            except OSError as e:
+                c.add(f"{name}: cannot be read ({_one_line(e)})")
+        c.check_totals()
+    except OSError as e:  # e.g. an unreadable directory
+        c.add(f"{out}: cannot be read ({_one_line(e)})")
+        return res
+    if c.meta_ok:
+        res.update(c.check_energon(num_workers))
+    return res
