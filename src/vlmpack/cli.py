@@ -101,9 +101,10 @@ def check(
     from vlmpack.check import check_output
 
     res = check_output(output, num_workers=workers, run_dir=not no_run_dir)
-    typer.echo(f"energon: {res['packs']:,} packs, {res['samples']:,} samples ({res['unique_ids']:,} unique ids), "
-               f"{res['tokens']:,} tokens, largest pack {res['max_pack_tokens']:,} tokens")
     problems = res["problems"]
+    if res["packs"] or not problems:
+        typer.echo(f"energon: {res['packs']:,} packs, {res['samples']:,} samples ({res['unique_ids']:,} unique ids), "
+                   f"{res['tokens']:,} tokens, largest pack {res['max_pack_tokens']:,} tokens")
     if problems:
         for p in problems[:50]:
             typer.echo(f"problem: {p}", err=True)
