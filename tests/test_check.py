@@ -355,3 +355,8 @@ def test_ids_compare_as_kind_and_id(out):
     assert len(problems) == 2, problems
     assert any("lost" in p and repr(first["id"]) in p for p in problems)
     assert any("not in the manifest" in p and "(line)" in p for p in problems)
+
+
+def test_report_of_a_failed_run(out):
+    (out / "report.json").write_text(json.dumps({"status": "failed", "stage": "count", "records_read": 300}))
+    _assert_fails(out, "failed run", "count")

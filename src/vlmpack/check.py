@@ -130,10 +130,14 @@ class _Checker:
         self.problems.append(msg)
 
     # ---------------------------------------------------------------------------- records
-    def load_records(self) -> None:
+    def load_records(self) -> bool:
+        """Read report.json and .nv-meta; False when the report says the run failed (nothing more to check)."""
         rp, meta = self.out / "report.json", self.out / ".nv-meta"
         try:
             rep = _read_json(rp)
+            if isinstance(rep, dict) and rep.get("status") == "failed":
+                self.add(f"{rp} records a failed run (stage {rep.get('stage')!r}): {self.out} is no usable output")
+                return False
             if not isinstance(rep, dict) or not isinstance(rep.get("shard_sha256"), dict):
                 raise ValueError("not a vlmpack report (no shard_sha256 object)")
             self.report = rep
@@ -143,7 +147,7 @@ class _Checker:
             self.add(f"{rp} is corrupt ({_one_line(e)}): shard hashes cannot be checked")
         if not meta.is_dir():
             self.add(f"{meta} is missing: Energon cannot load {self.out}")
-            return
+            return True
         try:
             counts = _read_json(meta / ".info.json")["shard_counts"]
             if not isinstance(counts, dict) or not all(_is_int(v) for v in counts.values()):
@@ -157,6 +161,7 @@ class _Checker:
         if missing:
             self.add(f"{meta} lacks {', '.join(missing)}: Energon cannot load {self.out}")
         self.meta_ok = self.counts is not None and not missing
+        return True
 
     def load_run_dir(self) -> None:
         run = self.out / RUN_DIR
@@ -440,7 +445,8 @@ def check_output(out_dir: str | Path, *, num_workers: int = 2, run_dir: bool = T
         if not any(out.iterdir()):
             c.add(f"{out} is empty: not a vlmpack output (run vlmpack pack first)")
             return res
-        c.load_records()
+        if not c.load_records():
+            return res
         if run_dir:
             c.load_run_dir()
         for name in c.shard_names():
