@@ -162,9 +162,12 @@ class _PngRowsCheck(ImageFile.PyDecoder):
 
     ``decode`` returns ``(len(buffer), 0)`` for more data, ``(-1, 0)`` when done, ``(-1, -2)`` for
     a zlib error (PIL: "broken data stream") and ``(-1, -3)`` for a filter byte above 4 (PIL:
-    "unrecognized data stream contents"). The same buffers reach it as reach ZipDecode (PIL's
-    ``ImageFile.load`` loop), and ``max_length`` stops zlib exactly at the image's last byte, so
-    zlib's own look-ahead past the image data (end of block, Adler-32) is the same too.
+    "unrecognized data stream contents"). It gets the same buffers as ZipDecode (PIL's
+    ``ImageFile.load`` loop) and follows its calls where they matter: ZipDecode inflates one row
+    per call and only while input is left, so output that zlib could still give after the
+    buffer's last byte was consumed waits for the next buffer (at the end of the file: "image file
+    is truncated"). Hence: inflate the buffer but its last byte at once, never up to the image's
+    last byte, then the rest row by row exactly as ZipDecode does.
     """
 
     def init(self, args: tuple) -> None:
@@ -177,24 +180,48 @@ class _PngRowsCheck(ImageFile.PyDecoder):
             self._total = sum(row * n for _, row, n in self._segs)
             self._z = zlib.decompressobj()
             self._done = 0
-        data = bytes(buffer)
+        data, z, start = bytes(buffer), self._z, self._done
         try:
-            out = self._z.decompress(data, self._total - self._done)
+            tail = data
+            if len(data) > 1 and self._total - self._done > 1:  # ZipDecode would still be looping
+                out = z.decompress(data[:-1], self._total - self._done - 1)
+                if self._produced(out):
+                    return -1, -3
+                if z.eof:
+                    return (-1, 0) if self._ends_image(start) else (len(data), 0)
+                tail = z.unconsumed_tail + data[-1:]
+            while tail:  # ZipDecode.c's loop: one row per inflate call while input is left
+                want = self._row_stop(self._done) - self._done
+                out = z.decompress(tail, want)
+                if self._produced(out):
+                    return -1, -3
+                if z.eof:
+                    return (-1, 0) if self._ends_image(start) else (len(data), 0)
+                if len(out) < want:  # input used up
+                    break
+                if self._done == self._total:
+                    return -1, 0
+                tail = z.unconsumed_tail
         except zlib.error:
             return -1, -2
-        start, end = self._done, self._done + len(out)
-        if out and self._bad_filter(np.frombuffer(out, np.uint8), start, end):
-            return -1, -3
-        self._done = end
-        if end == self._total:
-            return -1, 0
-        if self._z.eof and out and self._row_end(end):
-            return -1, 0  # ZipDecode.c: Z_STREAM_END on a complete row ends the image
         return len(data), 0
 
-    def _bad_filter(self, arr: np.ndarray, start: int, end: int) -> bool:
-        """Any filter byte > 4 in ``[start, end)``. ZipDecode judges a row once it is complete; a row
-        whose filter byte was produced can no longer end the image early, so it is judged now."""
+    def _ends_image(self, start: int) -> bool:
+        """The zlib stream ended in this call (``start``: output position when it began). ZipDecode
+        ends the image when the inflate call that completed a row saw Z_STREAM_END: the stream's
+        last output byte came in this call and ends a row. Otherwise it waits for data that never
+        comes ("image file is truncated")."""
+        return self._done > start and self._row_end(self._done)
+
+    def _produced(self, out: bytes) -> bool:
+        """Account for ``out``; True if a filter byte in it is above 4. ZipDecode judges a row once
+        it is complete; a row whose filter byte was produced can no longer end the image early, so
+        it fails either way."""
+        start, end = self._done, self._done + len(out)
+        self._done = end
+        if not out:
+            return False
+        arr = np.frombuffer(out, np.uint8)
         for seg, row, n in self._segs:
             seg_end = seg + row * n
             if seg_end <= start or seg >= end:
@@ -207,6 +234,13 @@ class _PngRowsCheck(ImageFile.PyDecoder):
 
     def _row_end(self, pos: int) -> bool:
         return any(seg < pos <= seg + row * n and (pos - seg) % row == 0 for seg, row, n in self._segs)
+
+    def _row_stop(self, pos: int) -> int:
+        """End of the row holding byte ``pos`` (< total) of the image stream."""
+        for seg, row, n in self._segs:
+            if pos < seg + row * n:
+                return seg + ((pos - seg) // row + 1) * row
+        return self._total
 
 
 Image.register_decoder(_PNG_CHECK, _PngRowsCheck)
