@@ -1,15 +1,21 @@
 """End-to-end benchmark of ``vlmpack pack`` on the real demo set: samples/s per stage.
 
-    python bench/bench_pack.py [--seq-len 8192] [--workers 2] [--repeat 3]
+    python bench/bench_pack.py [--seq-len 8192] [--workers 2] [--repeat 3] [--media-only] [--data DIR]
 
 Stages measured one by one on one core (read+validate, count, plan, write), then the whole job
 with ``--workers`` processes: in-process (``run_pack``) and as a fresh ``vlmpack pack`` command
-(interpreter start, imports and model load included). Median of ``--repeat`` runs. Prints one table.
+(interpreter start, imports and model load included). Median of ``--repeat`` runs. Prints one table,
+then the media check levels over every distinct image of the demo set (cold cache, one core):
+``header``, the old ``verify`` (PIL ``Image.verify()``: PNG chunk CRCs, no pixels; what vlmpack
+did before the default check had to match the loader), the default ``verify`` (accepts exactly
+what PIL's ``load()`` decodes, :func:`vlmpack.imagecheck.check_decodes`) and ``decode`` (full
+``load()``). Target: default <= 1.5x old verify. ``--media-only`` prints only that table.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -21,6 +27,7 @@ from vlmpack.config import load_config
 from vlmpack.demo import build_demo_data
 from vlmpack.fixtures import build_qwen2_5_vl_model_dir
 from vlmpack.measure import count_samples
+from vlmpack.media import _orientation, clear_cache, probe_media
 from vlmpack.models import load_model
 from vlmpack.pipeline import make_plan, run_pack
 from vlmpack.readers import read_range, split_ranges
@@ -39,13 +46,63 @@ def _median_time(fn, repeat: int) -> tuple[float, object]:
     return statistics.median(times), out
 
 
+def _demo_images(data: Path) -> list[str]:
+    """Every distinct image path referenced by the demo's ``real_sft.jsonl`` (sorted)."""
+    path = str(data / "real_sft.jsonl")
+    out = set()
+    for s, e, first in split_ranges(path):
+        for rec in read_range(path, s, e, first, schema="auto", media_root=str(data), allow_absolute_media=False,
+                              stats=ReadStats()):
+            if not isinstance(rec, Rejection):
+                out.update(m.path for m in rec.media if m.kind == "image")
+    return sorted(out)
+
+
+def _old_verify(path: str) -> None:
+    """The ``verify`` level as it was: any PIL plugin, header + EXIF orientation + ``Image.verify()``."""
+    from PIL import Image
+
+    with open(path, "rb") as fh, Image.open(fh) as img:
+        _orientation(img, fh)
+        img.verify()
+
+
+def media_check_table(data: Path, repeat: int) -> None:
+    """Print seconds per check level over every distinct demo image, cold cache, one core."""
+    images = _demo_images(data)
+    mb = sum(os.path.getsize(p) for p in images) / 1e6
+
+    def level(check):
+        def run():
+            clear_cache()
+            for p in images:
+                probe_media(p, "image", check)
+        return run
+
+    rows = [("header", level("header")), ("old verify (PIL Image.verify)", lambda: [_old_verify(p) for p in images]),
+            ("verify (default: decodes like the loader)", level("verify")), ("decode (full load)", level("decode"))]
+    times = {name: _median_time(fn, repeat)[0] for name, fn in rows}
+    base = times["old verify (PIL Image.verify)"]
+    print(f"\nmedia checks over the {len(images):,} distinct demo images ({mb:.1f} MB), cold cache, one core, "
+          f"median of {repeat}\n")
+    print(f"| {'check':<42} | {'seconds':>8} | {'MB/s':>7} | {'x old verify':>12} |")
+    print(f"|{'-' * 44}|{'-' * 10}:|{'-' * 9}:|{'-' * 14}:|")
+    for name, sec in times.items():
+        print(f"| {name:<42} | {sec:>8.3f} | {mb / sec:>7.0f} | {sec / base:>12.1f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seq-len", type=int, default=8192)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--media-only", action="store_true", help="only the media check table")
+    ap.add_argument("--data", type=Path, default=CACHE / "real_data", help="demo data folder (built if absent)")
     args = ap.parse_args()
-    data = build_demo_data(CACHE / "real_data")
+    data = build_demo_data(args.data)
+    if args.media_only:
+        media_check_table(data, args.repeat)
+        return
     model_dir = build_qwen2_5_vl_model_dir(CACHE / "model")
     inputs = [str(data / "real_sft.jsonl"), str(data / "broken.jsonl")]
     family = load_model(str(model_dir))
@@ -101,6 +158,7 @@ def main() -> None:
     print(f"|{'-' * 46}|{'-' * 10}:|{'-' * 10}:|{'-' * 12}:|")
     for name, n, sec in rows:
         print(f"| {name:<44} | {n:>8,} | {sec:>8.3f} | {n / sec:>10,.0f} |")
+    media_check_table(data, args.repeat)
 
 
 if __name__ == "__main__":
