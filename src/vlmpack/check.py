@@ -34,7 +34,6 @@ import contextlib
 import hashlib
 import io
 import json
-import re
 import tarfile
 import tempfile
 import warnings
@@ -43,60 +42,17 @@ from pathlib import Path
 
 import numpy as np
 
+from vlmpack.energon.load import ErrorLog as _ErrorLog
+from vlmpack.energon.load import iter_energon_packs
+from vlmpack.energon.load import one_line as _one_line
 from vlmpack.errors import ConfigError
+from vlmpack.records import ID_KINDS  # manifest ``id_kind`` int8 value -> pack JSON ``"id_kind"``
+from vlmpack.rundir import RUN_DIR
 
-RUN_DIR = ".vlmpack"  # = vlmpack.pipeline.RUN_DIR
-FORMAT = "vlmpack.pack/1"  # = vlmpack.writer.FORMAT
-ID_KINDS = ("str", "int", "line")  # manifest ``id_kind`` int8 value -> pack JSON ``"id_kind"``
+__all__ = ["check_output", "iter_energon_packs"]
+
+FORMAT = "vlmpack.pack/1"  # = vlmpack.writer.FORMAT (not imported: it would load the model stack)
 _EXTRA_PARTS = {"json", "input_ids.npy"}  # parts a pack may have besides its media
-
-
-def iter_energon_packs(out_dir: str | Path, *, num_workers: int = 2, error_handler=None):
-    """Yield the packs of ``out_dir`` through Energon's own loader, one epoch, no shuffle.
-
-    ``error_handler(exception, sample, sources)`` replaces Energon's default one (which prints a
-    traceback and skips the sample). Raises :class:`ConfigError` without megatron-energon and
-    whatever Energon raises for an unloadable dataset.
-    """
-    try:
-        from megatron.energon import WorkerConfig, get_loader, get_train_dataset
-    except ImportError:
-        raise ConfigError("checking with Energon needs megatron-energon: pip install 'vlmpack[train]'") from None
-    wc = WorkerConfig.default_worker_config(num_workers=num_workers)
-    if error_handler is not None:
-        wc.global_error_handler = error_handler
-    ds = get_train_dataset(str(out_dir), batch_size=None, shuffle_buffer_size=None, max_samples_per_sequence=None,
-                           worker_config=wc, repeat=False)
-    yield from get_loader(ds)
-
-
-class _ErrorLog:
-    """Energon error handler appending ``{"shard", "key", "error"}`` JSON lines to ``path`` (so it
-    works from loader worker processes; picklable for any start method)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __call__(self, e: Exception, sample, sources=None) -> None:
-        raw = sample
-        if not isinstance(raw, dict) and isinstance(getattr(raw, "data", None), (tuple, list)) and raw.data:
-            raw = raw.data[0]  # RawSampleData: the sample's tar parts with __key__ / __shard__
-        get = raw.get if isinstance(raw, dict) else lambda k: getattr(raw, k, None)
-        src = (sources or get("__sources__") or [None])[0]
-        key, shard = get("__key__"), get("__shard__") or getattr(src, "shard_name", None)
-        if key is None and src is not None and src.file_names:
-            key = str(src.file_names[0]).split(".", 1)[0]
-        part = getattr(e, "k", None)  # webdataset's DecodingError names the part (and has no message)
-        msg = _one_line(e.__cause__ if e.__cause__ is not None and not str(e) else e)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"shard": shard, "key": key, "error": (f"part {part}: " if part else "") + msg}) + "\n")
-
-
-def _one_line(e: BaseException) -> str:
-    """``Type: message`` on one line (a DataLoader worker's wrapped exception: its last line)."""
-    lines = [x.strip() for x in re.sub(r" ?<[^<>]* at 0x[0-9a-f]+>", "", str(e)).splitlines() if x.strip()]
-    last, name = (lines[-1] if lines else ""), type(e).__name__
-    return last if last.split(":", 1)[0].endswith(name) else f"{name}: {last}" if last else name
 
 
 def _eg(items: list, n: int = 3) -> str:
