@@ -213,10 +213,8 @@ def _probe_image(path: str, nbytes: int, check: str) -> MediaInfo:
                     raise MediaError("media_undecodable", f"{fmt} is not an accepted image format: {path}")
                 width, height = img.size
                 orientation = _orientation(img, fh)
-                if check == "verify":
-                    check_decodes(img)
-                elif check == "decode":
-                    img.load()
+                if check != "header":
+                    check_decodes(img, full=check == "decode")
     except MediaError:
         raise
     except Image.DecompressionBombError as e:
