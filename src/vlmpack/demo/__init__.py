@@ -29,11 +29,15 @@ def build_demo_data(dest: str | Path, *, cache: str | Path | None = None, seed: 
     ``wds/``, ``stats.json``. Needs ``pip`` and ``apt-get`` (after ``apt-get update``) the first time;
     later builds reuse the download cache (``$VLMPACK_DATA_CACHE``, default
     ``~/.cache/vlmpack/realdata``). When ``apt-get download`` fails as root, the package lists
-    are refreshed once with ``apt-get update`` and the build retried. Raises :class:`InputError` when the build fails.
+    are refreshed once with ``apt-get update`` and the build retried. Raises :class:`InputError` when the build fails
+    or when ``dest`` is a non-empty folder that is not a demo set (nothing is deleted).
     """
     dest = Path(dest)
     if (dest / "real_sft.jsonl").exists() and (dest / "broken.jsonl").exists():
         return dest
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise InputError(f"{dest} exists and is not a vlmpack demo data folder; choose a new or empty folder "
+                         "(vlmpack never deletes files it did not write)")
     partial = dest.with_name(dest.name + ".partial")  # renamed when complete: no half-built set is reused
     shutil.rmtree(partial, ignore_errors=True)
     cmd = [sys.executable, "-m", "vlmpack.demo.make_real_sft", "all", "--out", str(partial),
@@ -47,6 +51,7 @@ def build_demo_data(dest: str | Path, *, cache: str | Path | None = None, seed: 
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
         raise InputError(f"building the demo data failed ({' '.join(cmd)}): {' | '.join(tail)}; "
                          "run 'apt-get update' once if apt-get download failed")
-    shutil.rmtree(dest, ignore_errors=True)
+    if dest.is_dir():
+        dest.rmdir()  # empty (checked above)
     partial.rename(dest)
     return dest
