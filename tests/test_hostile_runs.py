@@ -257,11 +257,11 @@ def test_bad_arguments_are_one_line(tmp_path, small_input, real_data, model_dir)
         assert words in one_error_line(proc.stderr).lower(), (name, proc.stderr)
     # the demo builder never wipes a folder it did not write
     mine = tmp_path / "mine"
-    mine.mkdir()
-    (mine / "thesis.tex").write_text("precious")
+    (mine / "real_data").mkdir(parents=True)  # `vlmpack demo --out mine` builds mine/real_data
+    (mine / "real_data" / "thesis.tex").write_text("precious")
     proc = run_cli(["demo", "--out", mine])
     assert proc.returncode == 2 and "never deletes" in one_error_line(proc.stderr)
-    assert (mine / "thesis.tex").read_text() == "precious"
+    assert (mine / "real_data" / "thesis.tex").read_text() == "precious"
 
 
 def test_runs_that_did_nothing_do_not_succeed(tmp_path, small_input, real_data, model_dir):
