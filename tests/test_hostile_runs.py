@@ -8,6 +8,7 @@ same command run again afterwards ends with shards byte-identical to an uninterr
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -240,14 +241,15 @@ def test_disk_full_and_read_only_output_are_one_line(fault, words, tmp_path, sma
 def test_bad_arguments_are_one_line(tmp_path, small_input, real_data, model_dir):
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
+    tgz = tmp_path / "shard.tar.gz"
+    tgz.write_bytes(gzip.compress(next((real_data / "wds").glob("*.tar")).read_bytes()[:50_000]))
     cases = {
         "directory as input": (_pack_args(tmp_path, real_data, model_dir, tmp_path / "o1"), "directory"),
         "glob as input": (_pack_args(tmp_path / "*.jsonl", real_data, model_dir, tmp_path / "o2"), "glob"),
         "file as output": (_pack_args(small_input, real_data, model_dir, a_file), "file"),
         "missing input": (_pack_args(tmp_path / "nope.jsonl", real_data, model_dir, tmp_path / "o3"), "not found"),
         "model dir without config": (_pack_args(small_input, real_data, tmp_path, tmp_path / "o4"), "config.json"),
-        "tar as input": (_pack_args(next((real_data / "wds").glob("*.tar")), real_data, model_dir, tmp_path / "o5"),
-                         "tar"),
+        "tar.gz as input": (_pack_args(tgz, real_data, model_dir, tmp_path / "o5"), "tar"),
         "binary as input": (_pack_args(Path(shutil.which("ls") or "/bin/ls"), real_data, model_dir, tmp_path / "o6"),
                             "binary"),
     }

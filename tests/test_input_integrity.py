@@ -34,7 +34,7 @@ from vlmpack.readers import iter_lines, read_range, sniff_input
 from vlmpack.readers.sniff import describe, printable_path
 from vlmpack.records import ReadStats
 
-NOT_JSONL = "not JSONL; vlmpack reads JSONL inputs"
+NOT_JSONL = "not JSONL; vlmpack reads JSONL ("
 
 
 @pytest.fixture(scope="module")
@@ -437,10 +437,15 @@ def test_output_that_is_a_file(paths, tmp_path):
     load_config(**{**paths, "output": str(tmp_path / "new" / "out")})  # a new directory is fine
 
 
-def test_content_refusal_through_load_config(paths, real_data):
+def test_content_refusal_through_load_config(paths, real_data, tmp_path):
     tar = sorted((real_data / "wds").glob("*.tar"))[0]
+    assert load_config(**{**paths, "input": [str(tar)]}).input == [str(tar)]  # a WebDataset shard: read in place
+    tgz = tmp_path / "shard.tar.gz"
+    tgz.write_bytes(gzip.compress(tar.read_bytes()[:50_000]))
+    with pytest.raises(InputError, match="compressed tar: WebDataset shards are read in place"):
+        load_config(**{**paths, "input": [str(tgz)]})
     with pytest.raises(InputError, match="looks like a tar archive"):
-        load_config(**{**paths, "input": [str(tar)]})
+        load_config(**{**paths, "input": [str(tar)], "input_format": "jsonl"})
 
 
 def test_non_utf8_input_names(paths, real_data, tmp_path):
@@ -479,9 +484,10 @@ def test_cli_cut_zstd_is_one_line_exit_2(real_data, model_dir, sft, tmp_path):
     assert "Traceback" not in proc.stderr and not (tmp_path / "out" / "report.json").exists()
 
 
-def test_cli_refuses_a_tar_and_a_directory(real_data, model_dir, tmp_path):
-    tar = sorted((real_data / "wds").glob("*.tar"))[0]
-    for bad, what in [(tar, "looks like a tar archive"), (real_data, "is a directory")]:
+def test_cli_refuses_a_tar_gz_and_a_directory(real_data, model_dir, tmp_path):
+    tgz = tmp_path / "shard.tgz"
+    tgz.write_bytes(gzip.compress(sorted((real_data / "wds").glob("*.tar"))[0].read_bytes()[:50_000]))
+    for bad, what in [(tgz, "tar"), (real_data, "is a directory")]:
         proc = _cli("pack", "--input", str(bad), "--media-root", str(real_data), "--model", str(model_dir),
                     "--output", str(tmp_path / "out"), "--no-progress")
         assert proc.returncode == 2 and "Traceback" not in proc.stderr

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from vlmpack.errors import InputError
 from vlmpack.media import MediaError, resolve_ref
 from vlmpack.readers import iter_lines, parse_record, read_range, split_ranges
+from vlmpack.readers.sniff import codec_of
 from vlmpack.records import REASONS, Locator, ReadStats, Rejection, Sample
 from vlmpack.validate import validate_sample
 
@@ -354,8 +355,9 @@ _line = st.one_of(
 )
 def test_split_ranges_cover_every_line_once(lines, trailing, targets):
     data = b"\n".join(lines) + (b"\n" if trailing and lines else b"")
-    # compression is detected from the first bytes: a plain file cannot start with a gzip/zstd magic
-    assume(not data.startswith((b"\x1f\x8b", b"\x28\xb5\x2f\xfd")))
+    # compression is detected from the first bytes: a plain file cannot start with a compressed magic
+    # (gzip, zstd, xz, bz2; a stub of a magic's first bytes counts as a cut compressed file)
+    assume(codec_of(data[:16]) is None)
     expected, offset = [], 0
     pieces = data.split(b"\n")
     if data.endswith(b"\n") or not data:

@@ -38,6 +38,8 @@ def pack(
     media_root: Optional[str] = typer.Option(None, "--media-root", help="media paths are relative to it"),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="capacity L of a pack in tokens [8192]"),
     schema: Optional[str] = typer.Option(None, "--schema", help="auto|llava|messages|prompts [auto]"),
+    input_format: Optional[str] = typer.Option(None, "--input-format",
+                                               help="auto|jsonl|wds: force the inputs' format [auto: sniffed]"),
     allow_absolute_media: Optional[bool] = typer.Option(None, "--allow-absolute-media/--no-allow-absolute-media"),
     media_check: Optional[str] = typer.Option(None, "--media-check", help="header|verify|decode [verify]"),
     overlong: Optional[str] = typer.Option(None, "--overlong", help="drop|error [drop]"),
@@ -71,7 +73,8 @@ def pack(
     from vlmpack.report import summary_lines
 
     cfg = load_config(config, input=input or None, output=output, model=model, media_root=media_root,
-                      seq_len=seq_len, schema=schema, allow_absolute_media=allow_absolute_media,
+                      seq_len=seq_len, schema=schema, input_format=input_format,
+                      allow_absolute_media=allow_absolute_media,
                       media_check=media_check, overlong=overlong, algorithm=algorithm,
                       max_samples_per_pack=max_samples_per_pack, max_media_per_pack=max_media_per_pack,
                       max_media_tokens_per_pack=max_media_tokens_per_pack, group_by_kind=group_by_kind,

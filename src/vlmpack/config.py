@@ -40,6 +40,8 @@ class PackConfig(BaseModel):
     media_root: str | None = Field(None, description="media paths are relative to it (default: 1st input's folder)")
     seq_len: int = Field(8192, gt=0, description="capacity L of a pack, in tokens")
     input_schema: Literal["auto", "llava", "messages", "prompts"] = Field("auto", alias="schema")
+    input_format: Literal["auto", "jsonl", "wds"] = Field(
+        "auto", description="format of the inputs (auto: sniffed per file; see vlmpack.sources)")
     allow_absolute_media: bool = False
     media_check: Literal["header", "verify", "decode"] = "verify"
     overlong: Literal["drop", "error"] = "drop"
@@ -128,27 +130,28 @@ def load_config(yaml_path: str | Path | None = None, **overrides: Any) -> PackCo
         where = ".".join(str(x) for x in first["loc"]) or "config"
         more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
         raise ConfigError(f"invalid option {where!r}: {first['msg']}{more}") from None
-    _check_paths(cfg.input, cfg.output)
+    _check_paths(cfg.input, cfg.output, cfg.input_format)
     if not Path(cfg.model).is_dir():
         raise ConfigError(f"model directory not found: {cfg.model}")
     return cfg
 
 
-def _check_paths(inputs: list[str], output: str) -> None:
+def _check_paths(inputs: list[str], output: str, input_format: str = "auto") -> None:
     """Check the ``--input`` files and the ``--output`` path before anything is read or written.
 
     Each input must be an existing regular file (a directory, a glob pattern the shell did not
     expand, a FIFO or device are refused with what to do instead), readable, given once (same
     device + inode, so a symlink or hard link to another input counts as the same file), and
-    look like JSONL by content (:func:`vlmpack.readers.sniff_input`). ``output`` must not be an
+    be readable by its source (:func:`vlmpack.sources.check_input`: a tar is a WebDataset shard,
+    anything else must look like JSONL by content). ``output`` must not be an
     existing non-directory, nor lie under one. Names that are not valid UTF-8 (surrogate escapes)
     are shown as ``\\xNN``. Raises :class:`ConfigError` (paths) or
     :class:`~vlmpack.errors.InputError` (content), one line each.
     """
     import stat
 
-    from vlmpack.readers import sniff_input
     from vlmpack.readers.sniff import printable_path as show
+    from vlmpack.sources import check_input
 
     seen: dict[tuple[int, int], str] = {}
     for p in inputs:
@@ -178,7 +181,7 @@ def _check_paths(inputs: list[str], output: str) -> None:
                 pass
         except OSError as e:
             raise ConfigError(f"cannot read input {show(p)}: {e.strerror or e}; check its permissions") from None
-        sniff_input(p)
+        check_input(p, input_format)
     out = os.path.abspath(output)
     if os.path.exists(out) and not os.path.isdir(out):
         raise ConfigError(f"output {show(output)} is an existing file, not a directory; give a directory path")

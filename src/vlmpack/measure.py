@@ -1,6 +1,7 @@
 """Measure stage: read + validate + count exact tokens for one input range (one pool task).
 
-A task covers a line-aligned byte range of one input file (:func:`vlmpack.readers.split_ranges`).
+A task covers one range of one input file, as its source splits it (:mod:`vlmpack.sources`: a
+line-aligned byte range of a JSONL file, a byte range of whole samples of a tar shard).
 It parses and validates every record, counts the tokens of the valid ones in batches with
 :class:`vlmpack.models.qwen2_vl.Qwen2VLFamily`, and writes the canonical form of each accepted
 sample as one JSON line into ``<run>/records/part-<task>.jsonl``, so that the writer can read any
@@ -13,18 +14,18 @@ whatever the number of workers, which keeps the output byte-identical across wor
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from vlmpack.mediaref import ref_identity
 from vlmpack.models import load_model
 from vlmpack.models.qwen2_vl import MediaRuleError
-from vlmpack.readers import read_range
 from vlmpack.records import ID_KINDS, ReadStats, Rejection, Sample
 from vlmpack.rundir import atomic_write
+from vlmpack.sources import get_source
 from vlmpack.validate import validate_sample
 
 KIND_CODE = {"text": 0, "image": 1, "video": 2}
@@ -49,6 +50,7 @@ class MeasureTask:
     model_dir: str
     records_dir: str
     special_tokens: str = "reject"  # --special-tokens: reject | split
+    fmt: str = "jsonl"  # the input's format (vlmpack.sources): what start/end/first_line mean
 
 
 @dataclass
@@ -106,22 +108,22 @@ def canonical_record(sample: Sample, special_tokens: str = "reject") -> dict:
     return rec
 
 
-def _mtime_ns(path: str) -> int:
+def _mtime_ns(ref: str) -> int:
     try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
+        return ref_identity(ref)[1]
+    except (OSError, ValueError):
         return -1
 
 
 def media_changed(files: list[tuple[str, int, int]]) -> str | None:
-    """The first of ``files`` (``(path, size, mtime_ns)``) whose size or mtime differs now, else None."""
-    for path, size, mtime in files:
+    """The first of ``files`` (``(media reference, size, mtime_ns)``, see
+    :func:`vlmpack.mediaref.ref_identity`) whose size or mtime differs now, else None."""
+    for ref, size, mtime in files:
         try:
-            st = os.stat(path)
-        except OSError:
-            return path
-        if st.st_size != size or st.st_mtime_ns != mtime:
-            return path
+            if ref_identity(ref) != (size, mtime):
+                return ref
+        except (OSError, ValueError):
+            return ref
     return None
 
 
@@ -197,9 +199,10 @@ def run_task(task: MeasureTask) -> MeasureResult:
     stats = ReadStats()
     valid: list[Sample] = []
     rejections: list[Rejection] = []
-    for rec in read_range(task.path, task.start, task.end, task.first_line, schema=task.schema,
-                          media_root=task.media_root, allow_absolute_media=task.allow_absolute_media,
-                          stats=stats):
+    source = get_source(task.fmt)
+    for rec in source.read(task.path, task.start, task.end, task.first_line, schema=task.schema,
+                           media_root=task.media_root, allow_absolute_media=task.allow_absolute_media,
+                           stats=stats):
         if isinstance(rec, Rejection):
             rejections.append(rec)
             continue

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from PIL import Image, UnidentifiedImageError
 
 from vlmpack.imagecheck import IMAGE_FORMATS, check_decodes, open_image_file
+from vlmpack.mediaref import is_member, open_ref, ref_identity
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +135,8 @@ def probe_media(
     """
     if check not in CHECKS:
         raise ValueError(f"unknown media check {check!r}; use one of {', '.join(CHECKS)}")
+    if is_member(path):  # a member of an input archive (read in place): no media-root rule
+        return _probe_member(path, kind, check)
     if media_root is not None and not allow_absolute_media:
         _check_real_path(path, media_root, kind)
     try:
@@ -148,6 +151,27 @@ def probe_media(
     if hit is None:
         try:
             hit = _probe_video(st) if kind == "video" else _probe_image(path, st.st_size, check)
+        except MediaError as e:
+            hit = e
+        if len(_CACHE) >= _CACHE_MAX:
+            _CACHE.clear()
+        _CACHE[key] = hit
+    if isinstance(hit, MediaError):
+        raise MediaError(hit.reason, hit.detail)
+    return hit
+
+
+def _probe_member(ref: str, kind: str, check: str) -> MediaInfo:
+    """:func:`probe_media` for a :mod:`vlmpack.mediaref` archive member (cached per archive mtime)."""
+    try:
+        size, mtime = ref_identity(ref)
+    except (OSError, ValueError) as e:
+        raise MediaError("media_missing", f"{kind} archive not readable: {ref} ({_oneline(e)})") from None
+    key = (ref, kind, check, size, mtime)
+    hit = _CACHE.get(key)
+    if hit is None:
+        try:
+            hit = MediaInfo(0, 0, "", size) if kind == "video" else _probe_image(ref, size, check)
         except MediaError as e:
             hit = e
         if len(_CACHE) >= _CACHE_MAX:
@@ -207,7 +231,7 @@ def _probe_image(path: str, nbytes: int, check: str) -> MediaInfo:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with open(path, "rb") as fh, open_image_file(fh) as img:
+            with open_ref(path) as fh, open_image_file(fh) as img:
                 fmt = img.format or ""
                 if fmt not in IMAGE_FORMATS:  # a plugin of OPEN_FORMATS that answered with another format
                     raise MediaError("media_undecodable", f"{fmt} is not an accepted image format: {path}")
@@ -221,8 +245,10 @@ def _probe_image(path: str, nbytes: int, check: str) -> MediaInfo:
         raise MediaError("media_unsupported", f"image too large: {_oneline(e)}: {path}") from None
     except UnidentifiedImageError as e:
         raise MediaError("media_undecodable", f"{_oneline(e)}: {path}") from None
+    except EOFError as e:  # a member past the end of a truncated archive
+        raise MediaError("media_missing", f"{_oneline(e)}: {path}") from None
     except OSError as e:
-        if not os.access(path, os.R_OK):
+        if not is_member(path) and not os.access(path, os.R_OK):
             raise MediaError("media_missing", f"image not readable: {path} ({_oneline(e)})") from None
         raise MediaError("media_undecodable", f"image does not decode: {_oneline(e)}: {path}") from None
     except Exception as e:  # noqa: BLE001 - PIL raises SyntaxError, ValueError, struct.error, zlib.error...

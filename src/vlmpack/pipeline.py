@@ -42,10 +42,10 @@ from vlmpack.errors import OverlongError, RunFailedError
 from vlmpack.executors import guarded_executor
 from vlmpack.measure import MeasureResult, MeasureTask, media_changed, part_path, run_task
 from vlmpack.packing import PackPlan, plan_packs
-from vlmpack.readers import split_ranges
 from vlmpack.records import ID_KINDS, Locator, ReadStats, Rejection
 from vlmpack.report import build_report
 from vlmpack.rundir import RUN_DIR, atomic_write, json_bytes, prepare_output, read_json, read_pickle, unlock_output
+from vlmpack.sources import get_source, resolve_format
 from vlmpack.writer import ShardResult, ShardTask, assign_shards, estimate_pack_bytes, write_shard
 
 log = logging.getLogger(__name__)
@@ -84,10 +84,11 @@ def _measure(cfg: PackConfig, run: Path, pool: Executor) -> list[MeasureResult]:
     tasks, weights = [], []
     for fi, path in enumerate(cfg.input):
         size = os.path.getsize(path)
-        for start, end, first_line in split_ranges(path, TASK_BYTES):
+        fmt = resolve_format(path, cfg.input_format)
+        for start, end, first_line in get_source(fmt).split(path, TASK_BYTES):
             tasks.append(MeasureTask(len(tasks), fi, path, start, end, first_line, cfg.input_schema,
                                      str(cfg.media_root), cfg.allow_absolute_media, cfg.media_check,
-                                     str(cfg.model), str(run / "records"), cfg.special_tokens))
+                                     str(cfg.model), str(run / "records"), cfg.special_tokens, fmt))
             weights.append((end if end >= 0 else size) - start)
     results: list[MeasureResult | None] = [None] * len(tasks)
     todo = []

@@ -48,20 +48,28 @@ REASONS: dict[str, str] = {
 
 @dataclass(frozen=True, slots=True)
 class Locator:
-    """Where a record came from: ``file`` (as given), 1-based ``line``, ``offset`` in bytes of the
-    line's first byte in the *decompressed* stream."""
+    """Where a record came from: ``file`` (as given), 1-based ``line`` (JSONL: the line; a tar
+    shard: the sample's position in it), ``offset`` in bytes (JSONL: of the line's first byte in
+    the *decompressed* stream; tar: of the sample's first member header) and ``key`` (the sample
+    key of a tar member, None for a line)."""
 
     file: str
     line: int
     offset: int
+    key: str | None = None
 
     def __str__(self) -> str:
-        return f"{display_path(self.file)}:{self.line}"
+        where = f"{display_path(self.file)}:{self.line}"
+        return where if self.key is None else f"{where} ({self.key})"
 
     def to_dict(self) -> dict:
-        """``{"file", "line", "offset"}``; a file name that is not valid UTF-8 is shown with
-        ``\\xNN`` escapes (:func:`display_path`), so the dict always encodes as UTF-8 JSON."""
-        return {"file": display_path(self.file), "line": self.line, "offset": self.offset}
+        """``{"file", "line", "offset"}`` (+ ``"key"`` for an archive member); a file name that is
+        not valid UTF-8 is shown with ``\\xNN`` escapes (:func:`display_path`), so the dict always
+        encodes as UTF-8 JSON."""
+        d = {"file": display_path(self.file), "line": self.line, "offset": self.offset}
+        if self.key is not None:
+            d["key"] = self.key
+        return d
 
 
 def display_path(path: str) -> str:

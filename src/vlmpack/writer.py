@@ -25,6 +25,7 @@ import numpy as np
 from vlmpack.energon.meta import write_tar_idx
 from vlmpack.errors import InputError
 from vlmpack.measure import part_path
+from vlmpack.mediaref import read_ref, ref_identity
 from vlmpack.models import load_model
 from vlmpack.rundir import fsync_dir
 
@@ -164,19 +165,19 @@ def pack_input_ids(model_dir: str, records: list[dict], obj: dict, key: str) -> 
     return buf.getvalue()
 
 
-def _read_media(path: str, nbytes: int | None, mtime_ns: int | None) -> bytes:
-    """The bytes of a media file, checked against the size/mtime it had when it was counted.
-    Raises :class:`vlmpack.errors.InputError` when it changed (its token count may be stale)."""
+def _read_media(ref: str, nbytes: int | None, mtime_ns: int | None) -> bytes:
+    """The bytes of a media item (a file or an archive member, :mod:`vlmpack.mediaref`), checked
+    against the size/mtime it had when it was counted. Raises :class:`vlmpack.errors.InputError`
+    when it changed (its token count may be stale) or cannot be read."""
     try:
-        with open(path, "rb") as mf:
-            st = os.fstat(mf.fileno())
-            data = mf.read()
-    except OSError as e:
-        raise InputError(f"media file {path} cannot be read any more ({e.strerror or e}); "
+        size, mtime = ref_identity(ref)
+        data = read_ref(ref)
+    except (OSError, EOFError, ValueError) as e:
+        raise InputError(f"media {ref} cannot be read any more ({e}); "
                          "run the same command again to recount it") from None
-    if (nbytes is not None and (st.st_size != nbytes or len(data) != nbytes)) or \
-            (mtime_ns is not None and mtime_ns >= 0 and st.st_mtime_ns != mtime_ns):
-        raise InputError(f"media file {path} changed after it was counted; run the same command again "
+    if (nbytes is not None and (size != nbytes or len(data) != nbytes)) or \
+            (mtime_ns is not None and mtime_ns >= 0 and mtime != mtime_ns):
+        raise InputError(f"media {ref} changed after it was counted; run the same command again "
                          "(changed media are counted again)")
     return data
 

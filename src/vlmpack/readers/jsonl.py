@@ -256,9 +256,12 @@ def parse_record(
     schema: str = "auto",
     media_root: str = ".",
     allow_absolute_media: bool = False,
+    resolve_media=None,
 ) -> Sample | Rejection:
     """Turn one raw line into a :class:`Sample` (canonical messages, media with resolved ``path``,
     header fields still 0) or a :class:`Rejection`; never raises for any input bytes.
+    ``resolve_media(ref) -> str`` replaces the media-root resolution (an archive source maps part
+    names to :mod:`vlmpack.mediaref` references; it raises ``MediaError`` for an unknown one).
 
     Steps and reason codes: strip BOM / trailing ``"\\r"``; UTF-8 (``not_utf8``, also for JSON
     ``\\uD800``-style lone surrogate escapes, which cannot be written back as UTF-8); JSON
@@ -313,7 +316,8 @@ def parse_record(
             Media(
                 kind=kind,
                 ref=ref,  # type: ignore[arg-type]
-                path=resolve_ref(ref, media_root, allow_absolute_media=allow_absolute_media),
+                path=resolve_media(ref) if resolve_media is not None
+                else resolve_ref(ref, media_root, allow_absolute_media=allow_absolute_media),
             )
             for kind, ref in refs
         ]

@@ -191,7 +191,7 @@ def sniff_input(path: str) -> None:
     if what is not None:
         packed = f" compressed with {codec}" if codec else ""
         raise InputError(f"{printable_path(path)} looks like {what}{packed}, not JSONL; "
-                         f"vlmpack reads JSONL inputs ({FORMATS}) for now")
+                         f"vlmpack reads JSONL ({FORMATS}) and uncompressed WebDataset .tar inputs")
 
 
 def printable_path(path: str | os.PathLike[str]) -> str:

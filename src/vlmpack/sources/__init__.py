@@ -1,0 +1,71 @@
+"""Input sources: one module per format behind one interface, and the registry that picks one.
+
+A source turns one input file into bounded tasks and each task into records::
+
+    split(path, target_bytes) -> [(start, end, first), ...]   # what one pool task reads
+    read(path, start, end, first, *, schema, media_root, allow_absolute_media, stats)
+        -> Iterator[Sample | Rejection]                        # one result per record, never raises
+                                                              # for a bad record
+    check(path) -> None                                       # refuse a file it cannot read (one line)
+
+``start``/``end``/``first`` mean what the format needs (JSONL: a line-aligned byte range and its
+first line number; a tar shard: a byte range of whole samples and the first sample's position).
+Tasks are pure functions of these values, so the output does not depend on the workers.
+
+Formats (:data:`SOURCES`): ``jsonl`` (:mod:`vlmpack.sources.jsonl`: plain / gz / zst / xz / bz2)
+and ``wds`` (:mod:`vlmpack.sources.wds`: uncompressed WebDataset tar shards, read in place).
+:func:`detect_format` sniffs the content; ``--input-format`` forces one.
+
+Adding a format: write ``vlmpack/sources/<name>.py`` with a class offering ``name``,
+``sniff(head: bytes) -> bool``, ``check``, ``split`` and ``read``, and add one line to
+:data:`SOURCES` (CONTRIBUTING.md).
+"""
+
+from __future__ import annotations
+
+from vlmpack.errors import ConfigError, InputError
+from vlmpack.sources.jsonl import JsonlSource
+from vlmpack.sources.wds import WdsSource
+
+#: The registry: format name -> source. Detection tries them in order; ``jsonl`` is the fallback.
+SOURCES = {"wds": WdsSource(), "jsonl": JsonlSource()}
+#: Values of ``--input-format``.
+INPUT_FORMATS = ("auto", *SOURCES)
+
+
+def detect_format(path: str) -> str:
+    """The format of ``path`` from its first bytes (a tar header -> ``wds``; else ``jsonl``, whose
+    own check refuses what is not JSONL). Raises :class:`InputError` when unreadable."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError as e:
+        raise InputError(f"cannot open input {path}: {e.strerror or e}; check the path") from None
+    for name, source in SOURCES.items():
+        if name != "jsonl" and source.sniff(head):
+            return name
+    return "jsonl"
+
+
+def get_source(fmt: str):
+    """The source of format ``fmt``; :class:`ConfigError` for an unknown name."""
+    try:
+        return SOURCES[fmt]
+    except KeyError:
+        raise ConfigError(f"unknown input format {fmt!r}; use one of {', '.join(INPUT_FORMATS)}") from None
+
+
+def resolve_format(path: str, fmt: str = "auto") -> str:
+    """``fmt``, or the detected format of ``path`` for ``"auto"``."""
+    return detect_format(path) if fmt == "auto" else get_source(fmt).name
+
+
+def check_input(path: str, fmt: str = "auto") -> str:
+    """Detect (or take) the format of ``path`` and let its source refuse what it cannot read;
+    returns the format name. Raises :class:`InputError` (one line)."""
+    name = resolve_format(path, fmt)
+    get_source(name).check(path)
+    return name
+
+
+__all__ = ["INPUT_FORMATS", "SOURCES", "check_input", "detect_format", "get_source", "resolve_format"]

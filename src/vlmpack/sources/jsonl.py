@@ -1,0 +1,44 @@
+"""The JSONL source: plain, gzip, zstd, xz or bz2 files, one record per line.
+
+The parsing rules (BOM, CRLF, blank lines, schemas, reason codes) live in
+:mod:`vlmpack.readers.jsonl`; this module is its :mod:`vlmpack.sources` face.
+"""
+
+from __future__ import annotations
+
+from vlmpack.errors import InputError
+from vlmpack.readers.jsonl import read_range, split_ranges
+from vlmpack.readers.sniff import printable_path, sniff_input
+
+
+class JsonlSource:
+    """JSONL files: tasks are line-aligned byte ranges (a compressed file is one task)."""
+
+    name = "jsonl"
+
+    @staticmethod
+    def sniff(head: bytes) -> bool:  # noqa: ARG004 - the fallback format
+        return True
+
+    @staticmethod
+    def check(path: str) -> None:
+        """Refuse a file that is not JSONL by content (:func:`vlmpack.readers.sniff_input`); a
+        compressed tar gets the WebDataset rule (shards are read in place, so uncompressed only)."""
+        try:
+            sniff_input(path)
+        except InputError as e:
+            if "looks like a tar archive" in str(e) and "compressed with" in str(e):
+                raise InputError(f"{printable_path(path)} is a compressed tar: WebDataset shards are read in place by "
+                                 "byte offset, so .tar.gz/.tgz shards cannot be; decompress them first") from None
+            raise
+
+    @staticmethod
+    def split(path: str, target_bytes: int) -> list[tuple[int, int, int]]:
+        """:func:`vlmpack.readers.split_ranges`."""
+        return split_ranges(path, target_bytes)
+
+    @staticmethod
+    def read(path: str, start: int, end: int, first: int, **options):
+        """:func:`vlmpack.readers.read_range` (options: ``schema``, ``media_root``,
+        ``allow_absolute_media``, ``stats``)."""
+        return read_range(path, start, end, first, **options)

@@ -1,0 +1,206 @@
+"""The WebDataset source: uncompressed tar shards read in place (never unpacked, never copied).
+
+A sample is the run of consecutive members that share a key (webdataset's ``base_plus_ext``
+rule: the key is the member name up to the first dot of its base name, the rest is the part
+name). Its conversation is the ``json`` part, in any schema of :mod:`vlmpack.readers.schemas`;
+media are named by a list in the JSON (``images`` / ``image_keys`` / ``media_files`` and
+``videos`` / ``video_keys``: part names such as ``"0.png"`` or ``"jpg"``, or full member names),
+else taken from the sample's parts by extension (sorted by part name). Each media item becomes a
+``tar://`` reference (:mod:`vlmpack.mediaref`) to the member's bytes, so probing, counting and
+writing read the shard in place. The id is the JSON's ``id``, else the sample key.
+
+Tasks are byte ranges of whole samples (:meth:`WdsSource.split` scans the member headers once,
+seeking over the data). A member that ends past the end of the file, or a shard cut without its
+end-of-archive blocks, stops the run with one :class:`~vlmpack.errors.InputError` line naming the
+shard and the byte: a truncated shard is never read silently short. ``.tar.gz``/``.tgz`` shards
+are refused with one line (no byte-range reads in a gzip stream).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+
+from vlmpack.errors import InputError
+from vlmpack.media import MediaError
+from vlmpack.mediaref import tar_member_ref
+from vlmpack.readers.jsonl import parse_record
+from vlmpack.readers.sniff import _is_tar, printable_path
+from vlmpack.records import Locator, ReadStats, Rejection
+
+_KEY = re.compile(r"^((?:.*/|)[^./][^/]*?)\.([^/]+)$")  # key = up to the first dot of the base name
+IMAGE_EXTS = ("png", "jpg", "jpeg", "webp", "gif", "bmp", "tif", "tiff")
+VIDEO_EXTS = ("mp4", "webm", "mkv", "mov", "avi")
+_LISTS = {"image": ("images", "image_keys", "media_files", "image"), "video": ("videos", "video_keys", "video")}
+
+
+def split_key(name: str) -> tuple[str, str] | None:
+    """``(key, part)`` of a member name, or None for a name without a dot in its base name."""
+    m = _KEY.match(name)
+    return (m.group(1), m.group(2)) if m else None
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One part of a sample: its name after the key, where its header starts and where its data
+    is (``offset``, ``size`` in bytes; for a hard link, the data of the member it links to)."""
+
+    name: str
+    header: int
+    offset: int
+    size: int
+
+
+def iter_samples(path: str, start: int = 0, end: int = -1) -> Iterator[tuple[str, list[Part]]]:
+    """Yield ``(key, parts)`` for the samples whose first header lies in ``[start, end)``
+    (bytes; ``end=-1``: to the end). Regular files and hard links (tar writers store a repeated
+    file as a link to its first copy; its data is that member's) count; other members and names
+    without a part are skipped. Raises :class:`InputError` (one line) for a truncated or corrupt
+    shard or a link to a member that is not in it."""
+    size = os.path.getsize(path)
+    key, group = None, []
+    pos = start
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            tf = tarfile.open(fileobj=fh, mode="r:")
+            while True:
+                member = tf.next()
+                if member is None:
+                    break
+                pos = member.offset
+                if end >= 0 and member.offset >= end:
+                    break
+                if member.offset_data + member.size > size:
+                    raise InputError(f"{printable_path(path)}: member {member.name!r} at byte {member.offset} ends "
+                                     f"past the end of the file ({size} bytes); the shard is truncated, re-create it")
+                tf.members.clear()  # bounded memory: the headers are not kept
+                kp = split_key(member.name) if member.isreg() or member.islnk() else None
+                if kp is None:
+                    continue
+                if kp[0] != key and group:
+                    yield key, group
+                    group = []
+                key = kp[0]
+                if member.islnk():
+                    target = _regular_members(path, os.path.getmtime(path)).get(member.linkname)
+                    if target is None:
+                        raise InputError(f"{printable_path(path)}: member {member.name!r} links to "
+                                         f"{member.linkname!r}, which the shard does not hold; re-create it")
+                    group.append(Part(kp[1], member.offset, *target))
+                else:
+                    group.append(Part(kp[1], member.offset, member.offset_data, member.size))
+            if end < 0 or end >= size:
+                _check_end(path, tf.offset, size)
+    except tarfile.TarError as e:
+        raise InputError(f"{printable_path(path)}: not a readable tar after byte {pos} ({e}); "
+                         "the shard is truncated or corrupt, re-create it") from None
+    if group:
+        yield key, group
+
+
+@lru_cache(maxsize=8)
+def _regular_members(path: str, mtime: float) -> dict[str, tuple[int, int]]:  # noqa: ARG001 - cache key
+    """name -> (data offset, size) of every regular member of the shard (built on the first hard link)."""
+    with tarfile.open(path, mode="r:") as tf:
+        return {m.name: (m.offset_data, m.size) for m in tf if m.isreg()}
+
+
+def _check_end(path: str, offset: int, size: int) -> None:
+    """A tar written completely ends with zero blocks after its last member; a cut between members
+    leaves none (tarfile itself would just stop there)."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        tail = f.read(1024)
+    if len(tail) < 512 or tail.strip(b"\x00"):
+        raise InputError(f"{printable_path(path)}: no end-of-archive blocks after byte {offset} ({size} bytes); the "
+                         "shard is truncated, re-create it")
+
+
+class WdsSource:
+    """WebDataset tar shards (see the module docstring)."""
+
+    name = "wds"
+
+    @staticmethod
+    def sniff(head: bytes) -> bool:
+        """A tar header at the start (ustar magic or a valid v7/GNU header checksum)."""
+        return _is_tar(head)
+
+    @staticmethod
+    def check(path: str) -> None:
+        """Refuse a shard that is not an uncompressed tar (e.g. ``.tar.gz``), one line."""
+        with open(path, "rb") as f:
+            head = f.read(4096)
+        if not _is_tar(head):
+            raise InputError(f"{printable_path(path)} is not an uncompressed tar; WebDataset shards are read in place "
+                             "by byte offset, so .tar.gz/.tgz shards cannot be: decompress them first (gunzip)")
+
+    @staticmethod
+    def split(path: str, target_bytes: int) -> list[tuple[int, int, int]]:
+        """Ranges ``(start, end, first sample number)`` of whole samples, >= ``target_bytes`` each
+        except the last (``end=-1`` on the last: to the end). Scans the headers once."""
+        ranges: list[tuple[int, int, int]] = []
+        start, first, n = 0, 1, 0
+        for _, members in iter_samples(path):
+            off = members[0].header
+            if off - start >= target_bytes:
+                ranges.append((start, off, first))
+                start, first = off, n + 1
+            n += 1
+        ranges.append((start, -1, first))
+        return ranges
+
+    @staticmethod
+    def read(path: str, start: int, end: int, first: int, *, schema: str = "auto", media_root: str = ".",
+             allow_absolute_media: bool = False, stats: ReadStats | None = None) -> Iterator:
+        """One :class:`~vlmpack.records.Sample` or :class:`~vlmpack.records.Rejection` per sample of
+        the range (``media_root`` and ``allow_absolute_media`` do not apply: media are members)."""
+        stats = stats if stats is not None else ReadStats()
+        with open(path, "rb") as fh:
+            for no, (key, members) in enumerate(iter_samples(path, start, end), first):
+                stats.lines += 1
+                stats.records += 1
+                res = _sample(path, fh, key, members, Locator(path, no, members[0].header, key), schema)
+                if isinstance(res, Rejection):
+                    stats.reasons[res.reason] = stats.reasons.get(res.reason, 0) + 1
+                yield res
+
+
+def _sample(path: str, fh, key: str, members: list[Part], loc: Locator, schema: str):
+    parts = {m.name: m for m in members}
+    meta = parts.get("json")
+    if meta is None:
+        return Rejection(loc, "unknown_schema", f"sample {key!r} has no .json part (parts: {sorted(parts)[:8]})",
+                         key)
+    fh.seek(meta.offset)
+    raw = fh.read(meta.size)
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError):
+        obj = None  # parse_record gives the reason
+    if isinstance(obj, dict):
+        obj.setdefault("id", key)
+        for kind, names in _LISTS.items():
+            given = next((obj.pop(n) for n in names if n in obj), None)
+            if given is None:
+                exts = IMAGE_EXTS if kind == "image" else VIDEO_EXTS
+                given = sorted(p for p in parts if p.rsplit(".", 1)[-1].lower() in exts)
+            obj[names[0]] = given
+        raw = json.dumps(obj, ensure_ascii=True).encode()
+
+    def resolve(name: object) -> str:
+        part = name if isinstance(name, str) else None
+        if part is not None and part.startswith(key + "."):
+            part = part[len(key) + 1:]
+        m = parts.get(part) if part is not None else None
+        if m is None:
+            raise MediaError("media_missing", f"sample {key!r} has no part {name!r} (parts: {sorted(parts)[:8]})")
+        return tar_member_ref(path, m.offset, m.size)
+
+    return parse_record(raw, loc, schema=schema, resolve_media=resolve)
