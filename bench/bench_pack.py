@@ -32,6 +32,7 @@ from vlmpack.models import load_model
 from vlmpack.pipeline import make_plan, run_pack
 from vlmpack.readers import read_range, split_ranges
 from vlmpack.records import ReadStats, Rejection
+from vlmpack.sources import get_source
 from vlmpack.validate import validate_sample
 
 CACHE = Path.home() / ".cache" / "vlmpack" / "bench"
@@ -91,11 +92,57 @@ def media_check_table(data: Path, repeat: int) -> None:
         print(f"| {name:<42} | {sec:>8.3f} | {mb / sec:>7.0f} | {sec / base:>12.1f} |")
 
 
+def _run_measured(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB, the largest of the command and the workers it waited for)."""
+    with tempfile.TemporaryFile() as err:
+        t = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        sec = time.perf_counter() - t
+        if status != 0:
+            err.seek(0)
+            raise RuntimeError(f"{' '.join(cmd)} failed: {err.read().decode()[-500:]}")
+    return sec, usage.ru_maxrss / 1024
+
+
+def format_table(data: Path, model_dir: Path, args) -> None:
+    """Per input format, the same samples: the demo's ``wds/`` shards read in place against the
+    same records as JSONL + loose image files; ``vlmpack pack`` CLI runs, median of ``--repeat``."""
+    import json
+
+    shards = sorted((data / "wds").glob("*.tar"))
+    with tempfile.TemporaryDirectory() as tmp:
+        ids = set()
+        for shard in shards:
+            for rec in get_source("wds").read(str(shard), 0, -1, 1):
+                ids.add(rec.id)
+        same = Path(tmp) / "same.jsonl"
+        same.write_text("".join(line for line in open(data / "real_sft.jsonl", encoding="utf-8")
+                                if json.loads(line)["id"] in ids), encoding="utf-8")
+        formats = {"jsonl + loose image files": [same], "wds shards, read in place": shards}
+        print(f"\nper input format: the same {len(ids):,} samples, vlmpack pack CLI, {args.workers} workers, "
+              f"median of {args.repeat}\n")
+        print(f"| {'input':<28} | {'seconds':>8} | {'samples/s':>10} | {'peak RSS MB':>11} |")
+        print(f"|{'-' * 30}|{'-' * 10}:|{'-' * 12}:|{'-' * 13}:|")
+        for name, inputs in formats.items():
+            runs = []
+            for i in range(args.repeat):
+                out = Path(tmp) / f"{name[:4]}{i}"
+                cmd = [sys.executable, "-m", "vlmpack", "pack", "--output", str(out), "--model", str(model_dir),
+                       "--media-root", str(data), "--seq-len", str(args.seq_len), "--workers", str(args.workers),
+                       "--no-progress"] + [x for p in inputs for x in ("--input", str(p))]
+                runs.append(_run_measured(cmd))
+            sec = statistics.median(r[0] for r in runs)
+            rss = statistics.median(r[1] for r in runs)
+            print(f"| {name:<28} | {sec:>8.3f} | {len(ids) / sec:>10,.0f} | {rss:>11.0f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seq-len", type=int, default=8192)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--formats-only", action="store_true", help="print only the per-input-format table")
     ap.add_argument("--media-only", action="store_true", help="only the media check table")
     ap.add_argument("--data", type=Path, default=CACHE / "real_data", help="demo data folder (built if absent)")
     args = ap.parse_args()
@@ -104,6 +151,9 @@ def main() -> None:
         media_check_table(data, args.repeat)
         return
     model_dir = build_qwen2_5_vl_model_dir(CACHE / "model")
+    if args.formats_only:
+        format_table(data, model_dir, args)
+        return
     inputs = [str(data / "real_sft.jsonl"), str(data / "broken.jsonl")]
     family = load_model(str(model_dir))
     records = sum(1 for p in inputs for line in open(p, "rb") if line.strip())
@@ -159,6 +209,7 @@ def main() -> None:
     for name, n, sec in rows:
         print(f"| {name:<44} | {n:>8,} | {sec:>8.3f} | {n / sec:>10,.0f} |")
     media_check_table(data, args.repeat)
+    format_table(data, model_dir, args)
 
 
 if __name__ == "__main__":
