@@ -244,8 +244,8 @@ def test_bad_arguments_are_one_line(tmp_path, small_input, real_data, model_dir)
     tgz = tmp_path / "shard.tar.gz"
     tgz.write_bytes(gzip.compress(next((real_data / "wds").glob("*.tar")).read_bytes()[:50_000]))
     cases = {
-        "directory as input": (_pack_args(tmp_path, real_data, model_dir, tmp_path / "o1"), "directory"),
-        "glob as input": (_pack_args(tmp_path / "*.jsonl", real_data, model_dir, tmp_path / "o2"), "glob"),
+        "directory without inputs": (_pack_args(tmp_path, real_data, model_dir, tmp_path / "o1"), "directory"),
+        "glob matching nothing": (_pack_args(tmp_path / "*.jsonl", real_data, model_dir, tmp_path / "o2"), "glob"),
         "file as output": (_pack_args(small_input, real_data, model_dir, a_file), "file"),
         "missing input": (_pack_args(tmp_path / "nope.jsonl", real_data, model_dir, tmp_path / "o3"), "not found"),
         "model dir without config": (_pack_args(small_input, real_data, tmp_path, tmp_path / "o4"), "config.json"),

@@ -377,10 +377,14 @@ def _config_error(match: str, **kw) -> str:
 
 
 def test_directory_glob_missing_and_special_inputs(paths, real_data, tmp_path):
-    _config_error(r"is a directory; give JSONL files \(directories are not supported yet\)",
-                  **{**paths, "input": [str(real_data)]})
-    _config_error("globs are not expanded yet; let the shell expand them",
-                  **{**paths, "input": [str(real_data / "*.jsonl")]})
+    jsonl = sorted(str(p) for p in real_data.glob("*.jsonl"))
+    assert len(jsonl) >= 2
+    assert load_config(**{**paths, "input": [str(real_data)]}).input == jsonl  # a directory: its inputs, sorted
+    assert load_config(**{**paths, "input": [str(real_data / "*.jsonl")]}).input == jsonl
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("no input here")
+    _config_error(r"is a directory without input files", **{**paths, "input": [str(tmp_path / "empty")]})
+    _config_error(r"matches no file", **{**paths, "input": [str(real_data / "*.nothing")]})
     _config_error("input file not found", **{**paths, "input": [str(tmp_path / "nope.jsonl")]})
     _config_error("input file not found", **{**paths, "input": [str(real_data / "broken.jsonl" / "x")]})
     fifo = tmp_path / "fifo"
@@ -487,7 +491,7 @@ def test_cli_cut_zstd_is_one_line_exit_2(real_data, model_dir, sft, tmp_path):
 def test_cli_refuses_a_tar_gz_and_a_directory(real_data, model_dir, tmp_path):
     tgz = tmp_path / "shard.tgz"
     tgz.write_bytes(gzip.compress(sorted((real_data / "wds").glob("*.tar"))[0].read_bytes()[:50_000]))
-    for bad, what in [(tgz, "tar"), (real_data, "is a directory")]:
+    for bad, what in [(tgz, "tar"), (tmp_path, "is a directory without input files")]:
         proc = _cli("pack", "--input", str(bad), "--media-root", str(real_data), "--model", str(model_dir),
                     "--output", str(tmp_path / "out"), "--no-progress")
         assert proc.returncode == 2 and "Traceback" not in proc.stderr

@@ -32,7 +32,9 @@ err = Console(stderr=True)
 @app.command()
 def pack(
     config: Optional[Path] = typer.Option(None, "--config", help="YAML file with the options below; flags override it"),
-    input: Optional[list[str]] = typer.Option(None, "--input", "-i", help="JSONL file (plain/.gz/.zst); repeatable"),
+    input: Optional[list[str]] = typer.Option(
+        None, "--input", "-i", help="JSONL file (plain/.gz/.zst), tar shard, directory, glob or brace pattern "
+        "(shard-{000..009}.tar); repeatable"),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="output directory"),
     model: Optional[str] = typer.Option(None, "--model", help="local HF-format model directory"),
     media_root: Optional[str] = typer.Option(None, "--media-root", help="media paths are relative to it"),
@@ -41,6 +43,8 @@ def pack(
     input_format: Optional[str] = typer.Option(None, "--input-format",
                                                help="auto|jsonl|wds: force the inputs' format [auto: sniffed]"),
     allow_absolute_media: Optional[bool] = typer.Option(None, "--allow-absolute-media/--no-allow-absolute-media"),
+    media_lmdb: Optional[list[str]] = typer.Option(
+        None, "--media-lmdb", help="NAME=PATH: an LMDB image store for lmdb://NAME/KEY references; repeatable"),
     media_check: Optional[str] = typer.Option(None, "--media-check", help="header|verify|decode [verify]"),
     overlong: Optional[str] = typer.Option(None, "--overlong", help="drop|error [drop]"),
     algorithm: Optional[str] = typer.Option(None, "--algorithm", help="bin-packing algorithm [bfd]"),
@@ -74,7 +78,7 @@ def pack(
 
     cfg = load_config(config, input=input or None, output=output, model=model, media_root=media_root,
                       seq_len=seq_len, schema=schema, input_format=input_format,
-                      allow_absolute_media=allow_absolute_media,
+                      allow_absolute_media=allow_absolute_media, media_lmdb=media_lmdb or None,
                       media_check=media_check, overlong=overlong, algorithm=algorithm,
                       max_samples_per_pack=max_samples_per_pack, max_media_per_pack=max_media_per_pack,
                       max_media_tokens_per_pack=max_media_tokens_per_pack, group_by_kind=group_by_kind,

@@ -9,9 +9,11 @@ so a re-run resumes only when nothing that matters changed.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,6 +45,8 @@ class PackConfig(BaseModel):
     input_format: Literal["auto", "jsonl", "wds"] = Field(
         "auto", description="format of the inputs (auto: sniffed per file; see vlmpack.sources)")
     allow_absolute_media: bool = False
+    media_lmdb: dict[str, str] = Field(
+        default_factory=dict, description="LMDB image stores: NAME -> env path, for lmdb://NAME/KEY references")
     media_check: Literal["header", "verify", "decode"] = "verify"
     overlong: Literal["drop", "error"] = "drop"
     algorithm: str = "bfd"
@@ -71,6 +75,20 @@ class PackConfig(BaseModel):
     def _one_or_many(cls, v: Any) -> Any:
         return [v] if isinstance(v, str) else v
 
+    @field_validator("media_lmdb", mode="before")
+    @classmethod
+    def _name_eq_path(cls, v: Any) -> Any:
+        """``["NAME=PATH", ...]`` (repeated ``--media-lmdb``) or a mapping."""
+        if isinstance(v, (list, tuple)):
+            out = {}
+            for item in v:
+                name, sep, path = str(item).partition("=")
+                if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not path:
+                    raise ValueError(f"--media-lmdb {item!r}: expected NAME=PATH (NAME of letters, digits, _.-)")
+                out[name] = path
+            return out
+        return v
+
     @model_validator(mode="after")
     def _defaults(self) -> PackConfig:
         if self.media_root is None:
@@ -85,6 +103,7 @@ class PackConfig(BaseModel):
         opts["input"] = [os.path.abspath(p) for p in self.input]
         opts["media_root"] = os.path.abspath(str(self.media_root))
         opts["model"] = os.path.abspath(self.model)
+        opts["media_lmdb"] = {k: os.path.abspath(v) for k, v in sorted(self.media_lmdb.items())}
         inputs = []
         for p in self.input:
             st = os.stat(p)
@@ -121,6 +140,8 @@ def load_config(yaml_path: str | Path | None = None, **overrides: Any) -> PackCo
             raise ConfigError(f"{yaml_path}: the config must be a mapping of option: value")
         data = {k.replace("-", "_"): v for k, v in loaded.items()}
     data.update({k.replace("-", "_"): v for k, v in overrides.items() if v is not None})
+    if isinstance(data.get("input"), (str, list)):
+        data["input"] = expand_inputs([data["input"]] if isinstance(data["input"], str) else data["input"])
     if "input_schema" in data:
         data["schema"] = data.pop("input_schema")
     try:
@@ -131,9 +152,81 @@ def load_config(yaml_path: str | Path | None = None, **overrides: Any) -> PackCo
         more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
         raise ConfigError(f"invalid option {where!r}: {first['msg']}{more}") from None
     _check_paths(cfg.input, cfg.output, cfg.input_format)
+    for name, env in cfg.media_lmdb.items():
+        if not os.path.exists(env):
+            raise ConfigError(f"--media-lmdb {name}={env}: no LMDB environment there; give its directory (data.mdb)")
     if not Path(cfg.model).is_dir():
         raise ConfigError(f"model directory not found: {cfg.model}")
     return cfg
+
+
+_GLOB = re.compile(r"[*?\[]")
+_BRACE = re.compile(r"\{([^{}]*)\}")
+_INPUT_PATTERNS = ("*.jsonl*", "*.tar", "*.parquet")
+
+
+def brace_expand(pattern: str) -> list[str]:
+    """Bash-style brace expansion of ``pattern``, in order: ``{a,b}`` alternatives and
+    ``{000..009}`` integer ranges (zero-padded to the width of the wider bound when either bound
+    has a leading zero; descending when start > end), any number of groups (nested groups are not
+    supported: the innermost is expanded first). A group without ``,`` or ``..`` (e.g. ``{x}``)
+    stays literal. Pure; no errors."""
+    for m in _BRACE.finditer(pattern):
+        body = m.group(1)
+        rng = re.fullmatch(r"(-?\d+)\.\.(-?\d+)", body)
+        if rng:
+            a, b = rng.groups()
+            lo, hi = int(a), int(b)
+            width = max(len(a), len(b)) if (a.lstrip("-").startswith("0") or b.lstrip("-").startswith("0")) else 0
+            step = 1 if hi >= lo else -1
+            alts = [str(i).zfill(width) for i in range(lo, hi + step, step)]
+        elif "," in body:
+            alts = body.split(",")
+        else:
+            continue
+        head, tail = pattern[:m.start()], pattern[m.end():]
+        return [x for alt in alts for x in brace_expand(head + alt + tail)]
+    return [pattern]
+
+
+def expand_inputs(inputs: list[Any]) -> list[Any]:
+    """``--input`` values with directories, globs and brace patterns expanded (each in place, in order).
+
+    A directory holding ``.nv-meta`` (an Energon dataset) -> its ``*.tar`` shards (recursively,
+    sorted); any other directory -> its files matching ``*.jsonl*``, ``*.tar`` or ``*.parquet``
+    (not recursive, sorted). A value that is not an existing path: a brace pattern
+    (``shard-{000..009}.tar``, :func:`brace_expand`) -> its expansions, then any with glob
+    characters (``*?[``) -> ``glob.glob`` matches, sorted. Existing paths and non-strings pass
+    unchanged (:func:`_check_paths` judges them). Raises :class:`ConfigError` (one line) for a
+    directory without inputs or a pattern that matches nothing.
+    """
+    from vlmpack.readers.sniff import printable_path as show
+
+    out: list[Any] = []
+    for p in inputs:
+        if not isinstance(p, str) or "\x00" in p:
+            out.append(p)
+        elif os.path.isdir(p):
+            if os.path.isdir(os.path.join(p, ".nv-meta")):
+                found = sorted(f for f in glob.glob(os.path.join(glob.escape(p), "**", "*.tar"), recursive=True)
+                               if os.path.isfile(f))
+            else:
+                found = sorted({f for pat in _INPUT_PATTERNS for f in glob.glob(os.path.join(glob.escape(p), pat))
+                                if os.path.isfile(f)})
+            if not found:
+                raise ConfigError(f"input {show(p)} is a directory without input files (*.jsonl*, *.tar, *.parquet; "
+                                  "an Energon dataset: *.tar shards); give the files or another directory")
+            out.extend(found)
+        elif not os.path.lexists(p) and (_GLOB.search(p) or _BRACE.search(p)):
+            found = []
+            for q in brace_expand(p):
+                found.extend(sorted(glob.glob(q)) if _GLOB.search(q) else [q])
+            if not found:
+                raise ConfigError(f"input pattern {show(p)} (glob or braces) matches no file; check the pattern")
+            out.extend(found)
+        else:
+            out.append(p)
+    return out
 
 
 def _check_paths(inputs: list[str], output: str, input_format: str = "auto") -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from PIL import Image, UnidentifiedImageError
 
 from vlmpack.imagecheck import IMAGE_FORMATS, check_decodes, open_image_file
-from vlmpack.mediaref import is_member, open_ref, ref_identity
+from vlmpack.mediaref import LMDB, is_member, lmdb_ref, open_ref, ref_identity
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,8 @@ class MediaInfo:
     nbytes: int
 
 
-def resolve_ref(ref: object, media_root: str, *, allow_absolute_media: bool = False) -> str:
+def resolve_ref(ref: object, media_root: str, *, allow_absolute_media: bool = False,
+                lmdb_envs: dict[str, str] | None = None) -> str:
     """Resolve a media reference of a record to an absolute path, lexically.
 
     ``ref``: a non-empty ``str``, relative to ``media_root`` or absolute, optionally prefixed by
@@ -76,6 +77,10 @@ def resolve_ref(ref: object, media_root: str, *, allow_absolute_media: bool = Fa
     are read) or ``media_outside_root`` (the path lands outside ``media_root`` and
     ``allow_absolute_media`` is false; ``..`` is resolved lexically, symlinks are not followed
     here: :func:`probe_media` applies the same rule to the realpath at validation time).
+    ``lmdb://NAME/KEY`` names the value of ``KEY`` (UTF-8) in the LMDB store ``NAME`` of
+    ``lmdb_envs`` (name -> env path, ``--media-lmdb``) and resolves to the
+    :func:`vlmpack.mediaref.lmdb_ref` of it (no file system access; a missing key is found by
+    :func:`probe_media`: ``media_missing``); an unknown ``NAME`` is ``media_unsupported``.
     """
     if not isinstance(ref, str) or not ref:
         raise MediaError("wrong_type", f"media reference must be a non-empty string, got {_short(ref)}")
@@ -84,6 +89,8 @@ def resolve_ref(ref: object, media_root: str, *, allow_absolute_media: bool = Fa
     path = ref
     if path.startswith("file://"):
         path = path[len("file://") :]
+    elif path.startswith(LMDB):
+        return _resolve_lmdb(ref, lmdb_envs or {})
     elif _SCHEME.match(path) and not _is_windows_drive(path):
         kind = "remote media" if path.lower().startswith(("http://", "https://")) else "URL media"
         raise MediaError("media_unsupported", f"{kind} is not supported (download it first): {_short(ref)}")
@@ -98,6 +105,17 @@ def resolve_ref(ref: object, media_root: str, *, allow_absolute_media: bool = Fa
             "(pass allow_absolute_media to accept it)",
         )
     return full
+
+
+def _resolve_lmdb(ref: str, envs: dict[str, str]) -> str:
+    name, _, key = ref[len(LMDB):].partition("/")
+    if name not in envs:
+        known = ", ".join(sorted(envs)) or "none"
+        raise MediaError("media_unsupported", f"LMDB store {name!r} of {_short(ref)} is not configured "
+                         f"(configured: {known}); pass --media-lmdb {name or 'NAME'}=PATH")
+    if not key:
+        raise MediaError("media_missing", f"LMDB reference {_short(ref)} names no key; write lmdb://NAME/KEY")
+    return lmdb_ref(os.path.abspath(envs[name]), key.encode("utf-8", "surrogatepass"))
 
 
 def probe_media(
@@ -166,7 +184,7 @@ def _probe_member(ref: str, kind: str, check: str) -> MediaInfo:
     try:
         size, mtime = ref_identity(ref)
     except (OSError, ValueError) as e:
-        raise MediaError("media_missing", f"{kind} archive not readable: {ref} ({_oneline(e)})") from None
+        raise MediaError("media_missing", f"{kind} not readable in its container: {ref} ({_oneline(e)})") from None
     key = (ref, kind, check, size, mtime)
     hit = _CACHE.get(key)
     if hit is None:

@@ -5,7 +5,10 @@ results and pack plans:
 
 - a plain absolute path: a loose file (``/data/images/a.png``);
 - ``tar://<archive>#<offset>+<size>``: a member of an uncompressed tar (a WebDataset shard),
-  ``offset`` the byte offset of the member's data in the archive and ``size`` its length in bytes.
+  ``offset`` the byte offset of the member's data in the archive and ``size`` its length in bytes;
+- ``lmdb://<env>#<key hex>``: the value of a key in an LMDB environment (``env`` its directory,
+  or its data file for a ``subdir=False`` env; the key's bytes in hex), opened read-only without
+  locks (``lmdb.open(env, readonly=True, lock=False)``), one cached handle per env and process.
 
 The fragment is split at the *last* ``#``, so archive paths may hold ``#``. More schemes (Parquet
 cells, LMDB values) plug in here: one parser, one opener and one identity rule each.
@@ -19,9 +22,13 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from dataclasses import dataclass
 
 TAR = "tar://"
+LMDB = "lmdb://"
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+_ENVS: dict[tuple[str, int], object] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,9 +45,28 @@ def tar_member_ref(archive: str, offset: int, size: int) -> str:
     return f"{TAR}{archive}#{int(offset)}+{int(size)}"
 
 
-def parse_ref(ref: str) -> TarMember | str:
-    """A :class:`TarMember` for a ``tar://`` reference, else ``ref`` itself (a file path).
-    Raises ``ValueError`` for a malformed ``tar://`` reference."""
+@dataclass(frozen=True, slots=True)
+class LmdbValue:
+    """The value of ``key`` (bytes) in the LMDB environment at ``env`` (a directory or data file)."""
+
+    env: str
+    key: bytes
+
+
+def lmdb_ref(env: str, key: bytes) -> str:
+    """The reference string of an LMDB value (see the module docstring)."""
+    return f"{LMDB}{env}#{key.hex()}"
+
+
+def parse_ref(ref: str) -> TarMember | LmdbValue | str:
+    """A :class:`TarMember` for a ``tar://`` reference, a :class:`LmdbValue` for ``lmdb://``,
+    else ``ref`` itself (a file path). Raises ``ValueError`` for a malformed reference."""
+    if ref.startswith(LMDB):
+        env, sep, key = ref[len(LMDB):].rpartition("#")
+        try:
+            return LmdbValue(env, bytes.fromhex(key)) if sep and env and key else _bad(ref)
+        except ValueError:
+            _bad(ref)
     if not ref.startswith(TAR):
         return ref
     archive, sep, frag = ref[len(TAR):].rpartition("#")
@@ -50,15 +76,57 @@ def parse_ref(ref: str) -> TarMember | str:
     return TarMember(archive, int(off), int(size))
 
 
+def _bad(ref: str):
+    raise ValueError(f"malformed LMDB reference {ref!r}; expected lmdb://ENV#KEYHEX")
+
+
 def is_member(ref: str) -> bool:
-    """True for a reference into an archive (not a loose file)."""
-    return ref.startswith(TAR)
+    """True for a reference into a container (any ``scheme://`` reference), False for a loose file."""
+    return bool(_URL.match(ref))
 
 
 def container_path(ref: str) -> str:
-    """The file that holds the item: the path itself, or the archive of a member."""
+    """The file that holds the item: the path itself, the archive of a member, the LMDB env."""
     parsed = parse_ref(ref)
-    return parsed.archive if isinstance(parsed, TarMember) else parsed
+    if isinstance(parsed, TarMember):
+        return parsed.archive
+    return parsed.env if isinstance(parsed, LmdbValue) else parsed
+
+
+def _lmdb_env(path: str):
+    """The read-only LMDB environment at ``path``, opened once per process (a forked worker opens
+    its own: LMDB handles must not cross a fork). Raises ``OSError`` when it cannot be opened."""
+    key = (path, os.getpid())
+    env = _ENVS.get(key)
+    if env is None:
+        try:
+            import lmdb
+        except ImportError:
+            raise OSError(f"reading {path} needs the lmdb package: pip install 'vlmpack[lmdb]'") from None
+        try:
+            env = lmdb.open(path, readonly=True, lock=False, subdir=os.path.isdir(path), readahead=False)
+        except lmdb.Error as e:
+            raise OSError(f"cannot open LMDB environment {path}: {e}") from None
+        _ENVS[key] = env
+    return env
+
+
+def _lmdb_get(value: LmdbValue) -> bytes:
+    """The bytes of an LMDB value; ``FileNotFoundError`` for a missing key, ``OSError`` otherwise."""
+    import lmdb
+
+    try:
+        with _lmdb_env(value.env).begin(buffers=False) as txn:
+            data = txn.get(value.key)
+    except lmdb.Error as e:  # e.g. a key longer than the env's maximum
+        raise OSError(f"cannot read key {value.key!r} of LMDB environment {value.env}: {e}") from None
+    if data is None:
+        raise FileNotFoundError(f"no key {value.key!r} in LMDB environment {value.env}")
+    return data
+
+
+def _lmdb_data_file(env: str) -> str:
+    return os.path.join(env, "data.mdb") if os.path.isdir(env) else env
 
 
 class _Window(io.RawIOBase):
@@ -103,6 +171,8 @@ def open_ref(ref: str):
     Raises ``OSError`` when the file cannot be opened and ``EOFError`` when a member ends past
     the end of its archive (a truncated shard)."""
     parsed = parse_ref(ref)
+    if isinstance(parsed, LmdbValue):
+        return io.BytesIO(_lmdb_get(parsed))
     if not isinstance(parsed, TarMember):
         return open(parsed, "rb")  # noqa: SIM115 - returned to the caller
     raw = open(parsed.archive, "rb")  # noqa: SIM115
@@ -120,8 +190,13 @@ def read_ref(ref: str) -> bytes:
 
 
 def ref_identity(ref: str) -> tuple[int, int]:
-    """``(size of the item in bytes, mtime in ns of the file that holds it)``; raises ``OSError``."""
+    """``(size of the item in bytes, mtime in ns of the file that holds it)`` (an LMDB value: its
+    length and the mtime of the env's ``data.mdb``); raises ``OSError`` (``FileNotFoundError`` for
+    a missing LMDB key)."""
     parsed = parse_ref(ref)
+    if isinstance(parsed, LmdbValue):
+        mtime = os.stat(_lmdb_data_file(parsed.env)).st_mtime_ns
+        return len(_lmdb_get(parsed)), mtime
     if isinstance(parsed, TarMember):
         return parsed.size, os.stat(parsed.archive).st_mtime_ns
     st = os.stat(parsed)

@@ -88,7 +88,8 @@ def _measure(cfg: PackConfig, run: Path, pool: Executor) -> list[MeasureResult]:
         for start, end, first_line in get_source(fmt).split(path, TASK_BYTES):
             tasks.append(MeasureTask(len(tasks), fi, path, start, end, first_line, cfg.input_schema,
                                      str(cfg.media_root), cfg.allow_absolute_media, cfg.media_check,
-                                     str(cfg.model), str(run / "records"), cfg.special_tokens, fmt))
+                                     str(cfg.model), str(run / "records"), cfg.special_tokens, fmt,
+                                     tuple(sorted(cfg.media_lmdb.items()))))
             weights.append((end if end >= 0 else size) - start)
     results: list[MeasureResult | None] = [None] * len(tasks)
     todo = []

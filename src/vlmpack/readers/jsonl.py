@@ -257,11 +257,13 @@ def parse_record(
     media_root: str = ".",
     allow_absolute_media: bool = False,
     resolve_media=None,
+    lmdb_envs: dict[str, str] | None = None,
 ) -> Sample | Rejection:
     """Turn one raw line into a :class:`Sample` (canonical messages, media with resolved ``path``,
     header fields still 0) or a :class:`Rejection`; never raises for any input bytes.
     ``resolve_media(ref) -> str`` replaces the media-root resolution (an archive source maps part
     names to :mod:`vlmpack.mediaref` references; it raises ``MediaError`` for an unknown one).
+    ``lmdb_envs``: the ``--media-lmdb`` stores (name -> env path) for ``lmdb://NAME/KEY`` references.
 
     Steps and reason codes: strip BOM / trailing ``"\\r"``; UTF-8 (``not_utf8``, also for JSON
     ``\\uD800``-style lone surrogate escapes, which cannot be written back as UTF-8); JSON
@@ -317,7 +319,7 @@ def parse_record(
                 kind=kind,
                 ref=ref,  # type: ignore[arg-type]
                 path=resolve_media(ref) if resolve_media is not None
-                else resolve_ref(ref, media_root, allow_absolute_media=allow_absolute_media),
+                else resolve_ref(ref, media_root, allow_absolute_media=allow_absolute_media, lmdb_envs=lmdb_envs),
             )
             for kind, ref in refs
         ]
@@ -343,6 +345,7 @@ def read_range(
     media_root: str = ".",
     allow_absolute_media: bool = False,
     stats: ReadStats | None = None,
+    lmdb_envs: dict[str, str] | None = None,
 ) -> Iterator[Sample | Rejection]:
     """Parse the records of one range of ``path`` (see :func:`split_ranges`); one result per
     non-blank line, in file order. Updates ``stats`` (``lines``, ``blank``, ``records`` and
@@ -362,6 +365,7 @@ def read_range(
             schema=schema,
             media_root=media_root,
             allow_absolute_media=allow_absolute_media,
+            lmdb_envs=lmdb_envs,
         )
         if isinstance(result, Rejection):
             stats.reasons[result.reason] = stats.reasons.get(result.reason, 0) + 1

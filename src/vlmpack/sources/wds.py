@@ -7,7 +7,8 @@ media are named by a list in the JSON (``images`` / ``image_keys`` / ``media_fil
 ``videos`` / ``video_keys``: part names such as ``"0.png"`` or ``"jpg"``, or full member names),
 else taken from the sample's parts by extension (sorted by part name). Each media item becomes a
 ``tar://`` reference (:mod:`vlmpack.mediaref`) to the member's bytes, so probing, counting and
-writing read the shard in place. The id is the JSON's ``id``, else the sample key.
+writing read the shard in place (an ``lmdb://NAME/KEY`` name is a value of an ``--media-lmdb``
+store instead, :func:`vlmpack.media.resolve_ref`). The id is the JSON's ``id``, else the sample key.
 
 Tasks are byte ranges of whole samples (:meth:`WdsSource.split` scans the member headers once,
 seeking over the data). A member that ends past the end of the file, or a shard cut without its
@@ -27,8 +28,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from vlmpack.errors import InputError
-from vlmpack.media import MediaError
-from vlmpack.mediaref import tar_member_ref
+from vlmpack.media import MediaError, resolve_ref
+from vlmpack.mediaref import LMDB, tar_member_ref
 from vlmpack.readers.jsonl import parse_record
 from vlmpack.readers.sniff import _is_tar, printable_path
 from vlmpack.records import Locator, ReadStats, Rejection
@@ -158,21 +159,24 @@ class WdsSource:
 
     @staticmethod
     def read(path: str, start: int, end: int, first: int, *, schema: str = "auto", media_root: str = ".",
-             allow_absolute_media: bool = False, stats: ReadStats | None = None) -> Iterator:
+             allow_absolute_media: bool = False, stats: ReadStats | None = None,
+             lmdb_envs: dict[str, str] | None = None) -> Iterator:
         """One :class:`~vlmpack.records.Sample` or :class:`~vlmpack.records.Rejection` per sample of
-        the range (``media_root`` and ``allow_absolute_media`` do not apply: media are members)."""
+        the range (``media_root`` and ``allow_absolute_media`` do not apply: media are members;
+        ``lmdb_envs``: the ``--media-lmdb`` stores for ``lmdb://NAME/KEY`` names)."""
         stats = stats if stats is not None else ReadStats()
         with open(path, "rb") as fh:
             for no, (key, members) in enumerate(iter_samples(path, start, end), first):
                 stats.lines += 1
                 stats.records += 1
-                res = _sample(path, fh, key, members, Locator(path, no, members[0].header, key), schema)
+                res = _sample(path, fh, key, members, Locator(path, no, members[0].header, key), schema, lmdb_envs)
                 if isinstance(res, Rejection):
                     stats.reasons[res.reason] = stats.reasons.get(res.reason, 0) + 1
                 yield res
 
 
-def _sample(path: str, fh, key: str, members: list[Part], loc: Locator, schema: str):
+def _sample(path: str, fh, key: str, members: list[Part], loc: Locator, schema: str,
+            lmdb_envs: dict[str, str] | None = None):
     parts = {m.name: m for m in members}
     meta = parts.get("json")
     if meta is None:
@@ -196,6 +200,8 @@ def _sample(path: str, fh, key: str, members: list[Part], loc: Locator, schema: 
 
     def resolve(name: object) -> str:
         part = name if isinstance(name, str) else None
+        if part is not None and part.startswith(LMDB):
+            return resolve_ref(part, ".", lmdb_envs=lmdb_envs)
         if part is not None and part.startswith(key + "."):
             part = part[len(key) + 1:]
         m = parts.get(part) if part is not None else None

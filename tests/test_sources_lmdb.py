@@ -1,0 +1,181 @@
+"""LMDB image stores (``--media-lmdb NAME=PATH``, ``lmdb://NAME/KEY``) and directory / glob / brace inputs.
+
+The demo images of the first records of ``real_sft.jsonl`` go into an LMDB env (key = the relative
+image path); the records rewritten to ``lmdb://demo/<path>`` pack like the originals: per id the
+same ``num_tokens``, byte-identical media parts and the same rejections; a missing key is
+``media_missing``, an unknown store ``media_unsupported``; a re-run gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from vlmpack.config import brace_expand, load_config
+from vlmpack.errors import ConfigError, RunFailedError
+from vlmpack.pipeline import run_pack
+
+lmdb = pytest.importorskip("lmdb")
+pytestmark = pytest.mark.slow
+
+N_RECORDS = 300
+
+
+def _samples(out: Path) -> dict:
+    from test_sources_wds import _samples as samples
+
+    return samples(out)
+
+
+def _hashes(d: Path) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.glob("*.tar*"))}
+
+
+def _rejects(out: Path) -> dict:
+    f = out / "rejects.jsonl"
+    rows = [json.loads(x) for x in f.read_text().splitlines()] if f.is_file() else []
+    return {r.get("id") or r.get("key"): r for r in rows}
+
+
+def _pack(inputs, out: Path, model_dir: Path, media_root: Path, workers: int = 2, **kw) -> dict:
+    cfg = load_config(input=[str(p) for p in inputs], media_root=str(media_root), model=str(model_dir),
+                      output=str(out), seq_len=8192, workers=workers, progress=False, max_reject_fraction=1, **kw)
+    return run_pack(cfg)
+
+
+def _make_env(path: Path, items: dict[str, bytes]) -> None:
+    env = lmdb.open(str(path), map_size=max(64 << 20, 4 * sum(map(len, items.values()))))
+    with env.begin(write=True) as txn:
+        for k, v in items.items():
+            txn.put(k.encode(), v)
+    env.close()
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory, real_data, model_dir):
+    tmp = tmp_path_factory.mktemp("lmdb")
+    lines = (real_data / "real_sft.jsonl").read_text(encoding="utf-8").splitlines()[:N_RECORDS]
+    items: dict[str, bytes] = {}
+    rewritten = []
+    for line in lines:
+        obj = json.loads(line)
+        imgs = obj.get("images")
+        if imgs and all(isinstance(i, str) and (real_data / i).is_file() and ".." not in i for i in imgs):
+            for i in imgs:
+                items[i] = (real_data / i).read_bytes()
+            obj["images"] = [f"lmdb://demo/{i}" for i in imgs]
+            line = json.dumps(obj, ensure_ascii=False)
+        rewritten.append(line)
+    assert len(items) > 50, "the demo records hold too few images"
+    _make_env(tmp / "env", items)
+    (tmp / "orig.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp / "lmdb.jsonl").write_text("\n".join(rewritten) + "\n", encoding="utf-8")
+    rep_o = _pack([tmp / "orig.jsonl"], tmp / "o", model_dir, real_data)
+    rep_l = _pack([tmp / "lmdb.jsonl"], tmp / "l", model_dir, real_data, media_lmdb={"demo": str(tmp / "env")})
+    return tmp, items, rep_o, rep_l
+
+
+def test_lmdb_packs_like_loose_files(case):
+    tmp, items, rep_o, rep_l = case
+    o, lm = _samples(tmp / "o"), _samples(tmp / "l")
+    assert rep_l["identity_holds"] and rep_l["records_read"] == rep_o["records_read"] == N_RECORDS
+    assert set(o) == set(lm) and len(lm) == rep_l["samples_packed"] > 200
+    diff = [i for i in o if o[i][0] != lm[i][0]]
+    assert not diff, f"token counts differ for {diff[:5]}"
+    media = [i for i in o if o[i][1] != lm[i][1]]
+    assert not media, f"media bytes differ for {media[:5]}"
+    assert sum(len(v[1]) for v in lm.values()) >= len(items) > 50  # images really came out of the env
+    assert {k: r["reason"] for k, r in _rejects(tmp / "o").items()} == \
+        {k: r["reason"] for k, r in _rejects(tmp / "l").items()}
+
+
+def test_check_passes_and_rerun_is_byte_identical(case, model_dir, real_data):
+    from vlmpack.check import check_output
+
+    tmp, _, rep_o, rep_l = case
+    res = check_output(tmp / "l", num_workers=2)
+    assert res["problems"] == [] and res["samples"] == rep_l["samples_packed"]
+    _pack([tmp / "lmdb.jsonl"], tmp / "l2", model_dir, real_data, workers=1, media_lmdb={"demo": str(tmp / "env")})
+    assert _hashes(tmp / "l2") == _hashes(tmp / "l") != {}
+
+
+def test_missing_key_and_unknown_store(case, model_dir, real_data):
+    tmp, items, _, _ = case
+    key = sorted(items)[0]
+    recs = [
+        {"id": "good", "images": [f"lmdb://demo/{key}"], "conversations": [
+            {"from": "human", "value": "<image>\nWhat is this?"}, {"from": "gpt", "value": "A picture."}]},
+        {"id": "nokey", "images": ["lmdb://demo/images/not/there.png"], "conversations": [
+            {"from": "human", "value": "<image>\nWhat is this?"}, {"from": "gpt", "value": "A picture."}]},
+        {"id": "nostore", "images": [f"lmdb://other/{key}"], "conversations": [
+            {"from": "human", "value": "<image>\nWhat is this?"}, {"from": "gpt", "value": "A picture."}]},
+        {"id": "http", "images": ["http://example.com/a.png"], "conversations": [
+            {"from": "human", "value": "<image>\nWhat is this?"}, {"from": "gpt", "value": "A picture."}]},
+    ]
+    (tmp / "bad.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    rep = _pack([tmp / "bad.jsonl"], tmp / "b", model_dir, real_data, workers=1,
+                media_lmdb=[f"demo={tmp / 'env'}", f"spare={tmp / 'env'}"])
+    rej = _rejects(tmp / "b")
+    assert {k: r["reason"] for k, r in rej.items()} == {
+        "nokey": "media_missing", "nostore": "media_unsupported", "http": "media_unsupported"}
+    assert "demo, spare" in rej["nostore"]["detail"] and "--media-lmdb" in rej["nostore"]["detail"]
+    assert rep["samples_packed"] == 1 and set(_samples(tmp / "b")) == {"good"}
+    # without --media-lmdb an lmdb:// reference is unsupported, never read
+    with pytest.raises(RunFailedError, match="no sample was packed"):
+        _pack([tmp / "bad.jsonl"], tmp / "b2", model_dir, real_data, workers=1)
+    assert _rejects(tmp / "b2")["good"]["reason"] == "media_unsupported"
+    with pytest.raises(ConfigError, match="NAME=PATH"):
+        load_config(input=[str(tmp / "bad.jsonl")], model=str(model_dir), output=str(tmp / "b3"), media_lmdb=["x"])
+    with pytest.raises(ConfigError, match="no LMDB environment"):
+        load_config(input=[str(tmp / "bad.jsonl")], model=str(model_dir), output=str(tmp / "b3"),
+                    media_lmdb={"x": str(tmp / "nope")})
+
+
+def test_lmdb_fingerprint_and_changed_env(case, model_dir, real_data):
+    from vlmpack.mediaref import lmdb_ref, parse_ref, read_ref, ref_identity
+
+    tmp, items, _, _ = case
+    kw = dict(input=[str(tmp / "lmdb.jsonl")], model=str(model_dir), output=str(tmp / "f"))
+    a = load_config(**kw, media_lmdb={"demo": str(tmp / "env")}).fingerprint()
+    b = load_config(**kw, media_lmdb={"demo": str(tmp / "l")}).fingerprint()
+    assert a != b and a != load_config(**kw).fingerprint()
+    key = sorted(items)[0]
+    ref = lmdb_ref(str(tmp / "env"), key.encode())
+    assert parse_ref(ref).key == key.encode() and read_ref(ref) == items[key]
+    assert ref_identity(ref) == (len(items[key]), os.stat(tmp / "env" / "data.mdb").st_mtime_ns)
+    with pytest.raises(FileNotFoundError):
+        ref_identity(lmdb_ref(str(tmp / "env"), b"nope"))
+
+
+def test_directory_glob_and_brace_inputs(tmp_path, real_data, model_dir):
+    shards = sorted((real_data / "wds").glob("*.tar"))
+    assert len(shards) >= 2
+    names = [str(s) for s in shards]
+    kw = dict(model=str(model_dir), output=str(tmp_path / "x"))
+    assert load_config(input=[str(real_data / "wds")], **kw).input == names
+    assert load_config(input=str(real_data / "wds" / "*.tar"), **kw).input == names
+    stem = shards[0].name.rsplit("-", 1)[0]
+    brace = str(real_data / "wds" / f"{stem}-{{{0:06d}..{len(shards) - 1:06d}}}.tar")
+    assert load_config(input=[brace], **kw).input == names
+    assert brace_expand("s-{000..002}.tar") == ["s-000.tar", "s-001.tar", "s-002.tar"]
+    assert brace_expand("{a,b}/{1..2}") == ["a/1", "a/2", "b/1", "b/2"] and brace_expand("{x}") == ["{x}"]
+    with pytest.raises(ConfigError, match="not found"):  # a brace pattern names exact files
+        load_config(input=[str(real_data / "wds" / f"{stem}-{{000000..999999}}.tar")], **kw)
+    # an Energon dataset directory: its *.tar shards only (recursively), not the other files
+    ds = tmp_path / "ds"
+    (ds / ".nv-meta").mkdir(parents=True)
+    (ds / "parts").mkdir()
+    for s in shards:
+        os.symlink(s, ds / "parts" / s.name)
+    shutil.copy(real_data / "broken.jsonl", ds / "notes.jsonl")
+    assert load_config(input=[str(ds)], **kw).input == [str(ds / "parts" / s.name) for s in shards]
+    # a directory packs exactly like its shards listed one by one
+    rep_d = _pack([real_data / "wds"], tmp_path / "d", model_dir, real_data)
+    rep_l = _pack(shards, tmp_path / "l", model_dir, real_data)
+    assert rep_d["samples_packed"] == rep_l["samples_packed"] > 400
+    assert _hashes(tmp_path / "d") == _hashes(tmp_path / "l") != {}
