@@ -42,7 +42,7 @@ class PackConfig(BaseModel):
     media_root: str | None = Field(None, description="media paths are relative to it (default: 1st input's folder)")
     seq_len: int = Field(8192, gt=0, description="capacity L of a pack, in tokens")
     input_schema: Literal["auto", "llava", "messages", "prompts"] = Field("auto", alias="schema")
-    input_format: Literal["auto", "jsonl", "wds"] = Field(
+    input_format: Literal["auto", "jsonl", "wds", "parquet"] = Field(
         "auto", description="format of the inputs (auto: sniffed per file; see vlmpack.sources)")
     allow_absolute_media: bool = False
     media_lmdb: dict[str, str] = Field(

@@ -8,7 +8,11 @@ results and pack plans:
   ``offset`` the byte offset of the member's data in the archive and ``size`` its length in bytes;
 - ``lmdb://<env>#<key hex>``: the value of a key in an LMDB environment (``env`` its directory,
   or its data file for a ``subdir=False`` env; the key's bytes in hex), opened read-only without
-  locks (``lmdb.open(env, readonly=True, lock=False)``), one cached handle per env and process.
+  locks (``lmdb.open(env, readonly=True, lock=False)``), one cached handle per env and process;
+- ``parquet://<file>#<group>:<row>:<column>:<index>``: the bytes of a media cell of a Parquet /
+  Arrow table (:mod:`vlmpack.sources.parquet`: row ``row`` of row group / record batch ``group``,
+  item ``index`` of the cell's list or ``-1`` for the cell itself; an HF ``Image`` struct gives its
+  ``bytes``), read with pyarrow, the group's column cached per process.
 
 The fragment is split at the *last* ``#``, so archive paths may hold ``#``. More schemes (Parquet
 cells, LMDB values) plug in here: one parser, one opener and one identity rule each.
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 
 TAR = "tar://"
 LMDB = "lmdb://"
+PARQUET = "parquet://"
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _ENVS: dict[tuple[str, int], object] = {}
 
@@ -58,7 +63,36 @@ def lmdb_ref(env: str, key: bytes) -> str:
     return f"{LMDB}{env}#{key.hex()}"
 
 
-def parse_ref(ref: str) -> TarMember | LmdbValue | str:
+@dataclass(frozen=True, slots=True)
+class ParquetCell:
+    """A media cell of a Parquet / Arrow table (see the module docstring)."""
+
+    file: str
+    group: int
+    row: int
+    column: str
+    index: int
+
+
+def parquet_cell_ref(file: str, group: int, row: int, column: str, index: int = -1) -> str:
+    """The reference string of a Parquet / Arrow media cell (see the module docstring)."""
+    return f"{PARQUET}{file}#{int(group)}:{int(row)}:{column}:{int(index)}"
+
+
+def _parse_parquet(ref: str) -> ParquetCell:
+    file, sep, frag = ref[len(PARQUET):].rpartition("#")
+    group, _, rest = frag.partition(":")
+    row, _, rest = rest.partition(":")
+    column, _, index = rest.rpartition(":")
+    try:
+        if sep and file and column and group.isdigit() and row.isdigit():
+            return ParquetCell(file, int(group), int(row), column, int(index))
+    except ValueError:
+        pass
+    raise ValueError(f"malformed Parquet cell reference {ref!r}; expected parquet://FILE#GROUP:ROW:COLUMN:INDEX")
+
+
+def parse_ref(ref: str) -> TarMember | LmdbValue | ParquetCell | str:
     """A :class:`TarMember` for a ``tar://`` reference, a :class:`LmdbValue` for ``lmdb://``,
     else ``ref`` itself (a file path). Raises ``ValueError`` for a malformed reference."""
     if ref.startswith(LMDB):
@@ -67,6 +101,8 @@ def parse_ref(ref: str) -> TarMember | LmdbValue | str:
             return LmdbValue(env, bytes.fromhex(key)) if sep and env and key else _bad(ref)
         except ValueError:
             _bad(ref)
+    if ref.startswith(PARQUET):
+        return _parse_parquet(ref)
     if not ref.startswith(TAR):
         return ref
     archive, sep, frag = ref[len(TAR):].rpartition("#")
@@ -90,6 +126,8 @@ def container_path(ref: str) -> str:
     parsed = parse_ref(ref)
     if isinstance(parsed, TarMember):
         return parsed.archive
+    if isinstance(parsed, ParquetCell):
+        return parsed.file
     return parsed.env if isinstance(parsed, LmdbValue) else parsed
 
 
@@ -173,6 +211,8 @@ def open_ref(ref: str):
     parsed = parse_ref(ref)
     if isinstance(parsed, LmdbValue):
         return io.BytesIO(_lmdb_get(parsed))
+    if isinstance(parsed, ParquetCell):
+        return io.BytesIO(_parquet_get(parsed))
     if not isinstance(parsed, TarMember):
         return open(parsed, "rb")  # noqa: SIM115 - returned to the caller
     raw = open(parsed.archive, "rb")  # noqa: SIM115
@@ -197,7 +237,16 @@ def ref_identity(ref: str) -> tuple[int, int]:
     if isinstance(parsed, LmdbValue):
         mtime = os.stat(_lmdb_data_file(parsed.env)).st_mtime_ns
         return len(_lmdb_get(parsed)), mtime
+    if isinstance(parsed, ParquetCell):
+        return len(_parquet_get(parsed)), os.stat(parsed.file).st_mtime_ns
     if isinstance(parsed, TarMember):
         return parsed.size, os.stat(parsed.archive).st_mtime_ns
     st = os.stat(parsed)
     return st.st_size, st.st_mtime_ns
+
+
+def _parquet_get(cell: ParquetCell) -> bytes:
+    """The bytes of a Parquet / Arrow media cell; ``OSError`` when it is not there."""
+    from vlmpack.sources.parquet import cell_bytes
+
+    return cell_bytes(cell.file, cell.group, cell.row, cell.column, cell.index)

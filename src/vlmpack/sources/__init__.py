@@ -25,10 +25,11 @@ from __future__ import annotations
 
 from vlmpack.errors import ConfigError, InputError
 from vlmpack.sources.jsonl import JsonlSource
+from vlmpack.sources.parquet import ParquetSource
 from vlmpack.sources.wds import WdsSource
 
 #: The registry: format name -> source. Detection tries them in order; ``jsonl`` is the fallback.
-SOURCES = {"wds": WdsSource(), "jsonl": JsonlSource()}
+SOURCES = {"wds": WdsSource(), "parquet": ParquetSource(), "jsonl": JsonlSource()}
 #: Values of ``--input-format``.
 INPUT_FORMATS = ("auto", *SOURCES)
 

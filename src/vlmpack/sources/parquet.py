@@ -1,0 +1,258 @@
+"""The Parquet / Arrow source: a table whose rows are samples, images held in its cells read in place.
+
+Inputs: a Parquet file (magic ``PAR1``), an Arrow IPC file (magic ``ARROW1``) or an Arrow IPC
+stream (what ``datasets.Dataset.save_to_disk`` writes as ``data-*.arrow``; it starts with the
+``0xFFFFFFFF`` continuation marker). A "group" is a Parquet row group or an Arrow record batch:
+tasks are ranges of groups and one group is read at a time (bounded memory: one group's rows).
+
+A row is a record in any schema of :mod:`vlmpack.readers.schemas` (``messages`` /
+``conversations`` / prompts + captions columns...); the media columns ``images`` / ``image`` /
+``videos`` / ``video`` hold, per row, one item or a list of items, each
+
+- the HF ``datasets`` ``Image`` feature: a struct ``{"bytes", "path"}``; with ``bytes`` it is read
+  in place from the file, as a ``parquet://`` reference (:mod:`vlmpack.mediaref`:
+  ``parquet://<file>#<group>:<row in group>:<column>:<list index or -1>``), without ``bytes`` its
+  ``path`` is a file path;
+- a binary value: read in place like the struct's bytes;
+- a string: a file path resolved against ``media_root`` (:func:`vlmpack.media.resolve_ref`,
+  the JSONL rules).
+
+Locators: ``Locator(file, line=1-based row number in the file, offset=group index, key=None)``.
+The id is the row's ``id`` column when present (int or non-empty str), else ``file:row``.
+A file whose footer/schema cannot be read (a truncated Parquet file) is refused with one
+:class:`~vlmpack.errors.InputError` line, as is a group that cannot be decoded during a read.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections import OrderedDict
+from collections.abc import Iterator
+
+from vlmpack.errors import InputError
+from vlmpack.media import MediaError, resolve_ref
+from vlmpack.mediaref import parquet_cell_ref
+from vlmpack.readers.jsonl import parse_record
+from vlmpack.readers.sniff import printable_path
+from vlmpack.records import Locator, ReadStats, Rejection
+
+PAR1 = b"PAR1"
+ARROW1 = b"ARROW1"
+STREAM = b"\xff\xff\xff\xff"
+MEDIA_COLUMNS = {"images": "image", "image": "image", "videos": "video", "video": "video"}
+_CACHE_BYTES = 256 << 20  # open_ref's cache of group columns, per process
+
+
+def _kind(head: bytes) -> str | None:
+    if head.startswith(PAR1):
+        return "parquet"
+    if head.startswith(ARROW1):
+        return "arrow"
+    if head.startswith(STREAM) and len(head) >= 8 and 0 < int.from_bytes(head[4:8], "little") < (1 << 24):
+        return "stream"
+    return None
+
+
+class _Table:
+    """Random access to the groups of one Parquet / Arrow file (``pyarrow`` errors -> InputError)."""
+
+    def __init__(self, path: str):
+        import pyarrow as pa
+        import pyarrow.ipc as ipc
+        import pyarrow.parquet as pq
+
+        self.path = path
+        with open(path, "rb") as f:
+            self.kind = _kind(f.read(16))
+        try:
+            if self.kind == "parquet":
+                self._pf = pq.ParquetFile(path, memory_map=True)
+                meta = self._pf.metadata
+                self.rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+                self.sizes = [sum(meta.row_group(i).column(c).total_compressed_size
+                                  for c in range(meta.row_group(i).num_columns)) for i in range(meta.num_row_groups)]
+                self.names = list(self._pf.schema_arrow.names)
+            elif self.kind in ("arrow", "stream"):
+                src = pa.memory_map(path, "r")
+                if self.kind == "arrow":
+                    rd = ipc.open_file(src)
+                    self._batches = [rd.get_batch(i) for i in range(rd.num_record_batches)]
+                else:  # a stream has no index: map it once (zero-copy), batches are views
+                    self._batches = list(ipc.open_stream(src))
+                self.rows = [b.num_rows for b in self._batches]
+                self.sizes = [b.nbytes for b in self._batches]
+                self.names = list(self._batches[0].schema.names) if self._batches else []
+            else:
+                raise InputError(f"{printable_path(path)} is neither Parquet (PAR1) nor Arrow IPC; "
+                                 "pass --input-format for another format")
+        except (OSError, pa.ArrowException, ValueError) as e:
+            raise InputError(f"{printable_path(path)}: not a readable {self.kind} file ({_oneline(e)}); "
+                             "it is truncated or corrupt, re-create it") from None
+
+    def group(self, i: int, columns: list[str] | None = None):
+        """Group ``i`` as a ``pyarrow.Table`` / ``RecordBatch`` (only ``columns`` when given)."""
+        import pyarrow as pa
+
+        try:
+            if self.kind == "parquet":
+                return self._pf.read_row_group(i, columns=columns)
+            b = self._batches[i]
+            return b.select(columns) if columns is not None else b
+        except (OSError, pa.ArrowException, ValueError) as e:
+            raise InputError(f"{printable_path(self.path)}: row group {i} cannot be read ({_oneline(e)}); "
+                             "the file is truncated or corrupt, re-create it") from None
+
+
+def _oneline(e: BaseException) -> str:
+    return " ".join(str(e).split())[:200]
+
+
+_CELLS: OrderedDict[tuple, tuple[object, int]] = OrderedDict()
+
+
+def cell_bytes(file: str, group: int, row: int, column: str, index: int) -> bytes:
+    """The bytes of one media cell (``index=-1``: the cell itself, else item ``index`` of its list;
+    a struct gives its ``bytes`` field). The group's column is cached per process (LRU, up to
+    ~256 MiB), so a sample's images and neighbouring rows do not re-read the file. Raises
+    ``OSError`` when the file, group, row or value is not there (a changed or truncated file)."""
+    st = os.stat(file)
+    key = (file, st.st_mtime_ns, st.st_size, group, column)
+    hit = _CELLS.get(key)
+    if hit is None:
+        try:
+            tab = _Table(file)
+            if not 0 <= group < len(tab.rows):
+                raise OSError(f"{file} has no row group {group}")
+            col = tab.group(group, [column]).column(0)
+        except InputError as e:
+            raise OSError(str(e)) from None
+        size = col.nbytes
+        while _CELLS and sum(v[1] for v in _CELLS.values()) + size > _CACHE_BYTES:
+            _CELLS.popitem(last=False)
+        _CELLS[key] = hit = (col, size)
+    else:
+        _CELLS.move_to_end(key)
+    col = hit[0]
+    if not 0 <= row < len(col):
+        raise OSError(f"{file}: row group {group} has no row {row}")
+    value = col[row].as_py()
+    if index >= 0:
+        if not isinstance(value, list) or index >= len(value):
+            raise OSError(f"{file}: cell {group}:{row}:{column} has no item {index}")
+        value = value[index]
+    if isinstance(value, dict):
+        value = value.get("bytes")
+    if not isinstance(value, bytes):
+        raise OSError(f"{file}: cell {group}:{row}:{column}:{index} holds no bytes")
+    return value
+
+
+def _json_default(v: object) -> object:
+    if isinstance(v, (bytes, bytearray)):
+        return base64.b64encode(bytes(v)).decode()
+    return str(v)  # dates, decimals...
+
+
+def _row_record(path: str, group: int, row: int, rec: dict, media_root: str, allow_absolute_media: bool,
+                lmdb_envs: dict[str, str] | None = None):
+    """``(json bytes, resolve)`` of one row: media columns become placeholder names that
+    ``resolve`` maps to references (raising :class:`MediaError` for an unusable item)."""
+    targets: dict[str, object] = {}
+
+    def place(col: str, idx: int, item: object) -> str:
+        name = f"{col}[{idx}]" if idx >= 0 else col
+        if isinstance(item, dict) and isinstance(item.get("path"), str) and item["path"]:
+            name = item["path"]  # the ref recorded for the item (its bytes, when present, are read)
+            if item.get("bytes") is None:
+                item = item["path"]
+        elif isinstance(item, str):
+            name = item
+        while name in targets:
+            name += "'"
+        if isinstance(item, dict) and item.get("bytes") is not None or isinstance(item, (bytes, bytearray)):
+            targets[name] = parquet_cell_ref(path, group, row, col, idx)
+        elif isinstance(item, str):
+            targets[name] = ("path", item)
+        else:
+            targets[name] = ("bad", item)
+        return name
+
+    for col in MEDIA_COLUMNS:
+        value = rec.get(col)
+        if value is None:
+            continue
+        if isinstance(value, list):
+            rec[col] = [place(col, i, v) for i, v in enumerate(value)]
+        else:
+            rec[col] = place(col, -1, value)
+
+    def resolve(name: object) -> str:
+        t = targets.get(name) if isinstance(name, str) else None
+        if isinstance(t, str):
+            return t
+        if t is not None and t[0] == "path":
+            return resolve_ref(t[1], media_root, allow_absolute_media=allow_absolute_media, lmdb_envs=lmdb_envs)
+        what = t[1] if t is not None else name
+        raise MediaError("wrong_type", f"media item must be an Image struct, bytes or a path, got "
+                                       f"{type(what).__name__}")
+
+    return json.dumps(rec, ensure_ascii=True, default=_json_default).encode(), resolve
+
+
+class ParquetSource:
+    """Parquet and Arrow IPC tables (see the module docstring)."""
+
+    name = "parquet"
+
+    @staticmethod
+    def sniff(head: bytes) -> bool:
+        """``PAR1``, ``ARROW1`` or an Arrow IPC stream's continuation marker at the start."""
+        return _kind(head) is not None
+
+    @staticmethod
+    def check(path: str) -> None:
+        """Refuse a file whose footer / schema cannot be read (truncated, corrupt), one line."""
+        _Table(path)
+
+    @staticmethod
+    def split(path: str, target_bytes: int) -> list[tuple[int, int, int]]:
+        """Ranges ``(first group, end group (exclusive), first row number)``, >= ``target_bytes``
+        (compressed Parquet bytes / Arrow buffer bytes) each except the last."""
+        tab = _Table(path)
+        ranges: list[tuple[int, int, int]] = []
+        start, first, acc, row = 0, 1, 0, 1
+        for i, (n, size) in enumerate(zip(tab.rows, tab.sizes, strict=True)):
+            if acc >= target_bytes:
+                ranges.append((start, i, first))
+                start, first, acc = i, row, 0
+            acc += size
+            row += n
+        ranges.append((start, len(tab.rows), first))
+        return ranges
+
+    @staticmethod
+    def read(path: str, start: int, end: int, first: int, *, schema: str = "auto", media_root: str = ".",
+             allow_absolute_media: bool = False, stats: ReadStats | None = None,
+             lmdb_envs: dict[str, str] | None = None) -> Iterator:
+        """One :class:`~vlmpack.records.Sample` or :class:`~vlmpack.records.Rejection` per row of
+        groups ``[start, end)`` (``end=-1``: to the end); rows numbered from ``first``. Path
+        strings resolve like JSONL's (``media_root``, ``allow_absolute_media``, ``lmdb_envs``: the
+        ``--media-lmdb`` stores for ``lmdb://NAME/KEY`` names)."""
+        stats = stats if stats is not None else ReadStats()
+        tab = _Table(path)
+        end = len(tab.rows) if end < 0 else min(end, len(tab.rows))
+        no = first
+        for g in range(start, end):
+            rows = tab.group(g).to_pylist()
+            for r, rec in enumerate(rows):
+                stats.lines += 1
+                stats.records += 1
+                raw, resolve = _row_record(path, g, r, rec, media_root, allow_absolute_media, lmdb_envs)
+                res = parse_record(raw, Locator(path, no, g), schema=schema, resolve_media=resolve)
+                if isinstance(res, Rejection):
+                    stats.reasons[res.reason] = stats.reasons.get(res.reason, 0) + 1
+                yield res
+                no += 1
+            del rows
