@@ -128,13 +128,10 @@ def cell_bytes(file: str, group: int, row: int, column: str, index: int) -> byte
             col = tab.group(group, [column]).column(0)
         except InputError as e:
             raise OSError(str(e)) from None
-        size = col.nbytes
-        while _CELLS and sum(v[1] for v in _CELLS.values()) + size > _CACHE_BYTES:
-            _CELLS.popitem(last=False)
-        _CELLS[key] = hit = (col, size)
+        _remember(key, col)
     else:
         _CELLS.move_to_end(key)
-    col = hit[0]
+        col = hit[0]
     if not 0 <= row < len(col):
         raise OSError(f"{file}: row group {group} has no row {row}")
     value = col[row].as_py()
@@ -147,6 +144,13 @@ def cell_bytes(file: str, group: int, row: int, column: str, index: int) -> byte
     if not isinstance(value, bytes):
         raise OSError(f"{file}: cell {group}:{row}:{column}:{index} holds no bytes")
     return value
+
+
+def _remember(key: tuple, col) -> None:
+    size = col.nbytes
+    while _CELLS and sum(v[1] for v in _CELLS.values()) + size > _CACHE_BYTES:
+        _CELLS.popitem(last=False)
+    _CELLS[key] = (col, size)
 
 
 def _json_default(v: object) -> object:
@@ -244,8 +248,14 @@ class ParquetSource:
         tab = _Table(path)
         end = len(tab.rows) if end < 0 else min(end, len(tab.rows))
         no = first
+        st = os.stat(path)
         for g in range(start, end):
-            rows = tab.group(g).to_pylist()
+            table = tab.group(g)
+            for col in MEDIA_COLUMNS:  # the probes of this task read these cells next: no re-read
+                if col in table.column_names:
+                    _remember((path, st.st_mtime_ns, st.st_size, g, col), table.column(col))
+            rows = table.to_pylist()
+            del table
             for r, rec in enumerate(rows):
                 stats.lines += 1
                 stats.records += 1
