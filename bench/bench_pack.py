@@ -120,6 +120,14 @@ def format_table(data: Path, model_dir: Path, args) -> None:
         same.write_text("".join(line for line in open(data / "real_sft.jsonl", encoding="utf-8")
                                 if json.loads(line)["id"] in ids), encoding="utf-8")
         formats = {"jsonl + loose image files": [same], "wds shards, read in place": shards}
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows = [json.loads(line) for line in open(same, encoding="utf-8")]
+        pq.write_table(pa.table({"id": [r["id"] for r in rows], "conversations": [r["conversations"] for r in rows],
+                                 "images": [[{"bytes": (data / p).read_bytes(), "path": p} for p in r.get("images", [])]
+                                            for r in rows]}), Path(tmp) / "same.parquet", row_group_size=500)
+        formats["parquet, images in cells"] = [Path(tmp) / "same.parquet"]
         print(f"\nper input format: the same {len(ids):,} samples, vlmpack pack CLI, {args.workers} workers, "
               f"median of {args.repeat}\n")
         print(f"| {'input':<28} | {'seconds':>8} | {'samples/s':>10} | {'peak RSS MB':>11} |")
