@@ -12,8 +12,10 @@ A source turns one input file into bounded tasks and each task into records::
 first line number; a tar shard: a byte range of whole samples and the first sample's position).
 Tasks are pure functions of these values, so the output does not depend on the workers.
 
-Formats (:data:`SOURCES`): ``jsonl`` (:mod:`vlmpack.sources.jsonl`: plain / gz / zst / xz / bz2)
-and ``wds`` (:mod:`vlmpack.sources.wds`: uncompressed WebDataset tar shards, read in place).
+Formats (:data:`SOURCES`): ``jsonl`` (:mod:`vlmpack.sources.jsonl`: plain / gz / zst / xz / bz2),
+``wds`` (:mod:`vlmpack.sources.wds`: uncompressed WebDataset tar shards, read in place) and
+``parquet`` (:mod:`vlmpack.sources.parquet`: Parquet / Arrow IPC tables, tasks = row-group ranges,
+images read in place from their cells).
 :func:`detect_format` sniffs the content; ``--input-format`` forces one.
 
 Adding a format: write ``vlmpack/sources/<name>.py`` with a class offering ``name``,
