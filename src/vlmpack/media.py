@@ -19,6 +19,8 @@ Both raise :class:`MediaError` (``reason`` is a code of :data:`vlmpack.records.R
 
 from __future__ import annotations
 
+import hashlib
+import io
 import logging
 import os
 import re
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from PIL import Image, UnidentifiedImageError
 
 from vlmpack.imagecheck import IMAGE_FORMATS, check_decodes, open_image_file
-from vlmpack.mediaref import LMDB, is_member, lmdb_ref, open_ref, ref_identity
+from vlmpack.mediaref import LMDB, is_member, lmdb_ref, open_ref, read_ref, ref_identity
 
 logger = logging.getLogger(__name__)
 
@@ -187,17 +189,35 @@ def _probe_member(ref: str, kind: str, check: str) -> MediaInfo:
         raise MediaError("media_missing", f"{kind} not readable in its container: {ref} ({_oneline(e)})") from None
     key = (ref, kind, check, size, mtime)
     hit = _CACHE.get(key)
-    if hit is None:
+    if hit is None and kind != "video":
+        # archives store a repeated image as another copy: probe each distinct content once
         try:
-            hit = MediaInfo(0, 0, "", size) if kind == "video" else _probe_image(ref, size, check)
-        except MediaError as e:
-            hit = e
-        if len(_CACHE) >= _CACHE_MAX:
-            _CACHE.clear()
-        _CACHE[key] = hit
+            data = read_ref(ref)
+        except (OSError, EOFError, ValueError) as e:
+            raise MediaError("media_missing", f"{kind} not readable in its container: {ref} ({_oneline(e)})") from None
+        ckey = ("content", kind, check, len(data), hashlib.blake2b(data, digest_size=16).digest())
+        first = _CACHE.get(ckey)
+        if first is None:
+            try:
+                first = (_probe_image(ref, size, check, data), ref)
+            except MediaError as e:
+                first = (e, ref)
+            _remember(ckey, first)
+        hit, seen_as = first
+        if isinstance(hit, MediaError):  # name this reference, not the first copy's
+            hit = MediaError(hit.reason, hit.detail.replace(seen_as, ref))
+    elif hit is None:
+        hit = MediaInfo(0, 0, "", size)
+    _remember(key, hit)
     if isinstance(hit, MediaError):
         raise MediaError(hit.reason, hit.detail)
     return hit
+
+
+def _remember(key: tuple, value) -> None:
+    if len(_CACHE) >= _CACHE_MAX:
+        _CACHE.clear()
+    _CACHE[key] = value
 
 
 def clear_cache() -> None:
@@ -243,13 +263,13 @@ def _probe_video(st: os.stat_result) -> MediaInfo:
     return MediaInfo(0, 0, "", st.st_size)
 
 
-def _probe_image(path: str, nbytes: int, check: str) -> MediaInfo:
+def _probe_image(path: str, nbytes: int, check: str, data: bytes | None = None) -> MediaInfo:
     if nbytes == 0:
         raise MediaError("media_undecodable", f"image file is empty: {path}")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with open_ref(path) as fh, open_image_file(fh) as img:
+            with (open_ref(path) if data is None else io.BytesIO(data)) as fh, open_image_file(fh) as img:
                 fmt = img.format or ""
                 if fmt not in IMAGE_FORMATS:  # a plugin of OPEN_FORMATS that answered with another format
                     raise MediaError("media_undecodable", f"{fmt} is not an accepted image format: {path}")

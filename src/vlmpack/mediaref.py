@@ -225,6 +225,15 @@ def open_ref(ref: str):
 
 def read_ref(ref: str) -> bytes:
     """The item's bytes. Raises like :func:`open_ref`."""
+    parsed = parse_ref(ref)
+    if isinstance(parsed, TarMember):  # one seek + one read, no file-object view
+        with open(parsed.archive, "rb") as f:
+            f.seek(parsed.offset)
+            data = f.read(parsed.size)
+        if len(data) != parsed.size:
+            raise EOFError(f"{parsed.archive} ends before the member at byte {parsed.offset} (+{parsed.size} bytes); "
+                           "the archive is truncated")
+        return data
     with open_ref(ref) as f:
         return f.read()
 
