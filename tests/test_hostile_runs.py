@@ -257,6 +257,9 @@ def test_bad_arguments_are_one_line(tmp_path, small_input, real_data, model_dir)
         proc = run_cli(args)
         assert proc.returncode == 2, (name, proc.stderr)
         assert words in one_error_line(proc.stderr).lower(), (name, proc.stderr)
+    for usage in (["pack", "--bogus"], [], ["pack", "--seq-len", "many"]):  # typer/click usage errors: exit 2
+        proc = run_cli(usage)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr and "internal error" not in proc.stderr, usage
     # the demo builder never wipes a folder it did not write
     mine = tmp_path / "mine"
     (mine / "real_data").mkdir(parents=True)  # `vlmpack demo --out mine` builds mine/real_data

@@ -173,8 +173,6 @@ def main(argv: list[str] | None = None) -> int:
     error (one line; the traceback with ``VLMPACK_DEBUG=1``); 130 SIGINT and 143 SIGTERM (one line:
     run the same command again to resume; worker processes are stopped at once).
     """
-    import click
-
     from vlmpack.errors import Interrupted, RunFailedError
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -185,12 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rv = app(args=argv, standalone_mode=False)
         code = rv if isinstance(rv, int) else EXIT_OK
-    except click.exceptions.Exit as e:
+    except typer.Exit as e:
         code = e.exit_code
-    except click.ClickException as e:
-        e.show()
-        code = EXIT_ERROR
-    except (click.exceptions.Abort, KeyboardInterrupt, Interrupted) as e:
+    except (typer.Abort, KeyboardInterrupt, Interrupted) as e:
         # everything on disk is consistent (atomic files); skip the interpreter's teardown of
         # torch / tokenizers / Energon (~2 s) so the command ends at once
         print(f"vlmpack: {resume}", file=sys.stderr)
@@ -207,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vlmpack: error: {_oneline(_os_error_line(e))}", file=sys.stderr)
         code = EXIT_ERROR
     except Exception as e:  # noqa: BLE001 - a bug: still one line, the traceback on request
+        if hasattr(e, "show") and isinstance(getattr(e, "exit_code", None), int):  # a usage error (typer's click)
+            e.show()
+            sys.exit(EXIT_ERROR)
         if os.environ.get("VLMPACK_DEBUG"):
             traceback.print_exc()
         print(f"vlmpack: internal error: {type(e).__name__}: {_oneline(e)} (set VLMPACK_DEBUG=1 for the traceback "
