@@ -33,15 +33,15 @@ err = Console(stderr=True)
 def pack(
     config: Optional[Path] = typer.Option(None, "--config", help="YAML file with the options below; flags override it"),
     input: Optional[list[str]] = typer.Option(
-        None, "--input", "-i", help="JSONL file (plain/.gz/.zst), tar shard, directory, glob or brace pattern "
-        "(shard-{000..009}.tar); repeatable"),
+        None, "--input", "-i", help="JSONL file (plain/.gz/.zst/.xz/.bz2), WebDataset .tar shard, Parquet/Arrow file, "
+        "directory, glob or brace pattern (shard-{000..009}.tar); repeatable"),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="output directory"),
     model: Optional[str] = typer.Option(None, "--model", help="local HF-format model directory"),
     media_root: Optional[str] = typer.Option(None, "--media-root", help="media paths are relative to it"),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="capacity L of a pack in tokens [8192]"),
     schema: Optional[str] = typer.Option(None, "--schema", help="auto|llava|messages|prompts [auto]"),
     input_format: Optional[str] = typer.Option(None, "--input-format",
-                                               help="auto|jsonl|wds: force the inputs' format [auto: sniffed]"),
+                                               help="auto|jsonl|wds|parquet: force the inputs' format [auto: sniffed]"),
     allow_absolute_media: Optional[bool] = typer.Option(None, "--allow-absolute-media/--no-allow-absolute-media"),
     media_lmdb: Optional[list[str]] = typer.Option(
         None, "--media-lmdb", help="NAME=PATH: an LMDB image store for lmdb://NAME/KEY references; repeatable"),
