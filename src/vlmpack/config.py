@@ -115,9 +115,11 @@ class PackConfig(BaseModel):
                 model_files[name] = hashlib.sha256(f.read_bytes()).hexdigest()
         return {"vlmpack": __version__, "options": opts, "inputs": inputs, "model_files": model_files}
 
-    def fingerprint(self) -> str:
-        """sha256 (hex) of :meth:`fingerprint_payload` as canonical JSON."""
-        blob = json.dumps(self.fingerprint_payload(), sort_keys=True, separators=(",", ":"))
+    def fingerprint(self, payload: dict | None = None) -> str:
+        """sha256 (hex) of :meth:`fingerprint_payload` (or of ``payload``, one already made) as
+        canonical JSON."""
+        blob = json.dumps(payload if payload is not None else self.fingerprint_payload(), sort_keys=True,
+                          separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
 
 

@@ -323,9 +323,10 @@ def run_pack(cfg: PackConfig) -> dict:
     records never raise: they are rejected with a reason and listed in ``OUT/rejects.jsonl``.
     A run stopped at any point (signal, kill, error) resumes with the same command.
     """
-    fingerprint = cfg.fingerprint()
+    payload = cfg.fingerprint_payload()  # hashes the model's counting files: once
+    fingerprint = cfg.fingerprint(payload)
     out = Path(cfg.output)
-    run = prepare_output(out, fingerprint, cfg.fingerprint_payload(), overwrite=cfg.overwrite)
+    run = prepare_output(out, fingerprint, payload, overwrite=cfg.overwrite)
     try:
         return _run(cfg, run, fingerprint)
     finally:
