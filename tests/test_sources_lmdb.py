@@ -8,13 +8,13 @@ same ``num_tokens``, byte-identical media parts and the same rejections; a missi
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
+from test_sources_wds import _samples, shard_hashes
 
 from vlmpack.config import brace_expand, load_config
 from vlmpack.errors import ConfigError, RunFailedError
@@ -24,16 +24,6 @@ lmdb = pytest.importorskip("lmdb")
 pytestmark = pytest.mark.slow
 
 N_RECORDS = 300
-
-
-def _samples(out: Path) -> dict:
-    from test_sources_wds import _samples as samples
-
-    return samples(out)
-
-
-def _hashes(d: Path) -> dict:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.glob("*.tar*"))}
 
 
 def _rejects(out: Path) -> dict:
@@ -101,7 +91,7 @@ def test_check_passes_and_rerun_is_byte_identical(case, model_dir, real_data):
     res = check_output(tmp / "l", num_workers=2)
     assert res["problems"] == [] and res["samples"] == rep_l["samples_packed"]
     _pack([tmp / "lmdb.jsonl"], tmp / "l2", model_dir, real_data, workers=1, media_lmdb={"demo": str(tmp / "env")})
-    assert _hashes(tmp / "l2") == _hashes(tmp / "l") != {}
+    assert shard_hashes(tmp / "l2") == shard_hashes(tmp / "l") != {}
 
 
 def test_missing_key_and_unknown_store(case, model_dir, real_data):
@@ -178,4 +168,4 @@ def test_directory_glob_and_brace_inputs(tmp_path, real_data, model_dir):
     rep_d = _pack([real_data / "wds"], tmp_path / "d", model_dir, real_data)
     rep_l = _pack(shards, tmp_path / "l", model_dir, real_data)
     assert rep_d["samples_packed"] == rep_l["samples_packed"] > 400
-    assert _hashes(tmp_path / "d") == _hashes(tmp_path / "l") != {}
+    assert shard_hashes(tmp_path / "d") == shard_hashes(tmp_path / "l") != {}

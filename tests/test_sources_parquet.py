@@ -9,14 +9,13 @@ or rejected with a reason.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_sources_wds import _pack, _samples
+from test_sources_wds import _pack, _samples, assert_same_samples, shard_hashes
 
 from vlmpack.config import load_config
 from vlmpack.errors import InputError
@@ -65,11 +64,7 @@ def test_parquet_packs_like_the_jsonl_route(both):
     p, j = _samples(tmp / "p"), _samples(tmp / "j")
     assert rep_p["rejected"] == rep_j["rejected"] and rep_p["identity_holds"]
     assert len(p) == rep_p["samples_packed"] > 500
-    assert set(p) == set(j)
-    diff = [i for i in p if p[i][0] != j[i][0]]
-    assert not diff, f"token counts differ for {diff[:5]}"
-    media = [i for i in p if p[i][1] != j[i][1]]
-    assert not media, f"media bytes differ for {media[:5]}"
+    assert_same_samples(p, j)
     assert sum(len(v[1]) for v in p.values()) > 300  # images really came out of the table
 
 
@@ -84,11 +79,7 @@ def test_energon_loads_every_id_once_and_check_passes(both):
 def test_one_or_two_workers_give_the_same_bytes(both, model_dir):
     tmp, _, _ = both
     _pack([tmp / "set.parquet"], tmp / "p1", model_dir, tmp / "no_media", workers=1)
-
-    def hashes(d: Path) -> dict:
-        return {q.name: hashlib.sha256(q.read_bytes()).hexdigest() for q in sorted(d.glob("*.tar*"))}
-
-    assert hashes(tmp / "p1") == hashes(tmp / "p")
+    assert shard_hashes(tmp / "p1") == shard_hashes(tmp / "p")
 
 
 def test_split_covers_every_row_once_and_refs_read_the_cell(both, real_data):

@@ -42,6 +42,20 @@ def _samples(out: Path) -> dict[str, tuple[int, list[bytes]]]:
     return got
 
 
+def shard_hashes(out: Path) -> dict[str, str]:
+    """sha256 of every shard and index of a pack output, by file name."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("*.tar*"))}
+
+
+def assert_same_samples(got: dict, want: dict) -> None:
+    """Two :func:`_samples` maps hold the same ids, each with the same count and media bytes."""
+    assert set(got) == set(want)
+    diff = [i for i in got if got[i][0] != want[i][0]]
+    assert not diff, f"token counts differ for {diff[:5]}"
+    media = [i for i in got if got[i][1] != want[i][1]]
+    assert not media, f"media bytes differ for {media[:5]}"
+
+
 def _pack(inputs, out: Path, model_dir: Path, media_root: Path, workers: int = 2) -> dict:
     cfg = load_config(input=[str(p) for p in inputs], media_root=str(media_root), model=str(model_dir),
                       output=str(out), seq_len=8192, workers=workers, progress=False)
@@ -66,11 +80,7 @@ def test_wds_packs_like_the_jsonl_route(both):
     tmp, _, rep_w, rep_j = both
     w, j = _samples(tmp / "w"), _samples(tmp / "j")
     assert rep_w["rejected"] == 0 and rep_w["identity_holds"] and len(w) == rep_w["records_read"] > 400
-    assert set(w) == set(j)
-    diff = [i for i in w if w[i][0] != j[i][0]]
-    assert not diff, f"token counts differ for {diff[:5]}"
-    media = [i for i in w if w[i][1] != j[i][1]]
-    assert not media, f"media bytes differ for {media[:5]}"
+    assert_same_samples(w, j)
     assert sum(len(v[1]) for v in w.values()) > 300  # images really came out of the shards
 
 
@@ -85,11 +95,7 @@ def test_energon_loads_every_id_once_and_check_passes(both):
 def test_one_or_two_workers_give_the_same_bytes(both, model_dir, real_data):
     tmp, shards, _, _ = both
     _pack(shards, tmp / "w1", model_dir, real_data, workers=1)
-
-    def hashes(d: Path) -> dict:
-        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.glob("*.tar*"))}
-
-    assert hashes(tmp / "w1") == hashes(tmp / "w")
+    assert shard_hashes(tmp / "w1") == shard_hashes(tmp / "w")
 
 
 def test_split_covers_every_sample_once(real_data):
@@ -165,8 +171,4 @@ def test_killed_wds_run_resumes_to_the_same_bytes(both, model_dir, real_data):
     proc.wait()
     again = run_cli([*args, "--output", tmp / "killed"])
     assert again.returncode == 0, again.stderr
-
-    def hashes(d: Path) -> dict:
-        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.glob("*.tar*"))}
-
-    assert hashes(tmp / "killed") == hashes(tmp / "kref")
+    assert shard_hashes(tmp / "killed") == shard_hashes(tmp / "kref")
