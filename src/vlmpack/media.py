@@ -173,9 +173,7 @@ def probe_media(
             hit = _probe_video(st) if kind == "video" else _probe_image(path, st.st_size, check)
         except MediaError as e:
             hit = e
-        if len(_CACHE) >= _CACHE_MAX:
-            _CACHE.clear()
-        _CACHE[key] = hit
+        _remember(key, hit)
     if isinstance(hit, MediaError):
         raise MediaError(hit.reason, hit.detail)
     return hit
