@@ -8,7 +8,7 @@ with ``--workers`` processes: in-process (``run_pack``) and as a fresh ``vlmpack
 then the media check levels over every distinct image of the demo set (cold cache, one core):
 ``header``, the old ``verify`` (PIL ``Image.verify()``: PNG chunk CRCs, no pixels; what vlmpack
 did before the default check had to match the loader), the default ``verify`` (accepts exactly
-what PIL's ``load()`` decodes, :func:`vlmpack.imagecheck.check_decodes`) and ``decode`` (full
+what PIL's ``load()`` decodes, :func:`vlmpack.media.image.check_decodes`) and ``decode`` (full
 ``load()``). Target: default <= 1.5x old verify. ``--media-only`` prints only that table.
 """
 
@@ -23,17 +23,19 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # the demo builders, outside the wheel
+
+from demo_data import build_demo_data, build_qwen2_5_vl_model_dir  # noqa: E402
+
 from vlmpack.config import load_config
-from vlmpack.demo import build_demo_data
-from vlmpack.fixtures import build_qwen2_5_vl_model_dir
-from vlmpack.measure import count_samples
-from vlmpack.media import _orientation, clear_cache, probe_media
+from vlmpack.media.probe import _orientation, clear_cache, probe_media
 from vlmpack.models import load_model
-from vlmpack.pipeline import make_plan, run_pack
+from vlmpack.pack.count import count_samples
+from vlmpack.pack.pipeline import make_plan, run_pack
+from vlmpack.pack.validate import validate_sample
 from vlmpack.readers import read_range, split_ranges
 from vlmpack.records import ReadStats, Rejection
 from vlmpack.sources import get_source
-from vlmpack.validate import validate_sample
 
 CACHE = Path.home() / ".cache" / "vlmpack" / "bench"
 

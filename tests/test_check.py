@@ -27,7 +27,7 @@ SHARD = "shard-000001.tar"
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory, real_data, model_dir) -> Path:
     from vlmpack.config import load_config
-    from vlmpack.pipeline import run_pack
+    from vlmpack.pack.pipeline import run_pack
 
     tmp = tmp_path_factory.mktemp("check")
     lines = (real_data / "real_sft.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)[:300]

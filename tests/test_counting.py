@@ -18,7 +18,7 @@ from PIL import Image
 
 from vlmpack.config import load_config
 from vlmpack.models import load_model
-from vlmpack.pipeline import run_pack
+from vlmpack.pack.pipeline import run_pack
 
 
 @pytest.fixture(scope="module")
@@ -99,9 +99,9 @@ def test_exif_rotated_jpeg_counts_like_load_image(tmp_path, model_dir, real_data
     """A JPEG with EXIF orientation 6 (rotate 90): counted on the transposed size, as load_image does."""
     from transformers.image_utils import load_image
 
+    from vlmpack.pack.validate import validate_sample
     from vlmpack.readers import parse_record
     from vlmpack.records import Locator
-    from vlmpack.validate import validate_sample
 
     first = next(json.loads(x) for x in (real_data / "real_sft.jsonl").read_text().splitlines() if '"images": ["' in x)
     src = real_data / first["images"][0]

@@ -16,6 +16,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -262,9 +263,10 @@ def test_bad_arguments_are_one_line(tmp_path, small_input, real_data, model_dir)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr and "internal error" not in proc.stderr, usage
     # the demo builder never wipes a folder it did not write
     mine = tmp_path / "mine"
-    (mine / "real_data").mkdir(parents=True)  # `vlmpack demo --out mine` builds mine/real_data
+    (mine / "real_data").mkdir(parents=True)  # `tools/build_demo.py --out mine` builds mine/real_data
     (mine / "real_data" / "thesis.tex").write_text("precious")
-    proc = run_cli(["demo", "--out", mine])
+    builder = Path(__file__).resolve().parents[1] / "tools" / "build_demo.py"
+    proc = subprocess.run([sys.executable, str(builder), "--out", str(mine)], capture_output=True, text=True)
     assert proc.returncode == 2 and "never deletes" in one_error_line(proc.stderr)
     assert (mine / "real_data" / "thesis.tex").read_text() == "precious"
 

@@ -35,11 +35,11 @@ import pytest
 from PIL import EpsImagePlugin, Image
 
 from vlmpack.errors import MediaDecodeError
-from vlmpack.imagecheck import IMAGE_FORMATS, png_row_segments
-from vlmpack.media import MediaError, clear_cache, probe_media
+from vlmpack.media.image import IMAGE_FORMATS, png_row_segments
+from vlmpack.media.probe import MediaError, clear_cache, probe_media
+from vlmpack.pack.validate import validate_sample
 from vlmpack.records import Locator, Media, Rejection, Sample
 from vlmpack.train.encode import open_image
-from vlmpack.validate import validate_sample
 
 IMG = "images"
 SK = f"{IMG}/skimage_data/skimage/data"

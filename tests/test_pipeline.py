@@ -23,7 +23,7 @@ import pytest
 
 from vlmpack.config import load_config
 from vlmpack.errors import OverlongError, RunDirError
-from vlmpack.pipeline import run_pack
+from vlmpack.pack.pipeline import run_pack
 
 pytestmark = pytest.mark.slow
 

@@ -9,15 +9,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import typer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from vlmpack.cli_plan import register
+from vlmpack.cli import app
 from vlmpack.errors import InputError
+from vlmpack.pack.preflight import format_table, load_plan_input, plan_table
 from vlmpack.packing import lower_bound_l2
-from vlmpack.preflight import format_table, load_plan_input, plan_table
 
 
 def _manifest(path, n: int = 3000, seed: int = 0):
@@ -98,13 +97,6 @@ def test_bad_inputs(tmp_path) -> None:
 
 def test_cli_plan_table_json_and_plot(tmp_path) -> None:
     _manifest(tmp_path / "out" / ".vlmpack" / "manifest.parquet", n=500)
-    app = typer.Typer()
-    register(app)
-
-    @app.callback()
-    def _main() -> None:  # keeps `plan` a sub-command, as in the real app
-        pass
-
     runner = CliRunner()
     png = tmp_path / "plan.png"
     res = runner.invoke(app, ["plan", str(tmp_path / "out"), "--seq-len", "4096", "--seq-len", "8192",

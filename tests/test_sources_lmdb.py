@@ -18,7 +18,7 @@ from test_sources_wds import _samples, shard_hashes
 
 from vlmpack.config import brace_expand, load_config
 from vlmpack.errors import ConfigError, RunFailedError
-from vlmpack.pipeline import run_pack
+from vlmpack.pack.pipeline import run_pack
 
 lmdb = pytest.importorskip("lmdb")
 pytestmark = pytest.mark.slow
@@ -127,7 +127,7 @@ def test_missing_key_and_unknown_store(case, model_dir, real_data):
 
 
 def test_lmdb_fingerprint_and_changed_env(case, model_dir, real_data):
-    from vlmpack.mediaref import lmdb_ref, parse_ref, read_ref, ref_identity
+    from vlmpack.media.ref import lmdb_ref, parse_ref, read_ref, ref_identity
 
     tmp, items, _, _ = case
     kw = dict(input=[str(tmp / "lmdb.jsonl")], model=str(model_dir), output=str(tmp / "f"))

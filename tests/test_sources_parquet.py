@@ -19,8 +19,8 @@ from test_sources_wds import _pack, _samples, assert_same_samples, shard_hashes
 
 from vlmpack.config import load_config
 from vlmpack.errors import InputError
-from vlmpack.mediaref import parse_ref, read_ref
-from vlmpack.pipeline import run_pack
+from vlmpack.media.ref import parse_ref, read_ref
+from vlmpack.pack.pipeline import run_pack
 from vlmpack.sources import detect_format
 from vlmpack.sources.parquet import ParquetSource
 

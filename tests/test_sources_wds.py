@@ -20,7 +20,7 @@ import pytest
 
 from vlmpack.config import load_config
 from vlmpack.errors import InputError
-from vlmpack.pipeline import run_pack
+from vlmpack.pack.pipeline import run_pack
 from vlmpack.sources import detect_format
 from vlmpack.sources.wds import WdsSource
 

@@ -18,9 +18,9 @@ import pytest
 
 from vlmpack.config import load_config
 from vlmpack.errors import PackMismatchError
-from vlmpack.measure import count_samples
 from vlmpack.models import load_model
-from vlmpack.pipeline import run_pack
+from vlmpack.pack.count import count_samples
+from vlmpack.pack.pipeline import run_pack
 from vlmpack.readers import parse_record
 from vlmpack.records import Locator, Sample
 from vlmpack.train import PackCollator

@@ -11,10 +11,10 @@ import struct
 import pytest
 from PIL import Image, ImageOps
 
-from vlmpack.media import MediaError, clear_cache, probe_media
+from vlmpack.media.probe import MediaError, clear_cache, probe_media
+from vlmpack.pack.validate import validate_sample
 from vlmpack.readers import read_range, split_ranges
 from vlmpack.records import Locator, Media, ReadStats, Rejection, Sample
-from vlmpack.validate import validate_sample
 
 
 def _pil_truth(path: str) -> tuple[int, int, str]:

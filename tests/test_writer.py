@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from vlmpack.config import load_config
 from vlmpack.energon.meta import read_tar_idx
-from vlmpack.pipeline import run_pack
-from vlmpack.writer import assign_shards
+from vlmpack.pack.pipeline import run_pack
+from vlmpack.pack.write import assign_shards
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,7 @@ def test_model_dir_fixture_is_complete(model_dir: Path):
 
 def test_rerun_same_config_skips_counting_and_planning(small_out, real_data, model_dir, monkeypatch):
     """Same fingerprint: finished counting tasks and the saved plan are reused, shards are kept."""
-    import vlmpack.pipeline as pipeline
+    import vlmpack.pack.pipeline as pipeline
 
     out, report = small_out
 

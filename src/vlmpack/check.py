@@ -48,12 +48,12 @@ from vlmpack.energon.load import ErrorLog as _ErrorLog
 from vlmpack.energon.load import iter_energon_packs
 from vlmpack.energon.load import one_line as _one_line
 from vlmpack.errors import ConfigError, VlmpackError
+from vlmpack.pack.rundir import RUN_DIR
 from vlmpack.records import ID_KINDS  # manifest ``id_kind`` int8 value -> pack JSON ``"id_kind"``
-from vlmpack.rundir import RUN_DIR
 
 __all__ = ["check_output", "iter_energon_packs"]
 
-FORMAT = "vlmpack.pack/1"  # = vlmpack.writer.FORMAT (not imported: it would load the model stack)
+FORMAT = "vlmpack.pack/1"  # = vlmpack.pack.write.FORMAT (not imported: it would load the model stack)
 _EXTRA_PARTS = {"json", "input_ids.npy"}  # parts a pack may have besides its media
 
 

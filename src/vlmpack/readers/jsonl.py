@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from vlmpack.errors import InputError
-from vlmpack.media import MediaError, resolve_ref
+from vlmpack.media.probe import MediaError, resolve_ref
 from vlmpack.readers.schemas import SCHEMAS, RecordError, to_canonical
 from vlmpack.readers.sniff import codec_of, printable_path, sniff_input
 from vlmpack.records import Locator, Media, ReadStats, Rejection, Sample
@@ -262,7 +262,7 @@ def parse_record(
     """Turn one raw line into a :class:`Sample` (canonical messages, media with resolved ``path``,
     header fields still 0) or a :class:`Rejection`; never raises for any input bytes.
     ``resolve_media(ref) -> str`` replaces the media-root resolution (an archive source maps part
-    names to :mod:`vlmpack.mediaref` references; it raises ``MediaError`` for an unknown one).
+    names to :mod:`vlmpack.media.ref` references; it raises ``MediaError`` for an unknown one).
     ``lmdb_envs``: the ``--media-lmdb`` stores (name -> env path) for ``lmdb://NAME/KEY`` references.
 
     Steps and reason codes: strip BOM / trailing ``"\\r"``; UTF-8 (``not_utf8``, also for JSON

@@ -17,7 +17,7 @@ Both key pairs (``from``/``value`` and ``role``/``content``) are accepted in ``l
 media list is ``wrong_type``.
 
 :func:`to_canonical` also runs the **structural checks** (all of them live here, at parse time,
-so that :mod:`vlmpack.validate` only touches the file system): roles, the first non-system turn is
+so that :mod:`vlmpack.pack.validate` only touches the file system): roles, the first non-system turn is
 a user turn, an assistant turn exists, no empty turn, placeholders == media given. Failures raise
 :class:`RecordError` with a reason code of :data:`vlmpack.records.REASONS`.
 """

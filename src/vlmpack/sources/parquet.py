@@ -10,7 +10,7 @@ A row is a record in any schema of :mod:`vlmpack.readers.schemas` (``messages`` 
 ``videos`` / ``video`` hold, per row, one item or a list of items, each
 
 - the HF ``datasets`` ``Image`` feature: a struct ``{"bytes", "path"}``; with ``bytes`` it is read
-  in place from the file, as a ``parquet://`` reference (:mod:`vlmpack.mediaref`:
+  in place from the file, as a ``parquet://`` reference (:mod:`vlmpack.media.ref`:
   ``parquet://<file>#<group>:<row in group>:<column>:<list index or -1>``), without ``bytes`` its
   ``path`` is a file path;
 - a binary value: read in place like the struct's bytes;
@@ -32,8 +32,8 @@ from collections import OrderedDict
 from collections.abc import Iterator
 
 from vlmpack.errors import InputError
-from vlmpack.media import MediaError, resolve_ref
-from vlmpack.mediaref import parquet_cell_ref
+from vlmpack.media.probe import MediaError, resolve_ref
+from vlmpack.media.ref import parquet_cell_ref
 from vlmpack.readers.jsonl import parse_record
 from vlmpack.readers.sniff import printable_path
 from vlmpack.records import Locator, ReadStats, Rejection

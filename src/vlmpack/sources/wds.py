@@ -6,7 +6,7 @@ name). Its conversation is the ``json`` part, in any schema of :mod:`vlmpack.rea
 media are named by a list in the JSON (``images`` / ``image_keys`` / ``media_files`` and
 ``videos`` / ``video_keys``: part names such as ``"0.png"`` or ``"jpg"``, or full member names),
 else taken from the sample's parts by extension (sorted by part name). Each media item becomes a
-``tar://`` reference (:mod:`vlmpack.mediaref`) to the member's bytes, so probing, counting and
+``tar://`` reference (:mod:`vlmpack.media.ref`) to the member's bytes, so probing, counting and
 writing read the shard in place (an ``lmdb://NAME/KEY`` name is a value of an ``--media-lmdb``
 store instead, :func:`vlmpack.media.resolve_ref`). The id is the JSON's ``id``, else the sample key.
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from vlmpack.errors import InputError
-from vlmpack.media import MediaError, resolve_ref
-from vlmpack.mediaref import LMDB, tar_member_ref
+from vlmpack.media.probe import MediaError, resolve_ref
+from vlmpack.media.ref import LMDB, tar_member_ref
 from vlmpack.readers.jsonl import parse_record
 from vlmpack.readers.sniff import _is_tar, printable_path
 from vlmpack.records import Locator, ReadStats, Rejection

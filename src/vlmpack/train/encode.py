@@ -33,7 +33,7 @@ import torch
 from PIL import Image, ImageOps
 
 from vlmpack.errors import ConfigError, MediaDecodeError, PackMismatchError
-from vlmpack.imagecheck import IMAGE_FORMATS, open_image_file
+from vlmpack.media.image import IMAGE_FORMATS, open_image_file
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def open_image(obj: Any, *, where: str = "") -> Image.Image:
 
     obj: raw bytes (what the vlmpack sample loader passes on when Energon's decoder is off), a
     path, or a PIL image. Bytes and paths are opened with ``formats=``
-    :data:`vlmpack.imagecheck.OPEN_FORMATS` (PIL never tries EPS/PS, which would run Ghostscript)
+    :data:`vlmpack.media.image.OPEN_FORMATS` (PIL never tries EPS/PS, which would run Ghostscript)
     and fully decoded here (``load()``, ``LOAD_TRUNCATED_IMAGES`` as the process has it, PIL's
     default False); ``where`` (e.g. ``"pack 'pack000000012' sample 'x1' part img3.png"``) starts
     every error message.

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 def measure_item(family, item: PackItem) -> int:
     """Exact tokens of one sample: ``len(tokenize(render(messages))) + sum(image_tokens - 1)``, the
-    rule of :func:`vlmpack.measure.count_samples`; sizes are those of the EXIF-oriented images."""
+    rule of :func:`vlmpack.pack.count.count_samples`; sizes are those of the EXIF-oriented images."""
     ids = family.token_ids([item.messages], [item.special_tokens])[0]
     return int(len(ids) + sum(family.image_tokens(im.width, im.height) - 1 for im in item.images))
 

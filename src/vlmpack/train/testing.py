@@ -73,7 +73,7 @@ def demo_packs(real_data: str | Path, model_dir: str | Path, *, seq_len: int = 1
     process and argument set.
     """
     from vlmpack.config import load_config
-    from vlmpack.pipeline import run_pack
+    from vlmpack.pack.pipeline import run_pack
 
     key = (str(real_data), str(model_dir), seq_len, n_lines, group_by_kind, str(out), tuple(sorted(kw.items())))
     if key in _CACHE:

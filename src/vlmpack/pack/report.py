@@ -17,9 +17,9 @@ import pyarrow as pa
 
 from vlmpack import __version__
 from vlmpack.config import PackConfig
+from vlmpack.pack.write import ShardResult
 from vlmpack.packing import PackPlan
 from vlmpack.records import ReadStats, Rejection
-from vlmpack.writer import ShardResult
 
 
 def _version(pkg: str) -> str | None:

@@ -1,7 +1,7 @@
 """Media references and probing: lexical path resolution, the media-root rule with symlinks
 followed, and image checks at three levels.
 
-Two entry points used by the readers and by :mod:`vlmpack.validate`:
+Two entry points used by the readers and by :mod:`vlmpack.pack.validate`:
 
 - :func:`resolve_ref` turns the reference written in a record (``"images/a.png"``,
   ``"file:///data/a.png"``, ``"/abs/a.png"``) into an absolute path, *lexically*
@@ -9,7 +9,7 @@ Two entry points used by the readers and by :mod:`vlmpack.validate`:
 - :func:`probe_media` checks the file at validation time: with ``media_root`` given, its
   ``os.path.realpath`` (symlinks followed) must lie inside the media root's realpath unless
   ``allow_absolute_media``; then the file is opened with PIL restricted to
-  :data:`vlmpack.imagecheck.IMAGE_FORMATS` and checked at the asked level; it returns a
+  :data:`vlmpack.media.image.IMAGE_FORMATS` and checked at the asked level; it returns a
   :class:`MediaInfo` (width/height after EXIF orientation, PIL format name, file size).
   Results are cached per ``(path, kind, check, size, mtime)`` within a process: many samples share
   images.
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
 
-from vlmpack.imagecheck import IMAGE_FORMATS, check_decodes, open_image_file
-from vlmpack.mediaref import LMDB, is_member, lmdb_ref, open_ref, read_ref, ref_identity
+from vlmpack.media.image import IMAGE_FORMATS, check_decodes, open_image_file
+from vlmpack.media.ref import LMDB, is_member, lmdb_ref, open_ref, read_ref, ref_identity
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def resolve_ref(ref: object, media_root: str, *, allow_absolute_media: bool = Fa
     here: :func:`probe_media` applies the same rule to the realpath at validation time).
     ``lmdb://NAME/KEY`` names the value of ``KEY`` (UTF-8) in the LMDB store ``NAME`` of
     ``lmdb_envs`` (name -> env path, ``--media-lmdb``) and resolves to the
-    :func:`vlmpack.mediaref.lmdb_ref` of it (no file system access; a missing key is found by
+    :func:`vlmpack.media.ref.lmdb_ref` of it (no file system access; a missing key is found by
     :func:`probe_media`: ``media_missing``); an unknown ``NAME`` is ``media_unsupported``.
     """
     if not isinstance(ref, str) or not ref:
@@ -135,12 +135,12 @@ def probe_media(
     resolving outside it is rejected"); ``None`` skips this rule (the lexical rule of
     :func:`resolve_ref` still applied at parse time). Checked before anything else; only directory
     realpaths are cached.
-    ``check`` (images; PIL opens only :data:`~vlmpack.imagecheck.IMAGE_FORMATS`):
+    ``check`` (images; PIL opens only :data:`~vlmpack.media.image.IMAGE_FORMATS`):
 
     - ``"header"``: open and read the header only;
     - ``"verify"`` (default): accepts exactly the images the training loader decodes (PIL
       ``Image.open`` + ``load()``), by the cheapest equivalent check per format
-      (:func:`vlmpack.imagecheck.check_decodes`: PNG inflate + row filter bytes, JPEG 1/8-scale
+      (:func:`vlmpack.media.image.check_decodes`: PNG inflate + row filter bytes, JPEG 1/8-scale
       decode, full decode otherwise);
     - ``"decode"``: a full ``load()`` (the same verdicts, slower).
 
@@ -180,7 +180,7 @@ def probe_media(
 
 
 def _probe_member(ref: str, kind: str, check: str) -> MediaInfo:
-    """:func:`probe_media` for a :mod:`vlmpack.mediaref` archive member (cached per archive mtime)."""
+    """:func:`probe_media` for a :mod:`vlmpack.media.ref` archive member (cached per archive mtime)."""
     try:
         size, mtime = ref_identity(ref)
     except (OSError, ValueError) as e:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 
-from vlmpack.media import CHECKS, MediaError, probe_media
+from vlmpack.media.probe import CHECKS, MediaError, probe_media
 from vlmpack.records import Rejection, Sample
 
 logger = logging.getLogger(__name__)

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
-from vlmpack.mediaref import ref_identity
+from vlmpack.media.ref import ref_identity
 from vlmpack.models import load_model
 from vlmpack.models.qwen2_vl import MediaRuleError
+from vlmpack.pack.rundir import atomic_write
+from vlmpack.pack.validate import validate_sample
 from vlmpack.records import ID_KINDS, ReadStats, Rejection, Sample
-from vlmpack.rundir import atomic_write
 from vlmpack.sources import get_source
-from vlmpack.validate import validate_sample
 
 KIND_CODE = {"text": 0, "image": 1, "video": 2}
 TOKENIZE_BATCH = 256
@@ -118,7 +118,7 @@ def _mtime_ns(ref: str) -> int:
 
 def media_changed(files: list[tuple[str, int, int]]) -> str | None:
     """The first of ``files`` (``(media reference, size, mtime_ns)``, see
-    :func:`vlmpack.mediaref.ref_identity`) whose size or mtime differs now, else None."""
+    :func:`vlmpack.media.ref.ref_identity`) whose size or mtime differs now, else None."""
     for ref, size, mtime in files:
         try:
             if ref_identity(ref) != (size, mtime):

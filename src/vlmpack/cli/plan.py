@@ -1,4 +1,4 @@
-"""The ``vlmpack plan`` command; ``register(app)`` adds it to the main typer app."""
+"""The ``vlmpack plan`` command: pre-flight bin-packing table (see :mod:`vlmpack.pack.preflight`)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def plan_command(
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON instead of a table."),
 ) -> None:
     """Pre-flight: how the dataset would pack for each --seq-len (writes no shards)."""
-    from vlmpack import preflight
+    from vlmpack.pack import preflight
 
     try:
         data = preflight.load_plan_input(source)
@@ -44,8 +44,3 @@ def plan_command(
     if plot is not None:
         preflight.plot(data, rows, plans, plot)
         typer.echo(f"wrote {plot}", err=True)
-
-
-def register(app: typer.Typer) -> None:
-    """Add the ``plan`` command to ``app``."""
-    app.command("plan")(plan_command)

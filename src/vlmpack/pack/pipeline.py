@@ -1,7 +1,7 @@
 """The main job, ``vlmpack pack``: read -> validate -> count -> plan -> write -> metadata -> report.
 
 Every stage leaves its result in the run directory ``OUT/.vlmpack/`` (the source of truth; all
-files written atomically, see :mod:`vlmpack.rundir`; an unreadable one counts as missing):
+files written atomically, see :mod:`vlmpack.pack.rundir`; an unreadable one counts as missing):
 
 - ``config.json``: the config and its fingerprint; a run with another fingerprint is refused
   (:class:`RunDirError`) unless ``overwrite`` is set. ``lock``: the lock of a running run.
@@ -39,14 +39,14 @@ from vlmpack import signals
 from vlmpack.config import PackConfig
 from vlmpack.energon.meta import write_metadata
 from vlmpack.errors import OverlongError, RunFailedError
-from vlmpack.executors import guarded_executor
-from vlmpack.measure import MeasureResult, MeasureTask, media_changed, part_path, run_task
+from vlmpack.pack.count import MeasureResult, MeasureTask, media_changed, part_path, run_task
+from vlmpack.pack.executors import guarded_executor
+from vlmpack.pack.report import build_report
+from vlmpack.pack.rundir import RUN_DIR, atomic_write, json_bytes, prepare_output, read_json, read_pickle, unlock_output
+from vlmpack.pack.write import ShardResult, ShardTask, assign_shards, estimate_pack_bytes, write_shard
 from vlmpack.packing import PackPlan, plan_packs
 from vlmpack.records import ID_KINDS, Locator, ReadStats, Rejection
-from vlmpack.report import build_report
-from vlmpack.rundir import RUN_DIR, atomic_write, json_bytes, prepare_output, read_json, read_pickle, unlock_output
 from vlmpack.sources import get_source, resolve_format
-from vlmpack.writer import ShardResult, ShardTask, assign_shards, estimate_pack_bytes, write_shard
 
 log = logging.getLogger(__name__)
 

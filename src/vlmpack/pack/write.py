@@ -24,10 +24,10 @@ import numpy as np
 
 from vlmpack.energon.meta import write_tar_idx
 from vlmpack.errors import InputError
-from vlmpack.measure import part_path
-from vlmpack.mediaref import read_ref, ref_identity
+from vlmpack.media.ref import read_ref, ref_identity
 from vlmpack.models import load_model
-from vlmpack.rundir import fsync_dir
+from vlmpack.pack.count import part_path
+from vlmpack.pack.rundir import fsync_dir
 
 FORMAT = "vlmpack.pack/1"
 EXT_BY_FORMAT = {"JPEG": "jpg", "PNG": "png", "GIF": "gif", "WEBP": "webp", "BMP": "bmp", "TIFF": "tiff",
@@ -128,7 +128,7 @@ def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
 def build_pack(records: list[dict], seq_len: int) -> tuple[dict, list[tuple]]:
     """The pack JSON object and its media parts ``[(part name, source path, size in bytes,
     mtime in ns)]`` (size/mtime as counted, None when unknown) from the canonical records of its
-    samples (see :func:`vlmpack.measure.canonical_record`)."""
+    samples (see :func:`vlmpack.pack.count.canonical_record`)."""
     samples, media_parts = [], []
     for rec in records:
         names = []
@@ -166,7 +166,7 @@ def pack_input_ids(model_dir: str, records: list[dict], obj: dict, key: str) -> 
 
 
 def _read_media(ref: str, nbytes: int | None, mtime_ns: int | None) -> bytes:
-    """The bytes of a media item (a file or an archive member, :mod:`vlmpack.mediaref`), checked
+    """The bytes of a media item (a file or an archive member, :mod:`vlmpack.media.ref`), checked
     against the size/mtime it had when it was counted. Raises :class:`vlmpack.errors.InputError`
     when it changed (its token count may be stale) or cannot be read."""
     try:

@@ -1,0 +1,34 @@
+"""The ``vlmpack check`` command (see :mod:`vlmpack.check`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def check_command(
+    output: Path = typer.Argument(..., help="a vlmpack output directory"),
+    workers: int = typer.Option(2, "--workers", help="Energon loader workers (0 = in this process)"),
+    no_run_dir: bool = typer.Option(False, "--no-run-dir", help="check without OUTPUT/.vlmpack (no completeness)"),
+) -> None:
+    """Check OUTPUT against its report and run record, then load it through Megatron-Energon.
+
+    Shard sha256 and sizes, tar structure and .tar.idx, token counts, every accepted sample id
+    exactly once (see vlmpack.check). Each finding is one 'problem: ...' line on stderr; exit 1.
+    """
+    from vlmpack.check import check_output
+
+    res = check_output(output, num_workers=workers, run_dir=not no_run_dir)
+    problems = res["problems"]
+    if res["packs"] or not problems:
+        typer.echo(f"energon: {res['packs']:,} packs, {res['samples']:,} samples ({res['unique_ids']:,} unique ids), "
+                   f"{res['tokens']:,} tokens, largest pack {res['max_pack_tokens']:,} tokens")
+    if problems:
+        for p in problems[:50]:
+            typer.echo(f"problem: {p}", err=True)
+        if len(problems) > 50:
+            typer.echo(f"problem: ... and {len(problems) - 50} more problems", err=True)
+        raise typer.Exit(1)
+    typer.echo("check passed: shards match report.json, every accepted sample exactly once, every pack within "
+               "seq_len, every pack loads through Energon" + ("" if not no_run_dir else " (run record not checked)"))
