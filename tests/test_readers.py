@@ -642,3 +642,36 @@ def test_hand_written_forms_of_each_schema(real_data):
             allow_absolute_media=False,
         )
         assert isinstance(res, Rejection) and res.reason == reason, (rec, res)
+
+
+@pytest.mark.parametrize("record, text_key, reason", [
+    ({"texts": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "media": "audio"},
+     None, "media_unsupported"),
+    ({"texts": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "media": "pdf"},
+     None, "wrong_type"),
+    ({"texts": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "media": "text",
+      "name": ["0.jpg"]}, None, "wrong_type"),
+    ({"texts": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}, "dialog", "unknown_schema"),
+    ({"dialog": [{"role": "user", "content": "hi"}], "messages": [{"role": "user", "content": "hi"}]}, "dialog",
+     "wrong_type"),
+    ({"texts": [{"role": "user", "content": "<image> twice <image>"}, {"role": "assistant", "content": "yo"}],
+      "media": "image", "name": "a.png"}, None, "placeholder_mismatch"),
+])
+def test_native_schema_rejections(tmp_path, record, text_key, reason):
+    res = parse_record(json.dumps(record).encode(), Locator("f.jsonl", 1, 0), media_root=str(tmp_path),
+                       text_key=text_key)
+    assert isinstance(res, Rejection) and res.reason == reason, res
+
+
+def test_native_schema_media_go_first_without_placeholders(tmp_path):
+    rec = {"id": 7, "texts": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What?"},
+                              {"role": "assistant", "content": "Two cats."}],
+           "media_type": "image", "media_files": ["a.png", "b.png"]}
+    res = parse_record(json.dumps(rec).encode(), Locator("f.jsonl", 1, 0), media_root=str(tmp_path))
+    assert isinstance(res, Sample), res
+    assert res.messages[1]["content"] == [{"type": "image", "index": 0}, {"type": "image", "index": 1},
+                                          {"type": "text", "text": "What?"}]
+    assert [m.ref for m in res.media] == ["a.png", "b.png"]
+    rec["texts"][1]["content"] = "<image> and <image>: what?"  # placeholders given: they place the media
+    res = parse_record(json.dumps(rec).encode(), Locator("f.jsonl", 1, 0), media_root=str(tmp_path))
+    assert res.messages[1]["content"][1] == {"type": "text", "text": " and "}

@@ -172,3 +172,42 @@ def test_killed_wds_run_resumes_to_the_same_bytes(both, model_dir, real_data):
     again = run_cli([*args, "--output", tmp / "killed"])
     assert again.returncode == 0, again.stderr
     assert shard_hashes(tmp / "killed") == shard_hashes(tmp / "kref")
+
+
+def _native(obj: dict, text_key: str, name_parts: bool, strip_leading: bool) -> dict:
+    """A demo ``json`` part rewritten in the WDS-native packer's schema (``texts`` + ``media`` + ``name``)."""
+    turns = [{"role": "user" if t["from"] == "human" else "assistant", "content": t["value"]}
+             for t in obj["conversations"]]
+    names = obj.get("image_keys", [])
+    if strip_leading and len(names) == 1 and turns[0]["content"].startswith("<image>") \
+            and sum(t["content"].count("<image>") for t in turns) == 1:
+        turns[0]["content"] = turns[0]["content"][len("<image>"):]  # media go first when no placeholder is left
+    out = {"id": obj["id"], text_key: turns, "media": "image" if names else "text"}
+    if name_parts and names:
+        out["name" if len(names) % 2 else "media_files"] = names
+    return out
+
+
+def test_wds_native_packer_schema_packs_like_the_jsonl_route(both, model_dir, tmp_path):
+    """The WDS-native packer's schema (``texts``/``--text-key`` turns, ``media`` kind, media by
+    ``name``/``media_files`` or by extension, no placeholder) gives the JSONL route's counts and bytes."""
+    tmp, shards, _, _ = both
+    want = _samples(tmp / "j")
+    for text_key in ("texts", "dialog"):
+        native = tmp_path / f"native-{text_key}.tar"
+        with tarfile.open(shards[0]) as src, tarfile.open(native, "w", format=tarfile.USTAR_FORMAT) as dst:
+            for i, m in enumerate(src.getmembers()):
+                data = src.extractfile(m).read()
+                if m.name.endswith(".json"):
+                    data = json.dumps(_native(json.loads(data), text_key, i % 3 != 0, i % 2 == 0)).encode()
+                    m.size = len(data)
+                dst.addfile(m, io.BytesIO(data))
+        cfg = load_config(input=[str(native)], model=str(model_dir), output=str(tmp_path / f"o-{text_key}"),
+                          seq_len=8192, workers=1, progress=False,
+                          text_key=None if text_key == "texts" else text_key)
+        report = run_pack(cfg)
+        got = _samples(tmp_path / f"o-{text_key}")
+        assert report["rejected"] == 0 and len(got) == report["records_read"] > 100
+        assert_same_samples(got, {i: want[i] for i in got})
+    with pytest.raises(Exception, match="text_key"):
+        load_config(input=[str(native)], model=str(model_dir), output=str(tmp_path / "x"), text_key="")

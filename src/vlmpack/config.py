@@ -44,6 +44,8 @@ class PackConfig(BaseModel):
     input_schema: Literal["auto", "llava", "messages", "prompts"] = Field("auto", alias="schema")
     input_format: Literal["auto", "jsonl", "wds", "parquet"] = Field(
         "auto", description="format of the inputs (auto: sniffed per file; see vlmpack.sources)")
+    text_key: str | None = Field(None, min_length=1, description="key of the turns in each record (default: "
+                                 "conversations / messages / texts by schema detection)")
     allow_absolute_media: bool = False
     media_lmdb: dict[str, str] = Field(
         default_factory=dict, description="LMDB image stores: NAME -> env path, for lmdb://NAME/KEY references")

@@ -22,6 +22,8 @@ def pack_command(
     schema: Optional[str] = typer.Option(None, "--schema", help="auto|llava|messages|prompts [auto]"),
     input_format: Optional[str] = typer.Option(None, "--input-format",
                                                help="auto|jsonl|wds|parquet: force the inputs' format [auto: sniffed]"),
+    text_key: Optional[str] = typer.Option(
+        None, "--text-key", help="key of the turns in each record, e.g. texts (WDS-native packer schema) [auto]"),
     allow_absolute_media: Optional[bool] = typer.Option(None, "--allow-absolute-media/--no-allow-absolute-media"),
     media_lmdb: Optional[list[str]] = typer.Option(
         None, "--media-lmdb", help="NAME=PATH: an LMDB image store for lmdb://NAME/KEY references; repeatable"),
@@ -57,7 +59,7 @@ def pack_command(
     from vlmpack.pack.report import summary_lines
 
     cfg = load_config(config, input=input or None, output=output, model=model, media_root=media_root,
-                      seq_len=seq_len, schema=schema, input_format=input_format,
+                      seq_len=seq_len, schema=schema, input_format=input_format, text_key=text_key,
                       allow_absolute_media=allow_absolute_media, media_lmdb=media_lmdb or None,
                       media_check=media_check, overlong=overlong, algorithm=algorithm,
                       max_samples_per_pack=max_samples_per_pack, max_media_per_pack=max_media_per_pack,

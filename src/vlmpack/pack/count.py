@@ -52,6 +52,7 @@ class MeasureTask:
     special_tokens: str = "reject"  # --special-tokens: reject | split
     fmt: str = "jsonl"  # the input's format (vlmpack.sources): what start/end/first_line mean
     media_lmdb: tuple[tuple[str, str], ...] = ()  # --media-lmdb stores: (name, env path) pairs
+    text_key: str | None = None  # --text-key: the key of the turns
 
 
 @dataclass
@@ -203,7 +204,8 @@ def run_task(task: MeasureTask) -> MeasureResult:
     source = get_source(task.fmt)
     for rec in source.read(task.path, task.start, task.end, task.first_line, schema=task.schema,
                            media_root=task.media_root, allow_absolute_media=task.allow_absolute_media,
-                           stats=stats, **({"lmdb_envs": dict(task.media_lmdb)} if task.media_lmdb else {})):
+                           stats=stats, **({"lmdb_envs": dict(task.media_lmdb)} if task.media_lmdb else {}),
+                           **({"text_key": task.text_key} if task.text_key else {})):
         if isinstance(rec, Rejection):
             rejections.append(rec)
             continue

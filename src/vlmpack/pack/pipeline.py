@@ -89,7 +89,7 @@ def _measure(cfg: PackConfig, run: Path, pool: Executor) -> list[MeasureResult]:
             tasks.append(MeasureTask(len(tasks), fi, path, start, end, first_line, cfg.input_schema,
                                      str(cfg.media_root), cfg.allow_absolute_media, cfg.media_check,
                                      str(cfg.model), str(run / "records"), cfg.special_tokens, fmt,
-                                     tuple(sorted(cfg.media_lmdb.items()))))
+                                     tuple(sorted(cfg.media_lmdb.items())), cfg.text_key))
             weights.append((end if end >= 0 else size) - start)
     results: list[MeasureResult | None] = [None] * len(tasks)
     todo = []

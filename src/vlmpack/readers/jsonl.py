@@ -258,12 +258,14 @@ def parse_record(
     allow_absolute_media: bool = False,
     resolve_media=None,
     lmdb_envs: dict[str, str] | None = None,
+    text_key: str | None = None,
 ) -> Sample | Rejection:
     """Turn one raw line into a :class:`Sample` (canonical messages, media with resolved ``path``,
     header fields still 0) or a :class:`Rejection`; never raises for any input bytes.
     ``resolve_media(ref) -> str`` replaces the media-root resolution (an archive source maps part
     names to :mod:`vlmpack.media.ref` references; it raises ``MediaError`` for an unknown one).
     ``lmdb_envs``: the ``--media-lmdb`` stores (name -> env path) for ``lmdb://NAME/KEY`` references.
+    ``text_key``: the key of the turns (``--text-key``, :func:`vlmpack.readers.schemas.normalize_native`).
 
     Steps and reason codes: strip BOM / trailing ``"\\r"``; UTF-8 (``not_utf8``, also for JSON
     ``\\uD800``-style lone surrogate escapes, which cannot be written back as UTF-8); JSON
@@ -313,7 +315,7 @@ def parse_record(
             return Rejection(
                 locator, "not_utf8", "a string holds a lone UTF-16 surrogate escape (\\uD800-\\uDFFF)", rid
             )
-        messages, refs = to_canonical(obj, schema)
+        messages, refs = to_canonical(obj, schema, text_key)
         media = [
             Media(
                 kind=kind,
@@ -346,6 +348,7 @@ def read_range(
     allow_absolute_media: bool = False,
     stats: ReadStats | None = None,
     lmdb_envs: dict[str, str] | None = None,
+    text_key: str | None = None,
 ) -> Iterator[Sample | Rejection]:
     """Parse the records of one range of ``path`` (see :func:`split_ranges`); one result per
     non-blank line, in file order. Updates ``stats`` (``lines``, ``blank``, ``records`` and
@@ -366,6 +369,7 @@ def read_range(
             media_root=media_root,
             allow_absolute_media=allow_absolute_media,
             lmdb_envs=lmdb_envs,
+            text_key=text_key,
         )
         if isinstance(result, Rejection):
             stats.reasons[result.reason] = stats.reasons.get(result.reason, 0) + 1

@@ -12,6 +12,13 @@ Three input schemas (detected per record by :func:`detect_schema`, or forced):
   user / assistant text (a string, or a list of strings joined with ``"\\n"``); images go to the
   ``<image>`` placeholders, or when the record has none, before the first prompt.
 
+The WDS-native packer's schema (Megatron-Energon ``sample_loader`` datasets: ``texts`` turns of
+``role``/``content``, ``media`` or ``media_type`` = ``"text"``/``"image"``/``"video"``, the media
+named by ``name`` or ``media_files``) is read as ``messages`` (:func:`normalize_native`); when its
+text holds no placeholder, its media go before the first user turn's text. ``text_key`` (the
+``--text-key`` option) names the key of the turns in any record (default: ``texts`` when neither
+``conversations`` nor ``messages`` is present).
+
 Both key pairs (``from``/``value`` and ``role``/``content``) are accepted in ``llava`` and
 ``messages`` turns. A top-level media key set to ``null`` counts as absent; a ``null`` *entry* of a
 media list is ``wrong_type``.
@@ -33,6 +40,56 @@ _PLACEHOLDER = re.compile(r"(<image>|<video>)")
 _PLACEHOLDER_KIND = {"<image>": "image", "<video>": "video"}
 _MEDIA_PART_KEYS = ("path", "url")  # keys of {"type": kind, kind|"path"|"url": ref} parts, in order
 _UNSUPPORTED_PARTS = ("audio", "input_audio", "audio_url", "file", "input_file")
+NATIVE_KINDS = ("text", "image", "video")
+_LEADING = "__vlmpack_leading_media__"  # set by normalize_native: media before the first user turn
+
+
+def normalize_native(obj: dict, text_key: str | None = None) -> dict:
+    """Rewrite a record of the WDS-native packer's schema (or one whose turns sit under
+    ``text_key``) into the ``messages`` schema, in place; other records are returned unchanged.
+
+    - turns: ``obj[text_key]`` (``--text-key``), else ``obj["texts"]`` when the record has no
+      ``conversations``/``messages`` key, become ``obj["messages"]``;
+    - ``media`` / ``media_type`` (a string ``text``/``image``/``video``) with the names in
+      ``name`` / ``media_files`` (a list or one string) become ``images`` or ``videos``; without
+      names the source supplies them (a WebDataset sample's parts by extension).
+    Idempotent. Raises :class:`RecordError`: ``unknown_schema`` (``text_key`` given but absent),
+    ``wrong_type`` (turns under two keys, an unknown media kind, names for a ``text`` sample),
+    ``media_unsupported`` (``audio``).
+    """
+    key = text_key if text_key else ("texts" if "texts" in obj and "conversations" not in obj
+                                     and "messages" not in obj else None)
+    if key is not None and key != "messages":
+        if key not in obj:
+            if "messages" not in obj or text_key is None:
+                raise RecordError("unknown_schema", f"no {key!r} key holding the turns (--text-key {key})")
+        elif "messages" in obj:
+            raise RecordError("wrong_type", f"both {key!r} and 'messages' hold turns; keep one")
+        else:
+            obj["messages"] = obj.pop(key)
+    kind = obj.get("media", obj.get("media_type"))
+    if not isinstance(kind, str):
+        return obj
+    obj.pop("media", None)
+    obj.pop("media_type", None)
+    if kind in ("audio", "speech", "sound"):
+        raise RecordError("media_unsupported", f"media {kind!r}: only images and videos are supported")
+    if kind not in NATIVE_KINDS:
+        raise RecordError("wrong_type", f"'media' must be one of {', '.join(NATIVE_KINDS)}, got {_short(kind)}")
+    names = obj.pop("name") if "name" in obj else obj.pop("media_files", None)
+    if isinstance(names, str):
+        names = [names]
+    if kind == "text":
+        if names:
+            raise RecordError("wrong_type", f"media 'text' but {len(names)} media name(s) given")
+        obj["images"], obj["videos"] = [], []
+    else:
+        other = "videos" if kind == "image" else "images"
+        if names is not None:
+            obj[kind + "s"] = names
+        obj.setdefault(other, [])
+    obj[_LEADING] = True
+    return obj
 
 
 class RecordError(Exception):
@@ -59,7 +116,8 @@ def detect_schema(obj: dict) -> str:
     )
 
 
-def to_canonical(obj: dict, schema: str = "auto") -> tuple[list[dict], list[tuple[str, object]]]:
+def to_canonical(obj: dict, schema: str = "auto",
+                 text_key: str | None = None) -> tuple[list[dict], list[tuple[str, object]]]:
     """Convert a JSON object of one record to canonical messages and its media references.
 
     Returns ``(messages, media)``: ``messages`` as documented in :mod:`vlmpack.records`
@@ -70,6 +128,8 @@ def to_canonical(obj: dict, schema: str = "auto") -> tuple[list[dict], list[tupl
     """
     if schema not in SCHEMAS:
         raise ValueError(f"unknown schema {schema!r}; use one of {', '.join(SCHEMAS)}")
+    obj = normalize_native(obj, text_key)
+    leading = bool(obj.pop(_LEADING, False))
     if schema == "auto":
         schema = detect_schema(obj)
     builder = _Builder(_top_level_media(obj))
@@ -83,7 +143,7 @@ def to_canonical(obj: dict, schema: str = "auto") -> tuple[list[dict], list[tupl
         key = "conversations" if schema == "llava" else "messages"
         if key not in obj:
             raise RecordError("unknown_schema", f"schema {schema!r} forced but the record has no {key!r} key")
-        _chat_turns(obj[key], key, builder)
+        _chat_turns(obj[key], key, builder, leading=leading)
     builder.finish()
     return builder.messages, builder.media
 
@@ -100,6 +160,13 @@ class _Builder:
     def add_media(self, kind: str, ref: object) -> dict:
         self.media.append((kind, ref))
         return {"type": kind, "index": len(self.media) - 1}
+
+    def add_all_pending(self, content: list[dict]) -> None:
+        """Append every top-level media item (images, then videos) that no placeholder consumed."""
+        for kind in ("image", "video"):
+            for ref in self.pending[kind][self.used[kind]:]:
+                content.append(self.add_media(kind, ref))
+            self.used[kind] = len(self.pending[kind])
 
     def add_text(self, content: list[dict], text: str) -> None:
         """Append ``text`` split at placeholders (each consuming the next top-level media item)."""
@@ -165,13 +232,17 @@ def _top_level_media(obj: dict) -> dict[str, list[object]]:
     return out
 
 
-def _chat_turns(turns: object, key: str, builder: _Builder) -> None:
+def _chat_turns(turns: object, key: str, builder: _Builder, leading: bool = False) -> None:
     if not isinstance(turns, list):
         raise RecordError("wrong_type", f"{key!r} must be a list of turns, got {type(turns).__name__}")
     if not turns:
         raise RecordError("empty_conversation", f"{key!r} is an empty list")
     role_key, text_key = ("from", "value") if key == "conversations" else ("role", "content")
     alt_role, alt_text = ("role", "content") if key == "conversations" else ("from", "value")
+    # the native schema names its media apart from the text: with no placeholder and no media
+    # part anywhere, the media go first in the first user turn (as in the prompts schema)
+    leading = leading and not _PLACEHOLDER.search(repr(turns)) and "'type': 'image" not in repr(turns) \
+        and "'type': 'video" not in repr(turns)
     for i, turn in enumerate(turns):
         where = f"{key}[{i}]"
         if not isinstance(turn, dict):
@@ -186,6 +257,9 @@ def _chat_turns(turns: object, key: str, builder: _Builder) -> None:
             )
         value = turn[text_key] if text_key in turn else turn.get(alt_text)
         content: list[dict] = []
+        if leading and role == "user":
+            leading = False
+            builder.add_all_pending(content)
         if isinstance(value, str):
             builder.add_text(content, value)
         elif isinstance(value, list):
@@ -253,10 +327,7 @@ def _prompts_turns(obj: dict, builder: _Builder) -> None:
     for i, (prompt, caption) in enumerate(texts):
         content: list[dict] = []
         if i == 0 and leading:
-            for kind in ("image", "video"):
-                for ref in builder.pending[kind]:
-                    content.append(builder.add_media(kind, ref))
-                builder.used[kind] = len(builder.pending[kind])
+            builder.add_all_pending(content)
         builder.add_text(content, prompt)
         builder.add_turn("user", content, f"prompts[{i}]")
         content = []

@@ -239,7 +239,7 @@ class ParquetSource:
     @staticmethod
     def read(path: str, start: int, end: int, first: int, *, schema: str = "auto", media_root: str = ".",
              allow_absolute_media: bool = False, stats: ReadStats | None = None,
-             lmdb_envs: dict[str, str] | None = None) -> Iterator:
+             lmdb_envs: dict[str, str] | None = None, text_key: str | None = None) -> Iterator:
         """One :class:`~vlmpack.records.Sample` or :class:`~vlmpack.records.Rejection` per row of
         groups ``[start, end)`` (``end=-1``: to the end); rows numbered from ``first``. Path
         strings resolve like JSONL's (``media_root``, ``allow_absolute_media``, ``lmdb_envs``: the
@@ -260,7 +260,7 @@ class ParquetSource:
                 stats.lines += 1
                 stats.records += 1
                 raw, resolve = _row_record(path, g, r, rec, media_root, allow_absolute_media, lmdb_envs)
-                res = parse_record(raw, Locator(path, no, g), schema=schema, resolve_media=resolve)
+                res = parse_record(raw, Locator(path, no, g), schema=schema, resolve_media=resolve, text_key=text_key)
                 if isinstance(res, Rejection):
                     stats.reasons[res.reason] = stats.reasons.get(res.reason, 0) + 1
                 yield res

@@ -2,9 +2,11 @@
 
 A sample is the run of consecutive members that share a key (webdataset's ``base_plus_ext``
 rule: the key is the member name up to the first dot of its base name, the rest is the part
-name). Its conversation is the ``json`` part, in any schema of :mod:`vlmpack.readers.schemas`;
-media are named by a list in the JSON (``images`` / ``image_keys`` / ``media_files`` and
-``videos`` / ``video_keys``: part names such as ``"0.png"`` or ``"jpg"``, or full member names),
+name). Its conversation is the ``json`` part, in any schema of :mod:`vlmpack.readers.schemas`
+(the WDS-native packer's ``texts`` + ``media`` + ``name`` schema included, turns under
+``--text-key``); media are named by a list in the JSON (``images`` / ``image_keys`` /
+``media_files`` / ``name`` and ``videos`` / ``video_keys``: part names such as ``"0.png"`` or
+``"jpg"``, or full member names),
 else taken from the sample's parts by extension (sorted by part name). Each media item becomes a
 ``tar://`` reference (:mod:`vlmpack.media.ref`) to the member's bytes, so probing, counting and
 writing read the shard in place (an ``lmdb://NAME/KEY`` name is a value of an ``--media-lmdb``
@@ -31,6 +33,7 @@ from vlmpack.errors import InputError
 from vlmpack.media.probe import MediaError, resolve_ref
 from vlmpack.media.ref import LMDB, tar_member_ref
 from vlmpack.readers.jsonl import parse_record
+from vlmpack.readers.schemas import RecordError, normalize_native
 from vlmpack.readers.sniff import _is_tar, printable_path
 from vlmpack.records import Locator, ReadStats, Rejection
 
@@ -160,23 +163,25 @@ class WdsSource:
     @staticmethod
     def read(path: str, start: int, end: int, first: int, *, schema: str = "auto", media_root: str = ".",
              allow_absolute_media: bool = False, stats: ReadStats | None = None,
-             lmdb_envs: dict[str, str] | None = None) -> Iterator:
+             lmdb_envs: dict[str, str] | None = None, text_key: str | None = None) -> Iterator:
         """One :class:`~vlmpack.records.Sample` or :class:`~vlmpack.records.Rejection` per sample of
         the range (``media_root`` and ``allow_absolute_media`` do not apply: media are members;
-        ``lmdb_envs``: the ``--media-lmdb`` stores for ``lmdb://NAME/KEY`` names)."""
+        ``lmdb_envs``: the ``--media-lmdb`` stores for ``lmdb://NAME/KEY`` names; ``text_key``:
+        the key of the turns, ``--text-key``)."""
         stats = stats if stats is not None else ReadStats()
         with open(path, "rb") as fh:
             for no, (key, members) in enumerate(iter_samples(path, start, end), first):
                 stats.lines += 1
                 stats.records += 1
-                res = _sample(path, fh, key, members, Locator(path, no, members[0].header, key), schema, lmdb_envs)
+                res = _sample(path, fh, key, members, Locator(path, no, members[0].header, key), schema, lmdb_envs,
+                              text_key)
                 if isinstance(res, Rejection):
                     stats.reasons[res.reason] = stats.reasons.get(res.reason, 0) + 1
                 yield res
 
 
 def _sample(path: str, fh, key: str, members: list[Part], loc: Locator, schema: str,
-            lmdb_envs: dict[str, str] | None = None):
+            lmdb_envs: dict[str, str] | None = None, text_key: str | None = None):
     parts = {m.name: m for m in members}
     meta = parts.get("json")
     if meta is None:
@@ -190,6 +195,10 @@ def _sample(path: str, fh, key: str, members: list[Part], loc: Locator, schema: 
         obj = None  # parse_record gives the reason
     if isinstance(obj, dict):
         obj.setdefault("id", key)
+        try:
+            normalize_native(obj, text_key)  # names its media itself; the lists below then take them
+        except RecordError as e:
+            return Rejection(loc, e.reason, e.detail, str(obj["id"]))
         for kind, names in _LISTS.items():
             given = next((obj.pop(n) for n in names if n in obj), None)
             if given is None:
@@ -209,4 +218,4 @@ def _sample(path: str, fh, key: str, members: list[Part], loc: Locator, schema: 
             raise MediaError("media_missing", f"sample {key!r} has no part {name!r} (parts: {sorted(parts)[:8]})")
         return tar_member_ref(path, m.offset, m.size)
 
-    return parse_record(raw, loc, schema=schema, resolve_media=resolve)
+    return parse_record(raw, loc, schema=schema, resolve_media=resolve, text_key=text_key)
