@@ -166,7 +166,7 @@ def load_config(yaml_path: str | Path | None = None, **overrides: Any) -> PackCo
 
 _GLOB = re.compile(r"[*?\[]")
 _BRACE = re.compile(r"\{([^{}]*)\}")
-_INPUT_PATTERNS = ("*.jsonl*", "*.tar", "*.parquet")
+_INPUT_PATTERNS = ("*.jsonl*", "*.tar", "*.parquet", "*.arrow")
 
 
 def brace_expand(pattern: str) -> list[str]:
@@ -197,8 +197,10 @@ def expand_inputs(inputs: list[Any]) -> list[Any]:
     """``--input`` values with directories, globs and brace patterns expanded (each in place, in order).
 
     A directory holding ``.nv-meta`` (an Energon dataset) -> its ``*.tar`` shards (recursively,
-    sorted); any other directory -> its files matching ``*.jsonl*``, ``*.tar`` or ``*.parquet``
-    (not recursive, sorted). A value that is not an existing path: a brace pattern
+    sorted); a ``datasets`` ``save_to_disk`` directory (``state.json``) -> its Arrow files in the
+    order ``state.json`` lists them, a saved ``DatasetDict`` (``dataset_dict.json``) -> those of
+    each split in its order; any other directory -> its files matching ``*.jsonl*``, ``*.tar``,
+    ``*.parquet`` or ``*.arrow`` (not recursive, sorted). A value that is not an existing path: a brace pattern
     (``shard-{000..009}.tar``, :func:`brace_expand`) -> its expansions, then any with glob
     characters (``*?[``) -> ``glob.glob`` matches, sorted. Existing paths and non-strings pass
     unchanged (:func:`_check_paths` judges them). Raises :class:`ConfigError` (one line) for a
@@ -214,11 +216,13 @@ def expand_inputs(inputs: list[Any]) -> list[Any]:
             if os.path.isdir(os.path.join(p, ".nv-meta")):
                 found = sorted(f for f in glob.glob(os.path.join(glob.escape(p), "**", "*.tar"), recursive=True)
                                if os.path.isfile(f))
+            elif os.path.isfile(os.path.join(p, "state.json")) or os.path.isfile(os.path.join(p, "dataset_dict.json")):
+                found = _saved_dataset_files(p)
             else:
                 found = sorted({f for pat in _INPUT_PATTERNS for f in glob.glob(os.path.join(glob.escape(p), pat))
                                 if os.path.isfile(f)})
             if not found:
-                raise ConfigError(f"input {show(p)} is a directory without input files (*.jsonl*, *.tar, *.parquet; "
+                raise ConfigError(f"input {show(p)} is a directory without input files (*.jsonl*, *.tar, *.parquet, *.arrow; "
                                   "an Energon dataset: *.tar shards); give the files or another directory")
             out.extend(found)
         elif not os.path.lexists(p) and (_GLOB.search(p) or _BRACE.search(p)):
@@ -231,6 +235,32 @@ def expand_inputs(inputs: list[Any]) -> list[Any]:
         else:
             out.append(p)
     return out
+
+
+def _saved_dataset_files(path: str) -> list[str]:
+    """The Arrow files of a ``datasets`` ``save_to_disk`` directory, in the dataset's row order:
+    ``state.json``'s ``_data_files`` (a ``Dataset``), or each split of ``dataset_dict.json``'s
+    ``splits`` in turn (a ``DatasetDict``). Layout as written by ``datasets`` >= 2.x
+    (``Dataset.save_to_disk``). Raises :class:`ConfigError` (one line) for a listing that cannot be
+    read or that names a missing file."""
+    from vlmpack.readers.sniff import printable_path as show
+
+    try:
+        if os.path.isfile(os.path.join(path, "dataset_dict.json")):
+            with open(os.path.join(path, "dataset_dict.json"), encoding="utf-8") as f:
+                splits = json.load(f)["splits"]
+            return [x for s in splits for x in _saved_dataset_files(os.path.join(path, str(s)))]
+        with open(os.path.join(path, "state.json"), encoding="utf-8") as f:
+            names = [str(d["filename"]) for d in json.load(f)["_data_files"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"input {show(path)} looks like a datasets save_to_disk directory but its listing "
+                          f"(state.json / dataset_dict.json) cannot be read ({type(e).__name__}: {e}); save it again")
+    files = [os.path.join(path, n) for n in names]
+    missing = [n for n, f in zip(names, files) if not os.path.isfile(f) or os.sep in n or n.startswith("..")]
+    if missing or not files:
+        raise ConfigError(f"input {show(path)}: state.json lists {len(names)} Arrow file(s), missing or not in the "
+                          f"directory: {missing[:3]}; save the dataset again")
+    return files
 
 
 def _check_paths(inputs: list[str], output: str, input_format: str = "auto") -> None:

@@ -1,0 +1,68 @@
+"""A Hugging Face ``datasets`` ``save_to_disk`` directory as one input.
+
+The demo set saved with ``datasets`` (an ``Image`` feature holding the real image bytes, the
+``conversations`` column, two Arrow shards) is given as its directory: it expands to its Arrow
+files in the dataset's order and packs like the JSONL route (per id the same ``num_tokens`` and
+byte-identical media parts); a ``DatasetDict`` directory expands split by split; a broken
+listing is refused with one line.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from test_sources_parquet import _rows
+from test_sources_wds import _pack, _samples, assert_same_samples
+
+from vlmpack.config import expand_inputs
+from vlmpack.errors import ConfigError
+
+datasets = pytest.importorskip("datasets")
+pytestmark = pytest.mark.slow
+
+
+def _dataset(rows, real_data):
+    text = datasets.Value("string")
+    feats = datasets.Features({"id": text, "images": datasets.Sequence(datasets.Image(decode=False)),
+                               "conversations": [{"from": text, "value": text}]})
+    return datasets.Dataset.from_dict({
+        "id": [r["id"] for r in rows],
+        "images": [[{"bytes": (real_data / p).read_bytes(), "path": p} for p in r["images"]] for r in rows],
+        "conversations": [r["conversations"] for r in rows]}, features=feats)
+
+
+def test_save_to_disk_directory_packs_like_the_jsonl_route(tmp_path, real_data, model_dir):
+    rows = _rows(real_data, 500)
+    ds = _dataset(rows, real_data)
+    ds.save_to_disk(str(tmp_path / "saved"), num_shards=2)
+    files = expand_inputs([str(tmp_path / "saved")])
+    state = json.loads((tmp_path / "saved" / "state.json").read_text())
+    assert [f.rsplit("/", 1)[1] for f in files] == [d["filename"] for d in state["_data_files"]] and len(files) == 2
+    (tmp_path / "same.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    empty = tmp_path / "no_media"  # every image comes out of the Arrow cells
+    empty.mkdir()
+    rep_h = _pack([tmp_path / "saved"], tmp_path / "h", model_dir, empty)
+    rep_j = _pack([tmp_path / "same.jsonl"], tmp_path / "j", model_dir, real_data)
+    got, want = _samples(tmp_path / "h"), _samples(tmp_path / "j")
+    assert rep_h["records_read"] == len(rows) and rep_h["rejected"] == rep_j["rejected"]
+    assert_same_samples(got, want)
+    assert sum(len(v[1]) for v in got.values()) > 200  # images really came from the dataset
+
+
+def test_dataset_dict_and_broken_listing(tmp_path, real_data):
+    rows = _rows(real_data, 60)
+    dd = datasets.DatasetDict({"train": _dataset(rows[:40], real_data), "test": _dataset(rows[40:], real_data)})
+    dd.save_to_disk(str(tmp_path / "dd"))
+    files = expand_inputs([str(tmp_path / "dd")])
+    splits = json.loads((tmp_path / "dd" / "dataset_dict.json").read_text())["splits"]
+    assert [f.split("/")[-2] for f in files] == splits
+    shutil.copytree(tmp_path / "dd" / "train", tmp_path / "broken")
+    arrow = next((tmp_path / "broken").glob("*.arrow"))
+    arrow.unlink()
+    with pytest.raises(ConfigError, match="missing or not in the directory"):
+        expand_inputs([str(tmp_path / "broken")])
+    (tmp_path / "broken" / "state.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="cannot be read"):
+        expand_inputs([str(tmp_path / "broken")])
