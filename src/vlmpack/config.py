@@ -222,8 +222,8 @@ def expand_inputs(inputs: list[Any]) -> list[Any]:
                 found = sorted({f for pat in _INPUT_PATTERNS for f in glob.glob(os.path.join(glob.escape(p), pat))
                                 if os.path.isfile(f)})
             if not found:
-                raise ConfigError(f"input {show(p)} is a directory without input files (*.jsonl*, *.tar, *.parquet, *.arrow; "
-                                  "an Energon dataset: *.tar shards); give the files or another directory")
+                raise ConfigError(f"input {show(p)} is a directory without input files (*.jsonl*, *.tar, *.parquet, "
+                                  "*.arrow; an Energon dataset: *.tar shards); give the files or another directory")
             out.extend(found)
         elif not os.path.lexists(p) and (_GLOB.search(p) or _BRACE.search(p)):
             found = []
@@ -254,7 +254,7 @@ def _saved_dataset_files(path: str) -> list[str]:
             names = [str(d["filename"]) for d in json.load(f)["_data_files"]]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"input {show(path)} looks like a datasets save_to_disk directory but its listing "
-                          f"(state.json / dataset_dict.json) cannot be read ({type(e).__name__}: {e}); save it again")
+                          f"(state.json / dataset_dict.json) cannot be read ({type(e).__name__}: {e}); save it again") from None
     files = [os.path.join(path, n) for n in names]
     missing = [n for n, f in zip(names, files) if not os.path.isfile(f) or os.sep in n or n.startswith("..")]
     if missing or not files:
