@@ -253,8 +253,8 @@ def _saved_dataset_files(path: str) -> list[str]:
         with open(os.path.join(path, "state.json"), encoding="utf-8") as f:
             names = [str(d["filename"]) for d in json.load(f)["_data_files"]]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"input {show(path)} looks like a datasets save_to_disk directory but its listing "
-                          f"(state.json / dataset_dict.json) cannot be read ({type(e).__name__}: {e}); save it again") from None
+        raise ConfigError(f"input {show(path)} looks like a datasets save_to_disk directory but its listing (state.json"
+                          f" / dataset_dict.json) cannot be read ({type(e).__name__}: {e}); save it again") from None
     files = [os.path.join(path, n) for n in names]
     missing = [n for n, f in zip(names, files) if not os.path.isfile(f) or os.sep in n or n.startswith("..")]
     if missing or not files:
