@@ -14,6 +14,7 @@ accepted and packed). ``expected`` maps the 1-based line of each record of ``inp
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -166,7 +167,14 @@ def build_corpus(real_data: Path, root: Path, n_good: int = 60) -> tuple[Path, d
     add(("image_is_dir", _llava("image_is_dir", "x", "y", ["media/a_dir.png"]), "media_missing"))
     add(("image_is_fifo", _llava("image_is_fifo", "x", "y", ["media/fifo.png"]), "media_missing"))
     add(("http_url", _llava("http_url", "x", "y", ["https://example.com/a.png"]), "media_unsupported"))
-    add(("data_uri", _llava("data_uri", "x", "y", ["data:image/png;base64,AAAA"]), "media_unsupported"))
+    add(("data_uri_not_an_image", _llava("data_uri_not_an_image", "x", "y", ["data:image/png;base64,AAAA"]),
+         "media_undecodable"))
+    add(("data_uri_bad_base64", _llava("data_uri_bad_base64", "x", "y", ["data:image/png;base64,iVBO@@"]),
+         "media_undecodable"))
+    add(("data_uri_percent_encoded", _llava("data_uri_percent_encoded", "x", "y", ["data:image/png,%89PNG"]),
+         "media_unsupported"))
+    add(("data_uri_real_png", _llava("data_uri_real_png", "x", "y",  # inline bytes: read like a file
+                                     ["data:image/png;base64," + base64.b64encode(real_png).decode()]), None))
     add(("aspect_ratio_over_200", _llava("aspect_ratio_over_200", "x", "y",
                                          [save("thin.png", "PNG", rgb.resize((2010, 10)))]), "media_unsupported"))
     add(("decompression_bomb_header", _llava("decompression_bomb_header", "x", "y", [put("bomb.png", bomb_png())]),

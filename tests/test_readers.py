@@ -507,7 +507,8 @@ def test_deep_nesting_and_lone_surrogates_are_rejected():
         ("http://example.com/a.png", "media_unsupported"),
         ("https://example.com/a.png", "media_unsupported"),
         ("s3://bucket/a.png", "media_unsupported"),
-        ("data:image/png;base64,AAAA", "media_unsupported"),
+        ("data:image/png,%89PNG", "media_unsupported"),
+        ("data:image/png;base64,iVBO@@", "media_undecodable"),
         ("../a.png", "media_outside_root"),
         ("/etc/a.png", "media_outside_root"),
         ("file:///etc/a.png", "media_outside_root"),
@@ -676,3 +677,25 @@ def test_native_schema_media_go_first_without_placeholders(tmp_path):
     rec["texts"][1]["content"] = "<image> and <image>: what?"  # placeholders given: they place the media
     res = parse_record(json.dumps(rec).encode(), Locator("f.jsonl", 1, 0), media_root=str(tmp_path))
     assert res.messages[1]["content"][1] == {"type": "text", "text": " and "}
+
+
+def test_data_uri_is_inline_bytes(real_data):
+    """A base64 ``data:`` URI is a media reference holding its own bytes: probed and read like a file."""
+    import base64
+
+    from vlmpack.media.probe import probe_media
+    from vlmpack.media.ref import display_ref, read_ref, ref_identity
+
+    png = next(p for p in sorted((real_data / "images").rglob("*.png"))
+               if p.stat().st_size > 5000 and "broken" not in str(p))
+    data = png.read_bytes()
+    uri = "data:image/png;base64," + base64.b64encode(data).decode()
+    ref = resolve_ref(uri, "/data/root")
+    assert ref == uri and read_ref(ref) == data and ref_identity(ref) == (len(data), 0)
+    assert probe_media(ref, "image") == probe_media(str(png), "image")
+    assert len(display_ref(ref)) < 80 and str(len(uri) - len("data:image/png;base64,")) in display_ref(ref)
+    rec = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": uri}},
+                                                     {"type": "text", "text": "what?"}]},
+                        {"role": "assistant", "content": "a"}]}
+    res = parse_record(json.dumps(rec).encode(), Locator("f.jsonl", 1, 0), media_root="/data/root")
+    assert isinstance(res, Sample) and read_ref(res.media[0].path) == data

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from PIL import Image, UnidentifiedImageError
 
 from vlmpack.media.image import IMAGE_FORMATS, check_decodes, open_image_file
-from vlmpack.media.ref import LMDB, is_member, lmdb_ref, open_ref, read_ref, ref_identity
+from vlmpack.media.ref import DATA, LMDB, display_ref, is_member, lmdb_ref, open_ref, parse_ref, read_ref, ref_identity
 
 logger = logging.getLogger(__name__)
 
@@ -73,10 +73,12 @@ def resolve_ref(ref: object, media_root: str, *, allow_absolute_media: bool = Fa
     """Resolve a media reference of a record to an absolute path, lexically.
 
     ``ref``: a non-empty ``str``, relative to ``media_root`` or absolute, optionally prefixed by
-    ``file://``. Returns ``os.path.normpath(os.path.join(abspath(media_root), ref))``.
+    ``file://``. Returns ``os.path.normpath(os.path.join(abspath(media_root), ref))``; a base64
+    ``data:`` URI (inline bytes, :mod:`vlmpack.media.ref`) is returned as it is.
     Raises :class:`MediaError` with ``wrong_type`` (not a non-empty string / NUL byte),
-    ``media_unsupported`` (``http(s)://`` or any other URL scheme, ``data:`` URIs: only local files
-    are read) or ``media_outside_root`` (the path lands outside ``media_root`` and
+    ``media_unsupported`` (``http(s)://`` or any other URL scheme, a ``data:`` URI that is not
+    base64: only local and inline bytes are read), ``media_undecodable`` (invalid base64)
+    or ``media_outside_root`` (the path lands outside ``media_root`` and
     ``allow_absolute_media`` is false; ``..`` is resolved lexically, symlinks are not followed
     here: :func:`probe_media` applies the same rule to the realpath at validation time).
     ``lmdb://NAME/KEY`` names the value of ``KEY`` (UTF-8) in the LMDB store ``NAME`` of
@@ -93,6 +95,13 @@ def resolve_ref(ref: object, media_root: str, *, allow_absolute_media: bool = Fa
         path = path[len("file://") :]
     elif path.startswith(LMDB):
         return _resolve_lmdb(ref, lmdb_envs or {})
+    elif path[:5].lower() == DATA:
+        try:
+            parse_ref(DATA + path[5:])
+        except ValueError as e:
+            reason = "media_undecodable" if "invalid base64" in str(e) else "media_unsupported"
+            raise MediaError(reason, f"{e}: {display_ref(ref)[:80]}") from None
+        return DATA + path[5:]
     elif _SCHEME.match(path) and not _is_windows_drive(path):
         kind = "remote media" if path.lower().startswith(("http://", "https://")) else "URL media"
         raise MediaError("media_unsupported", f"{kind} is not supported (download it first): {_short(ref)}")
@@ -184,7 +193,8 @@ def _probe_member(ref: str, kind: str, check: str) -> MediaInfo:
     try:
         size, mtime = ref_identity(ref)
     except (OSError, ValueError) as e:
-        raise MediaError("media_missing", f"{kind} not readable in its container: {ref} ({_oneline(e)})") from None
+        raise MediaError("media_missing", f"{kind} not readable in its container: {display_ref(ref)} "
+                         f"({_oneline(e)})") from None
     key = (ref, kind, check, size, mtime)
     hit = _CACHE.get(key)
     if hit is None and kind != "video":
@@ -192,18 +202,19 @@ def _probe_member(ref: str, kind: str, check: str) -> MediaInfo:
         try:
             data = read_ref(ref)
         except (OSError, EOFError, ValueError) as e:
-            raise MediaError("media_missing", f"{kind} not readable in its container: {ref} ({_oneline(e)})") from None
+            raise MediaError("media_missing", f"{kind} not readable in its container: {display_ref(ref)} "
+                             f"({_oneline(e)})") from None
         ckey = ("content", kind, check, len(data), hashlib.blake2b(data, digest_size=16).digest())
         first = _CACHE.get(ckey)
         if first is None:
             try:
-                first = (_probe_image(ref, size, check, data), ref)
+                first = (_probe_image(display_ref(ref), size, check, data), display_ref(ref))
             except MediaError as e:
-                first = (e, ref)
+                first = (e, display_ref(ref))
             _remember(ckey, first)
         hit, seen_as = first
         if isinstance(hit, MediaError):  # name this reference, not the first copy's
-            hit = MediaError(hit.reason, hit.detail.replace(seen_as, ref))
+            hit = MediaError(hit.reason, hit.detail.replace(seen_as, display_ref(ref)))
     elif hit is None:
         hit = MediaInfo(0, 0, "", size)
     _remember(key, hit)

@@ -12,7 +12,10 @@ results and pack plans:
 - ``parquet://<file>#<group>:<row>:<column>:<index>``: the bytes of a media cell of a Parquet /
   Arrow table (:mod:`vlmpack.sources.parquet`: row ``row`` of row group / record batch ``group``,
   item ``index`` of the cell's list or ``-1`` for the cell itself; an HF ``Image`` struct gives its
-  ``bytes``), read with pyarrow, the group's column cached per process.
+  ``bytes``), read with pyarrow, the group's column cached per process;
+- ``data:[<mediatype>];base64,<data>``: inline bytes (an RFC 2397 data URI, base64 form only, as
+  OpenAI-style ``image_url`` parts carry them): the reference *is* the bytes; the media type is
+  not trusted, the content decides (as for every other reference).
 
 The fragment is split at the *last* ``#``, so archive paths may hold ``#``. More schemes (Parquet
 cells, LMDB values) plug in here: one parser, one opener and one identity rule each.
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 TAR = "tar://"
 LMDB = "lmdb://"
 PARQUET = "parquet://"
+DATA = "data:"
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _ENVS: dict[tuple[str, int], object] = {}
 
@@ -79,6 +83,34 @@ def parquet_cell_ref(file: str, group: int, row: int, column: str, index: int = 
     return f"{PARQUET}{file}#{int(group)}:{int(row)}:{column}:{int(index)}"
 
 
+@dataclass(frozen=True, slots=True)
+class InlineBytes:
+    """The bytes of a ``data:`` URI (decoded from base64)."""
+
+    data: bytes
+
+
+def _parse_data(ref: str) -> InlineBytes:
+    import base64
+    import binascii
+
+    head, sep, payload = ref.partition(",")
+    if not sep or not head.lower().endswith(";base64"):
+        raise ValueError("a data: URI must be base64 (data:image/png;base64,...); percent-encoded data is not read")
+    try:
+        return InlineBytes(base64.b64decode(payload, validate=True))
+    except (binascii.Error, ValueError):
+        raise ValueError(f"the data: URI holds invalid base64 ({len(payload)} characters)") from None
+
+
+def display_ref(ref: str) -> str:
+    """``ref`` for messages: a ``data:`` URI shortened to its media type and payload length."""
+    if not ref.startswith(DATA):
+        return ref
+    head, _, payload = ref.partition(",")
+    return f"{head[:60]},<{len(payload)} base64 characters>"
+
+
 def _parse_parquet(ref: str) -> ParquetCell:
     file, sep, frag = ref[len(PARQUET):].rpartition("#")
     group, _, rest = frag.partition(":")
@@ -92,9 +124,12 @@ def _parse_parquet(ref: str) -> ParquetCell:
     raise ValueError(f"malformed Parquet cell reference {ref!r}; expected parquet://FILE#GROUP:ROW:COLUMN:INDEX")
 
 
-def parse_ref(ref: str) -> TarMember | LmdbValue | ParquetCell | str:
-    """A :class:`TarMember` for a ``tar://`` reference, a :class:`LmdbValue` for ``lmdb://``,
-    else ``ref`` itself (a file path). Raises ``ValueError`` for a malformed reference."""
+def parse_ref(ref: str) -> TarMember | LmdbValue | ParquetCell | InlineBytes | str:
+    """A :class:`TarMember` for a ``tar://`` reference, a :class:`LmdbValue` for ``lmdb://``, a
+    :class:`ParquetCell` for ``parquet://``, :class:`InlineBytes` for ``data:``, else ``ref``
+    itself (a file path). Raises ``ValueError`` for a malformed reference."""
+    if ref.startswith(DATA):
+        return _parse_data(ref)
     if ref.startswith(LMDB):
         env, sep, key = ref[len(LMDB):].rpartition("#")
         try:
@@ -117,12 +152,16 @@ def _bad(ref: str):
 
 
 def is_member(ref: str) -> bool:
-    """True for a reference into a container (any ``scheme://`` reference), False for a loose file."""
-    return bool(_URL.match(ref))
+    """True for a reference into a container (any ``scheme://`` reference) or inline bytes
+    (``data:``), False for a loose file."""
+    return bool(_URL.match(ref)) or ref.startswith(DATA)
 
 
 def container_path(ref: str) -> str:
-    """The file that holds the item: the path itself, the archive of a member, the LMDB env."""
+    """The file that holds the item: the path itself, the archive of a member, the LMDB env
+    (``""`` for inline bytes)."""
+    if ref.startswith(DATA):
+        return ""
     parsed = parse_ref(ref)
     if isinstance(parsed, TarMember):
         return parsed.archive
@@ -209,6 +248,8 @@ def open_ref(ref: str):
     Raises ``OSError`` when the file cannot be opened and ``EOFError`` when a member ends past
     the end of its archive (a truncated shard)."""
     parsed = parse_ref(ref)
+    if isinstance(parsed, InlineBytes):
+        return io.BytesIO(parsed.data)
     if isinstance(parsed, LmdbValue):
         return io.BytesIO(_lmdb_get(parsed))
     if isinstance(parsed, ParquetCell):
@@ -240,9 +281,11 @@ def read_ref(ref: str) -> bytes:
 
 def ref_identity(ref: str) -> tuple[int, int]:
     """``(size of the item in bytes, mtime in ns of the file that holds it)`` (an LMDB value: its
-    length and the mtime of the env's ``data.mdb``); raises ``OSError`` (``FileNotFoundError`` for
-    a missing LMDB key)."""
+    length and the mtime of the env's ``data.mdb``; inline bytes: their length and 0); raises
+    ``OSError`` (``FileNotFoundError`` for a missing LMDB key)."""
     parsed = parse_ref(ref)
+    if isinstance(parsed, InlineBytes):
+        return len(parsed.data), 0
     if isinstance(parsed, LmdbValue):
         mtime = os.stat(_lmdb_data_file(parsed.env)).st_mtime_ns
         return len(_lmdb_get(parsed)), mtime

@@ -24,7 +24,7 @@ import numpy as np
 
 from vlmpack.energon.meta import write_tar_idx
 from vlmpack.errors import InputError
-from vlmpack.media.ref import read_ref, ref_identity
+from vlmpack.media.ref import display_ref, read_ref, ref_identity
 from vlmpack.models import load_model
 from vlmpack.pack.count import part_path
 from vlmpack.pack.rundir import fsync_dir
@@ -173,11 +173,11 @@ def _read_media(ref: str, nbytes: int | None, mtime_ns: int | None) -> bytes:
         size, mtime = ref_identity(ref)
         data = read_ref(ref)
     except (OSError, EOFError, ValueError) as e:
-        raise InputError(f"media {ref} cannot be read any more ({e}); "
+        raise InputError(f"media {display_ref(ref)} cannot be read any more ({e}); "
                          "run the same command again to recount it") from None
     if (nbytes is not None and (size != nbytes or len(data) != nbytes)) or \
             (mtime_ns is not None and mtime_ns >= 0 and mtime != mtime_ns):
-        raise InputError(f"media {ref} changed after it was counted; run the same command again "
+        raise InputError(f"media {display_ref(ref)} changed after it was counted; run the same command again "
                          "(changed media are counted again)")
     return data
 
