@@ -699,3 +699,14 @@ def test_data_uri_is_inline_bytes(real_data):
                         {"role": "assistant", "content": "a"}]}
     res = parse_record(json.dumps(rec).encode(), Locator("f.jsonl", 1, 0), media_root="/data/root")
     assert isinstance(res, Sample) and read_ref(res.media[0].path) == data
+
+
+def test_every_registered_source_satisfies_the_protocol():
+    import inspect
+
+    from vlmpack.sources import SOURCES, Source
+
+    for name, src in SOURCES.items():
+        assert isinstance(src, Source) and src.name == name
+        params = inspect.signature(src.read).parameters
+        assert list(params)[:4] == ["path", "start", "end", "first"], name

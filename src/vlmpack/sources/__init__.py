@@ -1,10 +1,11 @@
 """Input sources: one module per format behind one interface, and the registry that picks one.
 
-A source turns one input file into bounded tasks and each task into records::
+A source (:class:`vlmpack.sources.base.Source`) turns one input file into bounded tasks and
+each task into records::
 
     split(path, target_bytes) -> [(start, end, first), ...]   # what one pool task reads
-    read(path, start, end, first, *, schema, media_root, allow_absolute_media, stats)
-        -> Iterator[Sample | Rejection]                        # one result per record, never raises
+    read(path, start, end, first, *, schema, media_root, allow_absolute_media, stats, lmdb_envs,
+         text_key) -> Iterator[Sample | Rejection]            # one result per record, never raises
                                                               # for a bad record
     check(path) -> None                                       # refuse a file it cannot read (one line)
 
@@ -18,20 +19,20 @@ Formats (:data:`SOURCES`): ``jsonl`` (:mod:`vlmpack.sources.jsonl`: plain / gz /
 images read in place from their cells).
 :func:`detect_format` sniffs the content; ``--input-format`` forces one.
 
-Adding a format: write ``vlmpack/sources/<name>.py`` with a class offering ``name``,
-``sniff(head: bytes) -> bool``, ``check``, ``split`` and ``read``, and add one line to
-:data:`SOURCES` (CONTRIBUTING.md).
+Adding a format: write ``vlmpack/sources/<name>.py`` with a class that satisfies
+:class:`~vlmpack.sources.base.Source` and add one line to :data:`SOURCES` (CONTRIBUTING.md).
 """
 
 from __future__ import annotations
 
 from vlmpack.errors import ConfigError, InputError
+from vlmpack.sources.base import Source
 from vlmpack.sources.jsonl import JsonlSource
 from vlmpack.sources.parquet import ParquetSource
 from vlmpack.sources.wds import WdsSource
 
 #: The registry: format name -> source. Detection tries them in order; ``jsonl`` is the fallback.
-SOURCES = {"wds": WdsSource(), "parquet": ParquetSource(), "jsonl": JsonlSource()}
+SOURCES: dict[str, Source] = {"wds": WdsSource(), "parquet": ParquetSource(), "jsonl": JsonlSource()}
 #: Values of ``--input-format``.
 INPUT_FORMATS = ("auto", *SOURCES)
 
@@ -50,7 +51,7 @@ def detect_format(path: str) -> str:
     return "jsonl"
 
 
-def get_source(fmt: str):
+def get_source(fmt: str) -> Source:
     """The source of format ``fmt``; :class:`ConfigError` for an unknown name."""
     try:
         return SOURCES[fmt]
@@ -71,4 +72,4 @@ def check_input(path: str, fmt: str = "auto") -> str:
     return name
 
 
-__all__ = ["INPUT_FORMATS", "SOURCES", "check_input", "detect_format", "get_source", "resolve_format"]
+__all__ = ["INPUT_FORMATS", "SOURCES", "Source", "check_input", "detect_format", "get_source", "resolve_format"]
