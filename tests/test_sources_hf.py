@@ -66,3 +66,37 @@ def test_dataset_dict_and_broken_listing(tmp_path, real_data):
     (tmp_path / "broken" / "state.json").write_text("{not json")
     with pytest.raises(ConfigError, match="cannot be read"):
         expand_inputs([str(tmp_path / "broken")])
+
+
+def _sources(out):
+    """The ``source`` locator of every packed sample of a pack output."""
+    import tarfile
+
+    got = []
+    for shard in sorted(out.glob("*.tar")):
+        with tarfile.open(shard) as tf:
+            got += [s["source"] for m in tf.getmembers() if m.name.endswith(".json")
+                    for s in json.loads(tf.extractfile(m).read())["samples"]]
+    return got
+
+
+def test_locators_name_rows_and_tar_samples(tmp_path, real_data, model_dir):
+    """A packed sample's ``source`` (and a rejection) names a table row by row and row group, a tar
+    sample by position, offset and key, a JSONL record by line."""
+    rows = [{**r, "id": f"pq-{r['id']}"} for r in _rows(real_data, 30)]  # ids apart from the tar's
+    rows[3]["conversations"] = []  # rejected: empty_conversation
+    ds = _dataset(rows, real_data)
+    ds.to_parquet(str(tmp_path / "t.parquet"), batch_size=10)
+    shard = sorted((real_data / "wds").glob("*.tar"))[0]
+    (tmp_path / "l.jsonl").write_text(json.dumps({**rows[0], "id": "jsonl-0"}) + "\n")
+    _pack([tmp_path / "t.parquet", shard, tmp_path / "l.jsonl"], tmp_path / "o", model_dir, real_data)
+    by_file = {}
+    for src in _sources(tmp_path / "o"):
+        by_file.setdefault(src["file"].rsplit("/", 1)[1], []).append(src)
+    assert {tuple(sorted(s)) for s in by_file["t.parquet"]} == {("file", "row", "row_group")}
+    assert sorted(s["row"] for s in by_file["t.parquet"]) == [i + 1 for i in range(30) if i != 3]
+    assert all(s["row_group"] == (s["row"] - 1) // 10 for s in by_file["t.parquet"])
+    assert {tuple(sorted(s)) for s in by_file[shard.name]} == {("file", "key", "offset", "sample")}
+    assert {tuple(sorted(s)) for s in by_file["l.jsonl"]} == {("file", "line", "offset")}
+    rej = [json.loads(x) for x in (tmp_path / "o" / "rejects.jsonl").read_text().splitlines()]
+    assert [(r["row"], r["row_group"], r["reason"]) for r in rej] == [(4, 0, "empty_conversation")]

@@ -48,25 +48,31 @@ REASONS: dict[str, str] = {
 
 @dataclass(frozen=True, slots=True)
 class Locator:
-    """Where a record came from: ``file`` (as given), 1-based ``line`` (JSONL: the line; a tar
-    shard: the sample's position in it), ``offset`` in bytes (JSONL: of the line's first byte in
-    the *decompressed* stream; tar: of the sample's first member header) and ``key`` (the sample
-    key of a tar member, None for a line)."""
+    """Where a record came from: ``file`` (as given), the 1-based record number ``line`` counted
+    in ``unit`` (``"line"``: a JSONL line; ``"sample"``: the sample's position in a tar shard;
+    ``"row"``: the row of a Parquet/Arrow table), ``offset`` (JSONL: bytes to the line's first
+    byte in the *decompressed* stream; tar: bytes to the sample's first member header; a row: its
+    row group / record batch index) and ``key`` (the sample key of a tar shard's members, None
+    otherwise). Media inside a container (an LMDB value, a tar member, a cell) are named by their
+    :mod:`vlmpack.media.ref` reference."""
 
     file: str
     line: int
     offset: int
     key: str | None = None
+    unit: str = "line"
 
     def __str__(self) -> str:
         where = f"{display_path(self.file)}:{self.line}"
         return where if self.key is None else f"{where} ({self.key})"
 
     def to_dict(self) -> dict:
-        """``{"file", "line", "offset"}`` (+ ``"key"`` for an archive member); a file name that is
-        not valid UTF-8 is shown with ``\\xNN`` escapes (:func:`display_path`), so the dict always
-        encodes as UTF-8 JSON."""
-        d = {"file": display_path(self.file), "line": self.line, "offset": self.offset}
+        """``{"file", "line", "offset"}`` for a JSONL line, ``{"file", "sample", "offset", "key"}``
+        for a tar shard's sample, ``{"file", "row", "row_group"}`` for a table row; a file name
+        that is not valid UTF-8 is shown with ``\\xNN`` escapes (:func:`display_path`), so the dict
+        always encodes as UTF-8 JSON."""
+        d = {"file": display_path(self.file), self.unit: self.line,
+             "row_group" if self.unit == "row" else "offset": self.offset}
         if self.key is not None:
             d["key"] = self.key
         return d

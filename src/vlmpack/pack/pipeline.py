@@ -19,6 +19,7 @@ So a killed run started again skips what is done and produces the same bytes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import logging
@@ -138,8 +139,8 @@ def build_manifest(cfg: PackConfig, results: list[MeasureResult]) -> tuple[pa.Ta
         if f == i:
             continue
         dups.append(i)
-        loc = Locator(cfg.input[file_idx[i]], int(cols["line"][i]), int(cols["offset"][i]))
-        first = str(Locator(cfg.input[file_idx[f]], int(cols["line"][f]), 0))
+        loc = _locator(cfg, file_idx[i], int(cols["line"][i]), int(cols["offset"][i]))
+        first = str(_locator(cfg, file_idx[f], int(cols["line"][f]), 0))
         rejections.append(Rejection(loc, "duplicate_id", f"{ID_KINDS[k]} id {sid!r} first seen at {first}", sid))
     keep = np.ones(len(ids), dtype=bool)
     keep[np.asarray(dups, dtype=np.int64)] = False
@@ -184,6 +185,17 @@ def make_plan(cfg: PackConfig, manifest: pa.Table) -> PackPlan:
                       pad_to_multiple_of=cfg.pad_to_multiple_of, seed=cfg.seed)
 
 
+def _locator(cfg: PackConfig, file_idx: int, number: int, offset: int) -> Locator:
+    """The locator of a manifest row (its file's format decides what ``number`` counts)."""
+    path = cfg.input[file_idx]
+    return Locator(path, number, offset, None, _unit(path, cfg.input_format))
+
+
+@functools.lru_cache(maxsize=1024)
+def _unit(path: str, input_format: str) -> str:
+    return get_source(resolve_format(path, input_format)).unit
+
+
 def _overlong_rejections(cfg: PackConfig, manifest: pa.Table, plan: PackPlan) -> list[Rejection]:
     out = []
     ids, ntok = manifest.column("id"), manifest.column("num_tokens")
@@ -191,7 +203,7 @@ def _overlong_rejections(cfg: PackConfig, manifest: pa.Table, plan: PackPlan) ->
     media_n, media_tok = manifest.column("num_media"), manifest.column("media_tokens")
     for i in plan.overlong.tolist():
         n = ntok[i].as_py()
-        loc = Locator(cfg.input[fidx[i].as_py()], line[i].as_py(), off[i].as_py())
+        loc = _locator(cfg, fidx[i].as_py(), line[i].as_py(), off[i].as_py())
         if n > cfg.seq_len:
             why = f"{n} tokens > --seq-len {cfg.seq_len}"
         else:  # fits in tokens, but not alone in a pack under a media budget or the padding rule

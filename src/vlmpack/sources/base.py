@@ -21,6 +21,9 @@ class Source(Protocol):
 
     #: the format's name: the registry key and the value of ``--input-format``
     name: str
+    #: what the number of a :class:`~vlmpack.records.Locator` of this format counts:
+    #: ``"line"``, ``"sample"`` or ``"row"``
+    unit: str
 
     def sniff(self, head: bytes) -> bool:
         """True when the first bytes (up to 4 KiB) of a file are this format (magic bytes)."""

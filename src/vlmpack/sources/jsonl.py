@@ -15,6 +15,7 @@ class JsonlSource:
     """JSONL files: tasks are line-aligned byte ranges (a compressed file is one task)."""
 
     name = "jsonl"
+    unit = "line"  # what a Locator's number counts
 
     @staticmethod
     def sniff(head: bytes) -> bool:  # noqa: ARG004 - the fallback format

@@ -17,7 +17,7 @@ A row is a record in any schema of :mod:`vlmpack.readers.schemas` (``messages`` 
 - a string: a file path resolved against ``media_root`` (:func:`vlmpack.media.resolve_ref`,
   the JSONL rules).
 
-Locators: ``Locator(file, line=1-based row number in the file, offset=group index, key=None)``.
+Locators: ``Locator(file, line=1-based row number in the file, offset=group index, unit="row")``.
 The id is the row's ``id`` column when present (int or non-empty str), else ``file:row``.
 A file whose footer/schema cannot be read (a truncated Parquet file) is refused with one
 :class:`~vlmpack.errors.InputError` line, as is a group that cannot be decoded during a read.
@@ -209,6 +209,7 @@ class ParquetSource:
     """Parquet and Arrow IPC tables (see the module docstring)."""
 
     name = "parquet"
+    unit = "row"  # what a Locator's number counts
 
     @staticmethod
     def sniff(head: bytes) -> bool:
@@ -260,7 +261,8 @@ class ParquetSource:
                 stats.lines += 1
                 stats.records += 1
                 raw, resolve = _row_record(path, g, r, rec, media_root, allow_absolute_media, lmdb_envs)
-                res = parse_record(raw, Locator(path, no, g), schema=schema, resolve_media=resolve, text_key=text_key)
+                res = parse_record(raw, Locator(path, no, g, None, "row"), schema=schema, resolve_media=resolve,
+                                   text_key=text_key)
                 if isinstance(res, Rejection):
                     stats.reasons[res.reason] = stats.reasons.get(res.reason, 0) + 1
                 yield res

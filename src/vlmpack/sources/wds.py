@@ -130,6 +130,7 @@ class WdsSource:
     """WebDataset tar shards (see the module docstring)."""
 
     name = "wds"
+    unit = "sample"  # what a Locator's number counts
 
     @staticmethod
     def sniff(head: bytes) -> bool:
@@ -173,8 +174,8 @@ class WdsSource:
             for no, (key, members) in enumerate(iter_samples(path, start, end), first):
                 stats.lines += 1
                 stats.records += 1
-                res = _sample(path, fh, key, members, Locator(path, no, members[0].header, key), schema, lmdb_envs,
-                              text_key)
+                loc = Locator(path, no, members[0].header, key, "sample")
+                res = _sample(path, fh, key, members, loc, schema, lmdb_envs, text_key)
                 if isinstance(res, Rejection):
                     stats.reasons[res.reason] = stats.reasons.get(res.reason, 0) + 1
                 yield res
