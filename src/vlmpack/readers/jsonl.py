@@ -272,7 +272,7 @@ def parse_record(
     (``invalid_json``); an object (``not_an_object``); ``id`` int or non-empty str (``wrong_type``
     otherwise; absent or ``null`` -> ``f"{file}:{line}"`` with ``has_own_id=False``); schema and
     structural checks of :func:`vlmpack.readers.schemas.to_canonical`; media references resolved
-    lexically by :func:`vlmpack.media.resolve_ref`. Any unexpected exception becomes a
+    lexically by :func:`vlmpack.media.probe.resolve_ref`. Any unexpected exception becomes a
     ``wrong_type`` rejection with a one-line detail. ``ValueError`` only for an unknown ``schema``.
     """
     if schema not in SCHEMAS:

@@ -14,7 +14,7 @@ A row is a record in any schema of :mod:`vlmpack.readers.schemas` (``messages`` 
   ``parquet://<file>#<group>:<row in group>:<column>:<list index or -1>``), without ``bytes`` its
   ``path`` is a file path;
 - a binary value: read in place like the struct's bytes;
-- a string: a file path resolved against ``media_root`` (:func:`vlmpack.media.resolve_ref`,
+- a string: a file path resolved against ``media_root`` (:func:`vlmpack.media.probe.resolve_ref`,
   the JSONL rules).
 
 Locators: ``Locator(file, line=1-based row number in the file, offset=group index, unit="row")``.
