@@ -1,8 +1,10 @@
-"""Model families: chat template + media token rule of each supported model.
+"""Model families: every model-specific rule behind one protocol, looked up by ``model_type``.
 
 :func:`load_model` reads ``config.json`` of a local HF-format model directory and returns the
-family object that renders, counts and encodes samples exactly as the model's own transformers
-processor would. Supported: ``qwen2_vl``, ``qwen2_5_vl`` (:mod:`vlmpack.models.qwen2_vl`).
+:class:`~vlmpack.models.base.ModelFamily` object that renders, counts, encodes, labels, positions
+and preprocesses samples exactly as the model's own transformers processor and model would.
+:data:`FAMILIES` maps ``config.json``'s ``model_type`` to the family class; a new family is one
+module plus one line here.
 """
 
 from __future__ import annotations
@@ -12,14 +14,17 @@ from functools import lru_cache
 from pathlib import Path
 
 from vlmpack.errors import ConfigError
+from vlmpack.models.base import COUNTING_FILES, MediaRuleError, MediaSize, ModelFamily, ProcessedImages
 from vlmpack.models.qwen2_vl import Qwen2VLFamily
 
-FAMILIES = {"qwen2_vl": Qwen2VLFamily, "qwen2_5_vl": Qwen2VLFamily}
+__all__ = ["COUNTING_FILES", "FAMILIES", "MediaRuleError", "MediaSize", "ModelFamily", "ProcessedImages",
+           "load_model", "model_type"]
 
-#: Files of a model directory that decide token counts (hashed into the config fingerprint).
-COUNTING_FILES = ("config.json", "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json",
-                  "vocab.json", "merges.txt", "special_tokens_map.json", "added_tokens.json",
-                  "chat_template.json", "chat_template.jinja")
+#: ``model_type`` of ``config.json`` -> family class (one line per supported type).
+FAMILIES: dict[str, type] = {
+    "qwen2_vl": Qwen2VLFamily,
+    "qwen2_5_vl": Qwen2VLFamily,
+}
 
 
 def model_type(model_dir: str | Path) -> str:
@@ -34,7 +39,7 @@ def model_type(model_dir: str | Path) -> str:
 
 
 @lru_cache(maxsize=4)
-def load_model(model_dir: str) -> Qwen2VLFamily:
+def load_model(model_dir: str) -> ModelFamily:
     """The family object for ``model_dir`` (cached per process; pool workers load it once).
 
     Raises :class:`ConfigError` for an unsupported ``model_type`` or a broken directory.

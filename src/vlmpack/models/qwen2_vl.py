@@ -1,4 +1,6 @@
-"""Qwen2-VL / Qwen2.5-VL: exact token counts and ``input_ids`` without decoding pixels.
+"""Qwen2-VL / Qwen2.5-VL (:class:`Qwen2VLFamily`, ``model_type`` ``qwen2_vl`` / ``qwen2_5_vl``): the
+:class:`~vlmpack.models.base.ModelFamily` rules, exact token counts and ``input_ids`` without
+decoding pixels.
 
 The rule matched is the one of transformers' ``Qwen2VLProcessor.__call__`` (``processing_qwen2_vl``):
 the chat template is rendered with the tokenizer's own ``apply_chat_template`` (one
@@ -14,6 +16,10 @@ at it, so::
 ``smart_resize`` rule the processor applies to decoded pixels (the API vLLM uses to count
 without pixels), with ``min_pixels``/``max_pixels``/``patch_size``/``merge_size`` read from the
 model directory's ``preprocessor_config.json``.
+
+Training rules: labels by the ChatML scan (:func:`vlmpack.models.chatml.assistant_label_mask`),
+per-sample mRoPE from the model class's ``get_rope_index`` (:meth:`Qwen2VLFamily.rope_model_class`,
+used by :mod:`vlmpack.train.rope`), pixels from ``Qwen2VLImageProcessorPil``'s own call.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from vlmpack.errors import ConfigError
+from vlmpack.models.base import COUNTING_FILES, MediaRuleError, MediaSize, ProcessedImages
+from vlmpack.models.chatml import assistant_label_mask
 from vlmpack.models.special_tokens import (
     find_special_token,
     render_pieces,
@@ -41,21 +49,28 @@ log = logging.getLogger(__name__)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # pool workers: no nested Rayon threads
 
 
-class MediaRuleError(ValueError):
-    """A media item the processor cannot take (e.g. aspect ratio > 200); becomes a rejection."""
+__all__ = ["MAX_ASPECT_RATIO", "MediaRuleError", "Qwen2VLFamily"]
+
+#: Largest accepted ``max(w, h) / min(w, h)``: transformers' Qwen2-VL ``smart_resize`` raises above it.
+MAX_ASPECT_RATIO = 200.0
 
 
 class Qwen2VLFamily:
-    """Renderer, counter and encoder for one Qwen2-VL / Qwen2.5-VL model directory.
+    """Renderer, counter, encoder and training rules for one Qwen2-VL / Qwen2.5-VL model directory
+    (a :class:`vlmpack.models.base.ModelFamily`).
 
     Attributes: ``tokenizer`` (transformers fast tokenizer), ``image_processor``
-    (``Qwen2VLImageProcessorPil``), ``merge_size``, ``patch_size``, and the special token ids
-    ``image_token_id``, ``video_token_id``, ``vision_start_token_id``, ``im_start_id``,
-    ``im_end_id``. Raises :class:`ConfigError` when the directory lacks a tokenizer, a chat
+    (``Qwen2VLImageProcessorPil``), ``merge_size``, ``patch_size``, ``model_type`` (of
+    ``config.json``), and the special token ids ``image_token_id``, ``video_token_id``,
+    ``vision_start_token_id``, ``vision_end_token_id``, ``im_start_id``, ``im_end_id``,
+    ``pad_token_id``. Raises :class:`ConfigError` when the directory lacks a tokenizer, a chat
     template or a preprocessor config.
     """
 
     name = "qwen2_vl"
+    counting_files = COUNTING_FILES
+    mrope = True
+    max_aspect_ratio = MAX_ASPECT_RATIO
 
     def __init__(self, model_dir: str | Path):
         from transformers import AutoTokenizer
@@ -74,12 +89,17 @@ class Qwen2VLFamily:
         self.merge_size = int(self.image_processor.merge_size)
         self.patch_size = int(self.image_processor.patch_size)
         cfg = json.loads((Path(model_dir) / "config.json").read_text())
+        self.model_type = str(cfg.get("model_type"))
         ids = self.tokenizer.convert_tokens_to_ids
         self.image_token_id = int(cfg.get("image_token_id") or ids("<|image_pad|>"))
         self.video_token_id = int(cfg.get("video_token_id") or ids("<|video_pad|>"))
         self.vision_start_token_id = int(cfg.get("vision_start_token_id") or ids("<|vision_start|>"))
+        self.vision_end_token_id = int(cfg.get("vision_end_token_id") or ids("<|vision_end|>"))
         self.im_start_id = int(ids("<|im_start|>"))
         self.im_end_id = int(ids("<|im_end|>"))
+        tok = self.tokenizer
+        self.pad_token_id = int(tok.pad_token_id if tok.pad_token_id is not None else self.im_end_id)
+        self._label_ids: tuple[int, int] | None = None
         self.special_tokens = special_token_strings(self.tokenizer)
         self._special_re = special_token_pattern(self.special_tokens)
         self._image_tokens = lru_cache(maxsize=65536)(self._image_tokens_uncached)
@@ -99,6 +119,24 @@ class Qwen2VLFamily:
         if width <= 0 or height <= 0:
             raise MediaRuleError(f"invalid image size {width}x{height}")
         return self._image_tokens(int(width), int(height))
+
+    def media_tokens(self, media: MediaSize) -> int:
+        """Media tokens of one item (``kind``, ``width``, ``height``; see :class:`MediaSize`): images
+        by :meth:`image_tokens`. Raises :class:`MediaRuleError` for videos (not counted yet) and
+        for sizes the processor refuses."""
+        if media.kind != "image":
+            raise MediaRuleError(f"{media.kind} token counting is not implemented for {self.name} yet")
+        return self.image_tokens(media.width, media.height)
+
+    def media_problem(self, kind: str, width: int, height: int) -> str | None:
+        """The size rule of ``smart_resize`` (``max(w, h) / min(w, h) <= 200``) for images, as a
+        one-line reason or None; videos: None (refused at counting time)."""
+        if kind != "image":
+            return None
+        short, long = sorted((width, height))
+        if long > self.max_aspect_ratio * short:
+            return f"aspect ratio {long / short:.1f} of {width}x{height} exceeds {self.max_aspect_ratio:g}"
+        return None
 
     # ------------------------------------------------------------------ text
     @staticmethod
@@ -166,6 +204,10 @@ class Qwen2VLFamily:
                     f"<|vision_start|> for {n_images} images and {n_videos} videos")
         return None
 
+    def num_tokens(self, ids: np.ndarray, media_tokens: Sequence[int]) -> int:
+        """``len(ids) + sum(n_i - 1)``: the length of :meth:`expand` (each pad becomes ``n_i``)."""
+        return int(len(ids) + sum(int(n) - 1 for n in media_tokens))
+
     def expand(self, ids: np.ndarray, media_tokens: Sequence[int]) -> np.ndarray:
         """``input_ids`` with the i-th image/video pad repeated ``media_tokens[i]`` times.
 
@@ -186,6 +228,58 @@ class Qwen2VLFamily:
         (``special_tokens="split"``: see :meth:`token_ids`)."""
         ids = np.asarray(self.token_ids([messages], [special_tokens])[0], dtype=np.int32)
         return self.expand(ids, media_tokens)
+
+    # ------------------------------------------------------------------ training
+    def label_mask(self, ids: np.ndarray) -> np.ndarray:
+        """bool ``[n]``: assistant content + its ``<|im_end|>`` (the ChatML scan,
+        :func:`vlmpack.models.chatml.assistant_label_mask`). Raises :class:`ConfigError` when
+        ``"\\n"`` is not one token of the tokenizer (the scan needs it)."""
+        if self._label_ids is None:
+            nl = self.tokenizer.encode("\n", add_special_tokens=False)
+            if len(nl) != 1:
+                raise ConfigError(f"{self.model_dir}: '\\n' is not one token; the label scan needs it")
+            self._label_ids = (int(self.tokenizer.convert_tokens_to_ids("assistant")), int(nl[0]))
+        assistant_id, newline_id = self._label_ids
+        return assistant_label_mask(ids, im_start_id=self.im_start_id, assistant_id=assistant_id,
+                                    im_end_id=self.im_end_id, newline_id=newline_id)
+
+    def rope_model_class(self) -> type:
+        """transformers' ``Qwen2VLModel`` / ``Qwen2_5_VLModel`` (by ``model_type``): its
+        ``get_rope_index`` defines the mRoPE positions."""
+        if self.model_type == "qwen2_5_vl":
+            from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
+            return Qwen2_5_VLModel
+        from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+        return Qwen2VLModel
+
+    def process_images(self, images: list) -> ProcessedImages:
+        """The image processor's own call on decoded PIL RGB images: float32 ``pixel_values``
+        ``[sum(t*h*w), C*tp*p*p]``, ``image_grid_thw`` int64 ``[k, 3]``, tokens
+        ``t*h*w // merge_size**2`` per image."""
+        import torch
+
+        if not images:
+            return ProcessedImages(None, np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.int64), {})
+        out = self.image_processor(images=images, return_tensors="pt")
+        grids = out["image_grid_thw"].numpy().astype(np.int64)
+        return ProcessedImages(out["pixel_values"].to(torch.float32), grids,
+                               grids.prod(axis=1) // self.merge_size**2,
+                               {"image_grid_thw": torch.from_numpy(grids)})
+
+    def placeholder(self) -> tuple[np.ndarray, list]:
+        """``<|vision_start|><|image_pad|>*n<|vision_end|>`` for a black square of the smallest side
+        the processor keeps (``shortest_edge`` pixels, rounded up to ``patch_size * merge_size``)."""
+        import math
+
+        from PIL import Image
+
+        min_px = int(getattr(self.image_processor.size, "shortest_edge", None) or 56 * 56)
+        factor = self.patch_size * self.merge_size
+        side = max(factor, math.ceil(math.sqrt(min_px) / factor) * factor)
+        n = self.image_tokens(side, side)
+        ids = np.array([self.vision_start_token_id] + [self.image_token_id] * n + [self.vision_end_token_id],
+                       dtype=np.int64)
+        return ids, [Image.new("RGB", (side, side))]
 
 
 def _template_from_files(model_dir: Path) -> str:

@@ -2,9 +2,10 @@
 
 A task covers one range of one input file, as its source splits it (:mod:`vlmpack.sources`: a
 line-aligned byte range of a JSONL file, a byte range of whole samples of a tar shard).
-It parses and validates every record, counts the tokens of the valid ones in batches with
-:class:`vlmpack.models.qwen2_vl.Qwen2VLFamily`, and writes the canonical form of each accepted
-sample as one JSON line into ``<run>/records/part-<task>.jsonl``, so that the writer can read any
+It parses and validates every record, counts the tokens of the valid ones in batches with the
+model's family (:class:`vlmpack.models.base.ModelFamily` from ``vlmpack.models.load_model``:
+media rule, special tokens, template, tokenizer, expansion), and writes the canonical form of
+each accepted sample as one JSON line into ``<run>/records/part-<task>.jsonl``, so that the writer can read any
 sample back by (part, byte offset, length) whatever the input's compression.
 
 Tasks are pure functions of their inputs: the same task gives the same part file and arrays
@@ -21,8 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from vlmpack.media.ref import ref_identity
-from vlmpack.models import load_model
-from vlmpack.models.qwen2_vl import MediaRuleError
+from vlmpack.models import MediaRuleError, load_model
 from vlmpack.pack.rundir import atomic_write
 from vlmpack.pack.validate import validate_sample
 from vlmpack.records import ID_KINDS, ReadStats, Rejection, Sample
@@ -131,12 +131,8 @@ def media_changed(files: list[tuple[str, int, int]]) -> str | None:
 
 def _count_media(family, sample: Sample) -> Rejection | None:
     for m in sample.media:
-        if m.kind != "image":
-            return Rejection(sample.locator, "media_unsupported",
-                             f"{m.ref}: {m.kind} token counting is not implemented for {family.name} yet",
-                             sample.id)
         try:
-            m.num_tokens = family.image_tokens(m.width, m.height)
+            m.num_tokens = family.media_tokens(m)
         except MediaRuleError as e:
             return Rejection(sample.locator, "media_unsupported", f"{m.ref}: {e}", sample.id)
     return None
@@ -189,7 +185,7 @@ def count_samples(family, samples: list[Sample], special_tokens: str = "reject"
             if problem:
                 rejected.append(Rejection(s.locator, "special_token_in_text", problem, s.id))
                 continue
-            s.num_tokens = int(len(arr) + sum(m.num_tokens - 1 for m in s.media))
+            s.num_tokens = family.num_tokens(arr, [m.num_tokens for m in s.media])
             counted.append(s)
     return counted, rejected
 
@@ -209,7 +205,7 @@ def run_task(task: MeasureTask) -> MeasureResult:
         if isinstance(rec, Rejection):
             rejections.append(rec)
             continue
-        checked = validate_sample(rec, check=task.media_check, media_root=task.media_root,
+        checked = validate_sample(rec, check=task.media_check, family=family, media_root=task.media_root,
                                   allow_absolute_media=task.allow_absolute_media)
         (rejections if isinstance(checked, Rejection) else valid).append(checked)
     t1 = time.perf_counter()

@@ -10,7 +10,8 @@ Division of labour (documented contract for the pipeline):
   ``allow_absolute_media``); every media file exists and is a regular file (``media_missing``), is
   an image of an accepted format that decodes at the asked check level (``media_undecodable``; the
   default ``verify`` accepts exactly what the training loader decodes), its size is one the
-  model's processor accepts (``media_unsupported``); fills ``Media.width``, ``height``,
+  model's processor accepts (``media_unsupported``, the family's
+  :meth:`~vlmpack.models.base.ModelFamily.media_problem`); fills ``Media.width``, ``height``,
   ``format``, ``nbytes``.
 - **pipeline**: duplicate ids (global), token counts, overlong.
 """
@@ -20,19 +21,18 @@ from __future__ import annotations
 import logging
 
 from vlmpack.media.probe import CHECKS, MediaError, probe_media
+from vlmpack.models.qwen2_vl import MAX_ASPECT_RATIO
 from vlmpack.records import Rejection, Sample
 
 logger = logging.getLogger(__name__)
-
-#: Largest accepted ``max(w, h) / min(w, h)``: transformers' Qwen2-VL ``smart_resize`` raises above it.
-MAX_ASPECT_RATIO = 200.0
 
 
 def validate_sample(
     sample: Sample,
     *,
     check: str = "verify",
-    max_aspect_ratio: float = MAX_ASPECT_RATIO,
+    family=None,
+    max_aspect_ratio: float | None = None,
     min_side: int = 1,
     media_root: str | None = None,
     allow_absolute_media: bool = False,
@@ -44,8 +44,11 @@ def validate_sample(
     (``verify`` and ``decode`` both accept exactly the images PIL's ``load()`` decodes, ``verify``
     at a fraction of the cost; ``header`` misses damage after the header). ``media_root`` /
     ``allow_absolute_media``: the realpath rule of :func:`~vlmpack.media.probe_media` (``None``,
-    the default, skips it). Images need ``max(w, h) / min(w, h) <= max_aspect_ratio``
-    (200: the rule of transformers' Qwen2-VL ``smart_resize``) and ``min(w, h) >= min_side`` (pass
+    the default, skips it). ``family``: the :class:`~vlmpack.models.base.ModelFamily` whose
+    processor decides which sizes it takes (:meth:`media_problem`; e.g. Qwen-VL's aspect ratio
+    <= 200); without one, images need ``max(w, h) / min(w, h) <= max_aspect_ratio`` (default
+    200, the rule of transformers' Qwen2-VL ``smart_resize``, the default model family); an explicit
+    ``max_aspect_ratio`` replaces the family's rule. Images need ``min(w, h) >= min_side`` (pass
     the processor's minimum, e.g. 28 for processors that reject images smaller than one merged patch;
     the default 1 accepts every image, as transformers 5's Qwen2-VL resizes small images up).
     Videos are only checked to exist (width/height stay 0). ``ValueError`` for an unknown ``check``.
@@ -69,14 +72,14 @@ def validate_sample(
             )
         if item.kind == "image":
             short, long = sorted((info.width, info.height))
-            if long > max_aspect_ratio * short:
-                return Rejection(
-                    sample.locator,
-                    "media_unsupported",
-                    f"media {i} ({item.ref}): aspect ratio {long / short:.1f} of "
-                    f"{info.width}x{info.height} exceeds {max_aspect_ratio:g}",
-                    own_id,
-                )
+            if family is not None and max_aspect_ratio is None:
+                problem = family.media_problem(item.kind, info.width, info.height)
+            else:
+                limit = MAX_ASPECT_RATIO if max_aspect_ratio is None else max_aspect_ratio
+                problem = (f"aspect ratio {long / short:.1f} of {info.width}x{info.height} exceeds {limit:g}"
+                           if long > limit * short else None)
+            if problem:
+                return Rejection(sample.locator, "media_unsupported", f"media {i} ({item.ref}): {problem}", own_id)
             if short < min_side:
                 return Rejection(
                     sample.locator,

@@ -13,8 +13,9 @@ isolated by their segment boundaries). Output keys (all torch tensors unless not
 - ``input_ids`` int64 ``[1, T]``; ``labels`` int64 ``[1, T]`` (-100 except assistant content and its
   ``<|im_end|>``; the first token of every sample is -100, so the usual one-token shift never
   crosses a sample boundary);
-- ``position_ids``: int64 ``[1, T]`` restarting at ``position_start`` per sample, or for Qwen2-VL /
-  Qwen2.5-VL the per-sample mRoPE ``[3, 1, T]`` (``position_layout=3``) or ``[4, 1, T]`` with a text
+- ``position_ids``: int64 ``[1, T]`` restarting at ``position_start`` per sample, or for mRoPE
+  families (``ModelFamily.mrope``: Qwen2-VL, Qwen2.5-VL, Qwen3-VL) the per-sample mRoPE
+  ``[3, 1, T]`` (``position_layout=3``) or ``[4, 1, T]`` with a text
   row (``position_layout=4``, what transformers' Qwen-VL models need to isolate samples from
   ``position_ids`` alone); ``text_position_ids`` int64 ``[1, T]`` always;
 - ``cu_seqlens`` int32 ``[n+1]`` (real tokens), ``cu_seqlens_padded`` int32 (``[n+2]`` when padding
@@ -30,21 +31,18 @@ isolated by their segment boundaries). Output keys (all torch tensors unless not
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
-from PIL import Image
 
 from vlmpack.errors import ConfigError, PackMismatchError
 from vlmpack.train.encode import IGNORE_INDEX, EncodedPack, PackEncoder
 from vlmpack.train.masks import LossWeighting, block_causal_mask, loss_weights, segments
-from vlmpack.train.rope import MROPE_MODEL_TYPES, MRopeIndexer, RopeImpl
+from vlmpack.train.rope import MRopeIndexer, RopeImpl
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +55,7 @@ class PackCollator:
     Args:
       model_dir: HF-format model directory (tokenizer, chat template, preprocessor, config); the
         same one ``vlmpack pack --model`` used.
-      mrope: per-sample mRoPE positions; default: on for ``qwen2_vl`` / ``qwen2_5_vl``. Use
+      mrope: per-sample mRoPE positions; default: the family's ``mrope`` (Qwen-VL families). Use
         ``False`` to train a text-only model (e.g. ``Qwen2ForCausalLM``) with the same tokenizer.
       position_layout: 3 (``[3, 1, T]``) or 4 (``[4, 1, T]``, text row first) for mRoPE.
       rope_impl: ``"transformers"`` (the model class's ``get_rope_index`` per sample) or ``"numpy"``
@@ -86,8 +84,7 @@ class PackCollator:
         self.model_dir = str(model_dir)
         self.family = load_model(self.model_dir)
         self.encoder = PackEncoder(self.family, check_num_tokens=check_num_tokens)
-        model_type = json.loads((Path(model_dir) / "config.json").read_text()).get("model_type")
-        self.mrope = (model_type in MROPE_MODEL_TYPES) if mrope is None else bool(mrope)
+        self.mrope = bool(self.family.mrope) if mrope is None else bool(mrope)
         if position_layout not in (3, 4):
             raise ConfigError(f"position_layout must be 3 or 4, got {position_layout!r}")
         if dense_mask and attn_implementation not in DENSE_MASK_IMPLS:
@@ -104,9 +101,8 @@ class PackCollator:
         self.position_start = position_start
         self.loss_weighting = loss_weighting
         self.placeholder_image = placeholder_image
-        self.rope = MRopeIndexer(self.model_dir, self.family.image_token_id, impl=rope_impl) if self.mrope else None
-        tok = self.family.tokenizer
-        self.pad_token_id = int(tok.pad_token_id if tok.pad_token_id is not None else self.family.im_end_id)
+        self.rope = MRopeIndexer(self.family, impl=rope_impl) if self.mrope else None
+        self.pad_token_id = int(self.family.pad_token_id)
         self._placeholder: EncodedPack | None = None
 
     # ------------------------------------------------------------------ per pack
@@ -127,20 +123,19 @@ class PackCollator:
             raise PackMismatchError(f"pack {enc.key!r}: mRoPE positions: {e}") from None
 
     def placeholder(self) -> EncodedPack:
-        """The minimal image segment ``<|vision_start|><|image_pad|>*n<|vision_end|>`` (labels -100)."""
+        """The family's minimal image segment (Qwen-VL: ``<|vision_start|><|image_pad|>*n<|vision_end|>``),
+        labels -100. Raises :class:`PackMismatchError` when its ids and the processed image disagree."""
         if self._placeholder is None:
-            f = self.family
-            size = f.image_processor.size
-            min_px = int(size.get("shortest_edge") or 56 * 56) if isinstance(size, dict) else 56 * 56
-            factor = f.patch_size * f.merge_size
-            side = max(factor, math.ceil(math.sqrt(min_px) / factor) * factor)
-            pv, grid = self.encoder.process_images([Image.new("RGB", (side, side))])
-            n = int(grid.prod() // f.merge_size ** 2)
-            vision_end = int(f.tokenizer.convert_tokens_to_ids("<|vision_end|>"))
-            ids = np.array([f.vision_start_token_id] + [f.image_token_id] * n + [vision_end], dtype=np.int64)
+            ids, images = self.family.placeholder()
+            ids = np.asarray(ids, dtype=np.int64)
+            proc = self.family.process_images(images)
+            if int(np.count_nonzero(ids == self.family.image_token_id)) != int(proc.tokens.sum()):
+                raise PackMismatchError(f"{self.model_dir}: the placeholder image gives {int(proc.tokens.sum())} "
+                                        "image tokens but its ids hold a different number")
             enc = EncodedPack(key="<placeholder>", sample_ids=[], lengths=np.array([len(ids)], dtype=np.int64),
                               input_ids=ids, labels=np.full(len(ids), IGNORE_INDEX, dtype=np.int64),
-                              image_grid_thw=grid, images_per_sample=[1], pixel_values=pv)
+                              image_grid_thw=proc.grids, images_per_sample=[1], pixel_values=proc.pixel_values,
+                              extra=proc.model_kwargs)
             if self.rope is not None:
                 enc.mrope = self._pack_mrope(enc)
             self._placeholder = enc

@@ -1,8 +1,9 @@
 """Pack (or unpacked samples) -> token ids, labels, image tensors: the per-pack half of collation.
 
-Token ids come from the model family (:class:`vlmpack.models.qwen2_vl.Qwen2VLFamily`: chat
-template render -> tokenizer -> image-pad expansion), the same code ``vlmpack pack`` measured
-with, so ``len(input_ids)`` must equal the pack's recorded ``num_tokens``; any disagreement
+Token ids, labels and pixels come from the model family (:class:`vlmpack.models.base.ModelFamily`:
+chat template render -> tokenizer -> media expansion, the family's label rule, its image
+processor), the same code ``vlmpack pack`` measured with, so
+``len(input_ids)`` must equal the pack's recorded ``num_tokens``; any disagreement
 raises :class:`vlmpack.errors.PackMismatchError` naming the pack and the sample.
 
 Accepted inputs (:func:`read_pack`):
@@ -34,6 +35,10 @@ from PIL import Image, ImageOps
 
 from vlmpack.errors import ConfigError, MediaDecodeError, PackMismatchError
 from vlmpack.media.image import IMAGE_FORMATS, open_image_file
+from vlmpack.models.chatml import assistant_label_mask
+
+__all__ = ["IGNORE_INDEX", "EncodedPack", "PackEncoder", "PackInput", "PackItem", "assistant_label_mask",
+           "open_image", "read_pack"]
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +77,13 @@ class EncodedPack:
     Attributes:
       key, sample_ids: pack key and sample ids in order.
       lengths: int64 ``[n]`` tokens per sample.
-      input_ids, labels: int64 ``[T]`` (labels -100 outside assistant content + ``<|im_end|>``).
+      input_ids, labels: int64 ``[T]`` (labels -100 outside what the family's
+        :meth:`~vlmpack.models.base.ModelFamily.label_mask` trains on, e.g. assistant content + ``<|im_end|>``).
       image_grid_thw: int64 ``[k, 3]`` per image (t, h, w in patches), in sample order.
       images_per_sample: int ``[n]``.
-      pixel_values: float32 ``[sum(t*h*w), C*tp*p*p]`` from the image processor, or None.
+      pixel_values: float32 tensor from the image processor (Qwen-VL: ``[sum(t*h*w), C*tp*p*p]``), or None.
       mrope: int64 ``[3, T]`` per-sample mRoPE positions or None (filled by the collator).
+      extra: the family's other model inputs for the images (e.g. ``image_grid_thw`` as a tensor).
     """
 
     key: str
@@ -224,39 +231,6 @@ def _item_from_unpacked(s: Any) -> PackItem:
                       "{'id', 'messages', 'images'}")
 
 
-# ---------------------------------------------------------------------------------- labels
-def assistant_label_mask(ids: np.ndarray, *, im_start_id: int, assistant_id: int, im_end_id: int,
-                         newline_id: int) -> np.ndarray:
-    """bool ``[n]``: True on the tokens of assistant turns that are trained on.
-
-    Found on the token ids of the rendered ChatML template, no text matching: a turn starts at
-    ``<|im_start|>`` followed by the role token ``assistant``; the header's ``"\\n"`` token is
-    skipped when it is a token of its own (a merged ``"\\n\\n"`` token also holds content and is
-    kept); the turn ends at its ``<|im_end|>`` inclusive (the end-of-turn token the model must
-    learn to emit). The ``"\\n"`` after ``<|im_end|>`` and every other token stays unlabelled.
-    A turn with no ``<|im_end|>`` (truncated) runs to the end of ``ids``.
-    """
-    ids = np.asarray(ids)
-    n = len(ids)
-    mask = np.zeros(n, dtype=bool)
-    if n < 2:
-        return mask
-    heads = np.flatnonzero((ids[:-1] == im_start_id) & (ids[1:] == assistant_id))
-    if not len(heads):
-        return mask
-    content = heads + 2
-    has_nl = content < n
-    has_nl[has_nl] = ids[content[has_nl]] == newline_id
-    content = content + has_nl
-    ends = np.flatnonzero(ids == im_end_id)
-    k = np.searchsorted(ends, content)
-    stop = np.where(k < len(ends), ends[np.minimum(k, len(ends) - 1)] + 1, n)
-    delta = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(delta, np.minimum(content, n), 1)
-    np.add.at(delta, stop, -1)
-    return np.cumsum(delta[:n]) > 0
-
-
 # ---------------------------------------------------------------------------------- encoding
 @dataclass(slots=True)
 class _Expanded:
@@ -269,34 +243,23 @@ class PackEncoder:
     """Encodes packs with one model family (tokenizer + image processor).
 
     Args:
-      family: a :class:`vlmpack.models.qwen2_vl.Qwen2VLFamily` (``vlmpack.models.load_model(dir)``).
+      family: a :class:`vlmpack.models.base.ModelFamily` (``vlmpack.models.load_model(dir)``).
       check_num_tokens: compare T and each sample's tokens with the counts the pack records.
     """
 
     def __init__(self, family, *, check_num_tokens: bool = True):
         self.family = family
         self.check_num_tokens = check_num_tokens
-        tok = family.tokenizer
-        self.assistant_id = int(tok.convert_tokens_to_ids("assistant"))
-        nl = tok.encode("\n", add_special_tokens=False)
-        if len(nl) != 1:
-            raise ConfigError(f"{family.model_dir}: '\\n' is not one token; the label scan needs it")
-        self.newline_id = int(nl[0])
-        self.m2 = family.merge_size ** 2
+        family.label_mask(np.zeros(0, dtype=np.int64))  # the label rule's ConfigError, at start
 
     def labels_for(self, ids: np.ndarray) -> np.ndarray:
-        """int64 labels ``[n]`` of one sample's ids (-100 outside assistant content)."""
-        f = self.family
-        mask = assistant_label_mask(ids, im_start_id=f.im_start_id, assistant_id=self.assistant_id,
-                                    im_end_id=f.im_end_id, newline_id=self.newline_id)
-        return np.where(mask, ids, IGNORE_INDEX).astype(np.int64)
+        """int64 labels ``[n]`` of one sample's ids (-100 where the family's label mask is False)."""
+        return np.where(self.family.label_mask(ids), ids, IGNORE_INDEX).astype(np.int64)
 
     def process_images(self, images: list[Image.Image]) -> tuple[torch.Tensor | None, np.ndarray]:
-        """``(pixel_values float32 [P, D], image_grid_thw int64 [k, 3])`` in order; (None, [0,3]) if none."""
-        if not images:
-            return None, np.zeros((0, 3), dtype=np.int64)
-        out = self.family.image_processor(images=images, return_tensors="pt")
-        return out["pixel_values"].to(torch.float32), out["image_grid_thw"].numpy().astype(np.int64)
+        """``(pixel_values float32, image_grid_thw int64 [k, 3])`` in order; (None, [0,3]) if none."""
+        out = self.family.process_images(images)
+        return out.pixel_values, out.grids
 
     @staticmethod
     def _pretokenized(pack: PackInput) -> list[_Expanded] | None:
@@ -334,8 +297,8 @@ class PackEncoder:
                         "which would fake or cut a turn; pack with --special-tokens split (or drop the sample)")
             raw_ids = f.token_ids([it.messages for it in pack.items], [it.special_tokens for it in pack.items])
         all_imgs = [im for it in pack.items for im in it.images]
-        pixel_values, grids = self.process_images(all_imgs)
-        tokens_per_image = grids.prod(axis=1) // self.m2 if len(grids) else np.zeros(0, dtype=np.int64)
+        processed = f.process_images(all_imgs)
+        pixel_values, grids, tokens_per_image = processed.pixel_values, processed.grids, processed.tokens
         ids_list, labels_list, lengths, per_sample = [], [], [], []
         gi = 0
         for it, ids0 in zip(pack.items, raw_ids):
@@ -376,4 +339,5 @@ class PackEncoder:
         return EncodedPack(key=pack.key, sample_ids=[it.id for it in pack.items],
                            lengths=np.asarray(lengths, dtype=np.int64),
                            input_ids=np.concatenate(ids_list), labels=np.concatenate(labels_list),
-                           image_grid_thw=grids, images_per_sample=per_sample, pixel_values=pixel_values)
+                           image_grid_thw=grids, images_per_sample=per_sample, pixel_values=pixel_values,
+                           extra=processed.model_kwargs)

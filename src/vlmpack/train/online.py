@@ -1,8 +1,9 @@
 """Online packing for data that was not packed offline: exact counts, a bounded streaming packer,
 and a resumable PyTorch ``IterableDataset``.
 
-- :func:`measure_item`: the exact token count ``vlmpack pack`` records (template + tokenizer +
-  ``image_tokens(width, height)`` of the EXIF-oriented image), without running the image processor.
+- :func:`measure_item`: the exact token count ``vlmpack pack`` records (the family's
+  ``token_ids``, ``media_tokens`` of the EXIF-oriented image sizes and ``num_tokens``), without
+  running the image processor.
 - the packing engine's :class:`vlmpack.packing.StreamingPacker` groups the measured samples
   (bounded buffer of ``buffer_size`` samples, BFD rounds);
 - :class:`OnlinePackedDataset`: source samples -> packed batches, with ``state_dict()`` /
@@ -17,16 +18,19 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
+from vlmpack.models.base import MediaSize
 from vlmpack.train.encode import PackItem, _item_from_unpacked
 
 log = logging.getLogger(__name__)
 
 
 def measure_item(family, item: PackItem) -> int:
-    """Exact tokens of one sample: ``len(tokenize(render(messages))) + sum(image_tokens - 1)``, the
-    rule of :func:`vlmpack.pack.count.count_samples`; sizes are those of the EXIF-oriented images."""
+    """Exact tokens of one sample by the family's rule (``num_tokens`` of its ``token_ids`` and
+    ``media_tokens``), the same calls as :func:`vlmpack.pack.count.count_samples`; sizes are those
+    of the EXIF-oriented images. Raises :class:`vlmpack.models.MediaRuleError` for a size the
+    processor refuses."""
     ids = family.token_ids([item.messages], [item.special_tokens])[0]
-    return int(len(ids) + sum(family.image_tokens(im.width, im.height) - 1 for im in item.images))
+    return family.num_tokens(ids, [family.media_tokens(MediaSize("image", im.width, im.height)) for im in item.images])
 
 
 def make_streaming_packer(capacity: int, buffer_size: int):

@@ -1,11 +1,13 @@
-"""Per-sample multimodal RoPE (mRoPE) positions of Qwen2-VL / Qwen2.5-VL packs.
+"""Per-sample multimodal RoPE (mRoPE) positions of packs for mRoPE families (Qwen2-VL, Qwen2.5-VL,
+Qwen3-VL: ``ModelFamily.mrope``).
 
 A packed row must get, for every sample, exactly the 3D positions the model would compute for
 that sample alone (restarting at 0), concatenated (USERS.md theme C; NeMo Automodel#2172,
 axolotl#3817). Two implementations, equal by test:
 
-- ``"transformers"`` (default): the model class's own ``get_rope_index`` (transformers
-  ``Qwen2_5_VLModel.get_rope_index`` / ``Qwen2VLModel.get_rope_index``), called once per sample
+- ``"transformers"`` (default): the model class's own ``get_rope_index`` (the family's
+  :meth:`~vlmpack.models.base.ModelFamily.rope_model_class`, e.g. transformers
+  ``Qwen2_5_VLModel.get_rope_index``), called once per sample
   with that sample's ids, ``mm_token_type_ids`` and image grids. The method only reads
   ``self.config.vision_config`` and ``self.get_vision_position_ids``, so it is called on a
   light stand-in holding the model's config; no weights are built.
@@ -22,7 +24,6 @@ sequences from ``position_ids`` (``Qwen2_5_VLTextModel.forward``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -34,41 +35,35 @@ from vlmpack.errors import ConfigError
 
 RopeImpl = Literal["transformers", "numpy"]
 
-MROPE_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
-
-
-def _model_class(model_type: str):
-    if model_type == "qwen2_5_vl":
-        from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
-        return Qwen2_5_VLModel
-    if model_type == "qwen2_vl":
-        from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
-        return Qwen2VLModel
-    raise ConfigError(f"model_type {model_type!r} has no mRoPE; supported: {list(MROPE_MODEL_TYPES)}")
-
 
 class MRopeIndexer:
-    """Computes packed mRoPE positions for one model directory.
+    """Computes packed mRoPE positions for one model family.
 
     Args:
-      model_dir: HF-format model directory (its ``config.json`` gives ``model_type`` and
-        ``vision_config.spatial_merge_size``).
-      image_token_id: id of ``<|image_pad|>``.
+      family: a :class:`vlmpack.models.base.ModelFamily` with ``mrope`` (or the path of its model
+        directory); its ``rope_model_class()`` gives ``get_rope_index``, its ``config.json``
+        ``vision_config.spatial_merge_size``.
+      image_token_id: id of the image pad token (default: the family's ``image_token_id``).
       impl: ``"transformers"`` or ``"numpy"`` (see module docstring).
 
-    Raises :class:`ConfigError` for a model type without mRoPE, or when ``impl="numpy"`` disagrees
+    Raises :class:`ConfigError` for a family without mRoPE, or when ``impl="numpy"`` disagrees
     with the installed transformers' ``get_rope_index`` on the built-in self-check.
     """
 
-    def __init__(self, model_dir: str | Path, image_token_id: int, *, impl: RopeImpl = "transformers"):
+    def __init__(self, family, image_token_id: int | None = None, *, impl: RopeImpl = "transformers"):
         from transformers import AutoConfig
 
-        cfg_json = json.loads((Path(model_dir) / "config.json").read_text())
-        self.model_type = str(cfg_json.get("model_type"))
-        cls = _model_class(self.model_type)
-        self.config = AutoConfig.from_pretrained(str(model_dir))
+        if isinstance(family, (str, Path)):
+            from vlmpack.models import load_model
+
+            family = load_model(str(family))
+        if not getattr(family, "mrope", False):
+            raise ConfigError(f"{family.model_dir}: the {family.name} family has no mRoPE positions")
+        cls = family.rope_model_class()
+        self.model_type = getattr(family, "model_type", family.name)
+        self.config = AutoConfig.from_pretrained(str(family.model_dir))
         self.merge = int(self.config.vision_config.spatial_merge_size)
-        self.image_token_id = int(image_token_id)
+        self.image_token_id = int(family.image_token_id if image_token_id is None else image_token_id)
         if impl not in ("transformers", "numpy"):
             raise ConfigError(f"rope_impl must be 'transformers' or 'numpy', got {impl!r}")
         self.impl = impl

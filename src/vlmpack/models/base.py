@@ -1,0 +1,129 @@
+"""The :class:`ModelFamily` protocol: everything vlmpack needs to know about one model family.
+
+A family object is built from one local HF-format model directory (``vlmpack.models.load_model``)
+and answers, without decoding pixels on the counting path, every model-specific question of the
+pipeline and of the training side:
+
+- which model files decide counts (config fingerprint): :attr:`ModelFamily.counting_files`;
+- which media sizes the processor takes (``pack.validate``): :meth:`ModelFamily.media_problem`;
+- media tokens from a header (``pack.count``, ``train.online``): :meth:`ModelFamily.media_tokens`;
+- special tokens refused in user text: :meth:`ModelFamily.find_special_token`;
+- the rendered, unexpanded ids and their check: :meth:`ModelFamily.token_ids`, :meth:`ModelFamily.check_ids`;
+- the exact count: :meth:`ModelFamily.num_tokens`; ``input_ids``: :meth:`ModelFamily.expand` /
+  :meth:`ModelFamily.encode` (collator, ``--pretokenize``);
+- what is trained on: :meth:`ModelFamily.label_mask`;
+- positions: :attr:`ModelFamily.mrope` and :meth:`ModelFamily.rope_model_class` (``train.rope``);
+- pixels for the model: :meth:`ModelFamily.process_images`; the placeholder image for
+  text-only batches (FSDP): :meth:`ModelFamily.placeholder`.
+
+Media of any kind go through the same methods (``kind`` is ``"image"`` or ``"video"``); a family
+that cannot count a kind raises :class:`MediaRuleError`, which becomes a ``media_unsupported``
+rejection. Adding a family is one module with a class that satisfies this protocol and one line
+in :data:`vlmpack.models.FAMILIES` (see CONTRIBUTING.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+#: Files of a model directory that decide token counts in every family so far (tokenizer, chat
+#: template, processor and model config); a family may add its own (``counting_files``).
+COUNTING_FILES = ("config.json", "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json",
+                  "vocab.json", "merges.txt", "special_tokens_map.json", "added_tokens.json",
+                  "chat_template.json", "chat_template.jinja")
+
+
+class MediaRuleError(ValueError):
+    """A media item the processor cannot take (e.g. aspect ratio > 200, a kind the family cannot
+    count yet); becomes a ``media_unsupported`` rejection."""
+
+
+@dataclass(frozen=True, slots=True)
+class MediaSize:
+    """What a family needs to count one media item: its ``kind``, ``width`` x ``height`` in pixels
+    as the processor sees it (after EXIF orientation) and, for videos, ``duration_s`` (seconds),
+    ``fps`` and ``frames``. :class:`vlmpack.records.Media` has the same fields and is accepted
+    wherever a ``MediaSize`` is."""
+
+    kind: str
+    width: int
+    height: int
+    duration_s: float | None = None
+    fps: float | None = None
+    frames: int | None = None
+
+
+@dataclass(slots=True)
+class ProcessedImages:
+    """The image processor's output for the images of one pack, in order.
+
+    ``pixel_values``: float32 tensor (layout of the family, e.g. ``[sum(t*h*w), C*tp*p*p]`` for
+    Qwen-VL) or None without images; ``grids``: int64 ``[k, 3]`` (t, h, w in patches) per image;
+    ``tokens``: int64 ``[k]`` media tokens per image; ``model_kwargs``: the extra tensors the
+    model's ``forward`` takes beside ``pixel_values`` (e.g. ``{"image_grid_thw": ...}``)."""
+
+    pixel_values: Any
+    grids: np.ndarray
+    tokens: np.ndarray
+    model_kwargs: dict
+
+
+@runtime_checkable
+class ModelFamily(Protocol):
+    """Renderer, counter, encoder and training rules of one model directory (see module docstring).
+
+    Attributes: ``name`` (family name), ``model_dir``, ``tokenizer`` (transformers fast
+    tokenizer), ``counting_files``, ``special_tokens`` (strings refused in user text),
+    ``image_token_id`` (the id whose embeddings the image features replace), ``pad_token_id``,
+    ``mrope`` (True: positions are per-sample 3-D mRoPE; False: 1-D).
+    """
+
+    name: str
+    model_dir: str
+    tokenizer: Any
+    counting_files: tuple[str, ...]
+    special_tokens: tuple[str, ...]
+    image_token_id: int
+    pad_token_id: int
+    mrope: bool
+
+    def media_problem(self, kind: str, width: int, height: int) -> str | None:
+        """A one-line reason when the processor refuses a ``kind`` item of that size, else None."""
+
+    def media_tokens(self, media: MediaSize) -> int:
+        """Media tokens of one item from its header; raises :class:`MediaRuleError`."""
+
+    def find_special_token(self, messages: Sequence[dict]) -> tuple[int, str] | None:
+        """``(turn index, token)`` of the first refused special token in the user text, or None."""
+
+    def token_ids(self, messages_list: Sequence[Sequence[dict]], special_tokens: Sequence[str | None]) -> list:
+        """Unexpanded ids (one placeholder token per media item) of each conversation, batched."""
+
+    def check_ids(self, ids: np.ndarray, n_images: int, n_videos: int) -> str | None:
+        """A one-line problem when unexpanded ``ids`` do not hold one placeholder per media item."""
+
+    def num_tokens(self, ids: np.ndarray, media_tokens: Sequence[int]) -> int:
+        """Length of :meth:`expand` ``(ids, media_tokens)`` without building it."""
+
+    def expand(self, ids: np.ndarray, media_tokens: Sequence[int]) -> np.ndarray:
+        """int32 ``input_ids`` with every placeholder expanded to its media tokens."""
+
+    def encode(self, messages: Sequence[dict], media_tokens: Sequence[int],
+               special_tokens: str | None = None) -> np.ndarray:
+        """Full int32 ``input_ids`` of one sample (:meth:`token_ids` + :meth:`expand`)."""
+
+    def label_mask(self, ids: np.ndarray) -> np.ndarray:
+        """bool ``[n]``: the tokens of one sample's expanded ids that are trained on."""
+
+    def rope_model_class(self) -> type:
+        """The transformers model class whose ``get_rope_index`` defines mRoPE (``mrope`` only)."""
+
+    def process_images(self, images: list) -> ProcessedImages:
+        """Decoded PIL RGB images of one pack -> :class:`ProcessedImages` (the processor's own call)."""
+
+    def placeholder(self) -> tuple[np.ndarray, list]:
+        """``(ids int64 [n], [PIL image])``: a minimal image segment for text-only batches."""
