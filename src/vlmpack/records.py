@@ -4,7 +4,7 @@ A record read from any source becomes either a :class:`Sample` (canonical OpenAI
 messages + a media list + a :class:`Locator`) or a :class:`Rejection` (locator + reason code +
 detail). Nothing in between: ``records read = samples packed + rejected + dropped overlong``.
 
-Canonical ``messages`` (the form written into packs, DESIGN.md section 2)::
+Canonical ``messages`` (the form written into packs, docs/format.md)::
 
     [{"role": "system" | "user" | "assistant",
       "content": [{"type": "text", "text": str} | {"type": "image", "index": int}

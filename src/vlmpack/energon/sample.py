@@ -1,4 +1,4 @@
-"""The Energon sample type of a vlmpack pack (format ``vlmpack.pack/1``, DESIGN.md section 2).
+"""The Energon sample type of a vlmpack pack (format ``vlmpack.pack/1``, docs/format.md).
 
 ``.nv-meta/dataset.yaml`` names :class:`VlmpackPack` and ``.nv-meta/sample_loader.py``
 (:data:`vlmpack.energon.meta.SAMPLE_LOADER_SOURCE`) maps the raw tar parts onto it, so that

@@ -1,4 +1,4 @@
-"""Write stage: packed-sample format v1 (DESIGN.md section 2) into deterministic WebDataset tars.
+"""Write stage: packed-sample format v1 (docs/format.md) into deterministic WebDataset tars.
 
 One tar sample per pack, key ``pack<global index:09d>`` (unique, no dots): ``<key>.json``, the
 original media bytes as ``<key>.img<i>.<ext>`` (never re-encoded; ``ext`` from the decoded
