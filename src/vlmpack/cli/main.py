@@ -29,6 +29,20 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 err = Console(stderr=True)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from vlmpack import __version__
+
+        typer.echo(f"vlmpack {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Pack multimodal SFT data into padding-free sequences for Megatron-Energon."""
+
+
 app.command("pack")(pack_command)
 app.command("check")(check_command)
 app.command("plan")(plan_command)

@@ -9,49 +9,67 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from vlmpack.config import PackConfig
+
+
+def _opt(field: str, *decls: str, help: str, default: str | None = None):
+    """A ``typer.Option`` for the config field ``field`` (None: not given, so a ``--config`` YAML
+    value stands) whose help shows the field's default (or ``default``) or that it is required."""
+    info = PackConfig.model_fields[field]
+    if default is None:
+        value = info.default
+        default = ("on" if value else "off") if isinstance(value, bool) else "none" if value is None else str(value)
+    tail = "(required, here or in --config)" if info.is_required() else f"(default: {default})"
+    return typer.Option(None, *decls, help=f"{help} {tail}")
+
 
 def pack_command(
     config: Optional[Path] = typer.Option(None, "--config", help="YAML file with the options below; flags override it"),
-    input: Optional[list[str]] = typer.Option(
-        None, "--input", "-i", help="JSONL file (plain/.gz/.zst/.xz/.bz2), WebDataset .tar shard, Parquet/Arrow file, "
-        "directory, glob or brace pattern (shard-{000..009}.tar); repeatable"),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="output directory"),
-    model: Optional[str] = typer.Option(None, "--model", help="local HF-format model directory"),
-    media_root: Optional[str] = typer.Option(None, "--media-root", help="media paths are relative to it"),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="capacity L of a pack in tokens [8192]"),
-    schema: Optional[str] = typer.Option(None, "--schema", help="auto|llava|messages|prompts [auto]"),
-    input_format: Optional[str] = typer.Option(None, "--input-format",
-                                               help="auto|jsonl|wds|parquet: force the inputs' format [auto: sniffed]"),
-    text_key: Optional[str] = typer.Option(
-        None, "--text-key", help="key of the turns in each record, e.g. texts (WDS-native packer schema) [auto]"),
-    allow_absolute_media: Optional[bool] = typer.Option(None, "--allow-absolute-media/--no-allow-absolute-media"),
-    media_lmdb: Optional[list[str]] = typer.Option(
-        None, "--media-lmdb", help="NAME=PATH: an LMDB image store for lmdb://NAME/KEY references; repeatable"),
-    media_check: Optional[str] = typer.Option(None, "--media-check", help="header|verify|decode [verify]"),
-    overlong: Optional[str] = typer.Option(None, "--overlong", help="drop|error [drop]"),
-    algorithm: Optional[str] = typer.Option(None, "--algorithm", help="bin-packing algorithm [bfd]"),
-    max_samples_per_pack: Optional[int] = typer.Option(None, "--max-samples-per-pack"),
-    max_media_per_pack: Optional[int] = typer.Option(None, "--max-media-per-pack"),
-    max_media_tokens_per_pack: Optional[int] = typer.Option(None, "--max-media-tokens-per-pack"),
-    group_by_kind: Optional[bool] = typer.Option(None, "--group-by-kind/--no-group-by-kind",
-                                                 help="keep text/image/video packs homogeneous"),
-    pad_to_multiple_of: Optional[int] = typer.Option(None, "--pad-to-multiple-of"),
-    seed: Optional[int] = typer.Option(None, "--seed", help="seed of the pack order shuffle [0]"),
-    pretokenize: Optional[bool] = typer.Option(None, "--pretokenize/--no-pretokenize",
-                                               help="also write each pack's input_ids as an int32 .npy part"),
-    special_tokens: Optional[str] = typer.Option(
-        None, "--special-tokens", help="reject|split: text holding a tokenizer special token (<|im_end|>, ...) is "
-        "rejected, or tokenized as plain text by counting and collator alike [reject]"),
-    max_reject_fraction: Optional[float] = typer.Option(
-        None, "--max-reject-fraction", help="stop after counting when a larger share of records is rejected [0.05]"),
-    max_packs_per_shard: Optional[int] = typer.Option(None, "--max-packs-per-shard"),
-    max_shard_bytes: Optional[int] = typer.Option(None, "--max-shard-bytes"),
-    workers: Optional[int] = typer.Option(None, "--workers", "-j", help="processes [cores]"),
-    executor: Optional[str] = typer.Option(None, "--executor", help="local|ray [local]"),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address, e.g. auto"),
-    overwrite: Optional[bool] = typer.Option(None, "--overwrite/--no-overwrite",
-                                             help="replace another config's output"),
-    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress"),
+    input: Optional[list[str]] = _opt(
+        "input", "--input", "-i", help="JSONL file (plain/.gz/.zst/.xz/.bz2), WebDataset .tar shard, Parquet/Arrow "
+        "file, datasets save_to_disk dir, directory, glob or brace pattern (shard-{000..009}.tar); repeatable"),
+    output: Optional[str] = _opt("output", "--output", "-o", help="output directory"),
+    model: Optional[str] = _opt("model", "--model", help="local HF-format model directory"),
+    media_root: Optional[str] = _opt("media_root", "--media-root", help="media paths are relative to it",
+                                     default="the first input's folder"),
+    seq_len: Optional[int] = _opt("seq_len", "--seq-len", help="capacity L of a pack in tokens"),
+    schema: Optional[str] = _opt("input_schema", "--schema", help="auto|llava|messages|prompts"),
+    input_format: Optional[str] = _opt("input_format", "--input-format",
+                                       help="auto|jsonl|wds|parquet: force the inputs' format (auto: sniffed)"),
+    text_key: Optional[str] = _opt("text_key", "--text-key", help="key of the turns in each record, e.g. texts",
+                                   default="conversations / messages / texts"),
+    allow_absolute_media: Optional[bool] = _opt(
+        "allow_absolute_media", "--allow-absolute-media/--no-allow-absolute-media",
+        help="accept media paths outside --media-root"),
+    media_lmdb: Optional[list[str]] = _opt(
+        "media_lmdb", "--media-lmdb", help="NAME=PATH: an LMDB image store for lmdb://NAME/KEY references; repeatable"),
+    media_check: Optional[str] = _opt("media_check", "--media-check", help="header|verify|decode"),
+    overlong: Optional[str] = _opt("overlong", "--overlong", help="drop|error: a sample longer than --seq-len"),
+    algorithm: Optional[str] = _opt("algorithm", "--algorithm", help="bin-packing algorithm"),
+    max_samples_per_pack: Optional[int] = _opt("max_samples_per_pack", "--max-samples-per-pack", help="samples"),
+    max_media_per_pack: Optional[int] = _opt("max_media_per_pack", "--max-media-per-pack", help="media items"),
+    max_media_tokens_per_pack: Optional[int] = _opt("max_media_tokens_per_pack", "--max-media-tokens-per-pack",
+                                                    help="media tokens"),
+    group_by_kind: Optional[bool] = _opt("group_by_kind", "--group-by-kind/--no-group-by-kind",
+                                         help="keep text/image/video packs homogeneous"),
+    pad_to_multiple_of: Optional[int] = _opt("pad_to_multiple_of", "--pad-to-multiple-of",
+                                             help="plan each sample's length rounded up to this many tokens"),
+    seed: Optional[int] = _opt("seed", "--seed", help="seed of the pack order shuffle"),
+    pretokenize: Optional[bool] = _opt("pretokenize", "--pretokenize/--no-pretokenize",
+                                       help="also write each pack's input_ids as an int32 .npy part"),
+    special_tokens: Optional[str] = _opt(
+        "special_tokens", "--special-tokens", help="reject|split: text holding a tokenizer special token "
+        "(<|im_end|>, ...) is rejected, or tokenized as plain text by counting and collator alike"),
+    max_reject_fraction: Optional[float] = _opt(
+        "max_reject_fraction", "--max-reject-fraction", help="stop after counting when a larger share is rejected"),
+    max_packs_per_shard: Optional[int] = _opt("max_packs_per_shard", "--max-packs-per-shard", help="shard rollover"),
+    max_shard_bytes: Optional[int] = _opt("max_shard_bytes", "--max-shard-bytes", help="shard rollover, bytes"),
+    workers: Optional[int] = _opt("workers", "--workers", "-j", help="processes", default="CPU cores"),
+    executor: Optional[str] = _opt("executor", "--executor", help="local|ray"),
+    ray_address: Optional[str] = _opt("ray_address", "--ray-address", help="Ray cluster address, e.g. auto"),
+    overwrite: Optional[bool] = _opt("overwrite", "--overwrite/--no-overwrite",
+                                     help="replace an output written with another config"),
+    progress: Optional[bool] = _opt("progress", "--progress/--no-progress", help="progress bars on stderr"),
 ) -> None:
     """Read, validate, count, plan and write packed shards + Energon metadata + report."""
     from vlmpack.config import load_config
