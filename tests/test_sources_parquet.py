@@ -3,8 +3,9 @@
 The demo set converted to Parquet (the HF ``datasets`` ``Image`` struct ``{"bytes", "path"}`` in a
 list column ``images`` + the ``conversations`` column, several row groups) packs like the JSONL
 route: per id the same ``num_tokens`` and byte-identical media parts; Energon loads the output
-and ``check`` passes; 1 vs 2 workers give identical bytes; broken inputs are refused with one line
-or rejected with a reason.
+and ``check`` passes; 1 vs 2 workers give identical bytes and a CLI run SIGKILLed mid-write resumes
+to them; broken inputs (cut file, corrupt page, bytes that do not decode, missing file) are refused
+with one line or rejected with a reason.
 """
 
 from __future__ import annotations
@@ -169,3 +170,85 @@ def test_hf_datasets_files_read_in_place(tmp_path, real_data):
         assert detect_format(str(path)) == "parquet"
         got = [(s.id, [read_ref(m.path) for m in s.media]) for s in ParquetSource.read(str(path), 0, -1, 1)]
         assert got == want
+
+
+def _kill_mid_write(args: list, out: Path) -> dict[str, int]:
+    """Start ``vlmpack ARGS --output OUT`` and SIGKILL it once its first shard is written (asserts it
+    was still running, i.e. killed mid-write); returns ``mtime_ns`` of the shards marked done by then."""
+    import signal
+    import time
+
+    from hostile_corpus import start_cli
+
+    proc = start_cli([*args, "--output", out])
+    markers = out / ".vlmpack" / "shards"
+    end = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < end and not (markers.is_dir() and any(markers.iterdir())):
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before it could be killed mid-write"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL and any(markers.iterdir()) and not (out / "report.json").exists()
+    return {p.name[:-5]: (out / p.name[:-5]).stat().st_mtime_ns for p in markers.glob("*.json")}
+
+
+def test_killed_parquet_run_resumes_to_the_same_bytes(both, model_dir):
+    """A CLI run on the Parquet input SIGKILLed mid-write and run again gives the bytes of an
+    uninterrupted run (a rerun is byte-identical); a rerun on the finished output changes nothing."""
+    from hostile_corpus import run_cli
+
+    tmp, _, _ = both
+    args = ["pack", "--input", tmp / "set.parquet", "--model", model_dir, "--media-root", tmp / "no_media",
+            "--seq-len", 4096, "--max-packs-per-shard", 2, "--pretokenize", "--workers", 1, "--no-progress"]
+    ref = run_cli([*args, "--output", tmp / "kref"])
+    assert ref.returncode == 0, ref.stderr
+    want = shard_hashes(tmp / "kref")
+    assert len(want) > 4  # many shards: the kill below lands between the first and the last
+    done = _kill_mid_write(args, tmp / "killed")
+    again = run_cli([*args, "--output", tmp / "killed"])
+    assert again.returncode == 0, again.stderr
+    assert shard_hashes(tmp / "killed") == want
+    assert {n: (tmp / "killed" / n).stat().st_mtime_ns for n in done} == done  # resumed: done shards kept
+    once_more = run_cli([*args, "--output", tmp / "killed"])
+    assert once_more.returncode == 0, once_more.stderr
+    assert shard_hashes(tmp / "killed") == want
+
+
+def test_corrupt_parquet_page(tmp_path, real_data, model_dir):
+    """A footer that reads but a page that does not: a broken page header is refused with one line
+    naming the row group (exit 2, no traceback); image bytes flipped inside a page (a snappy
+    literal, so the page still decompresses) reject that row as ``media_undecodable`` and nothing
+    else is lost: records_read == samples_packed + rejected."""
+    from hostile_corpus import one_error_line, run_cli
+
+    rows = _rows(real_data, 60)
+    pq.write_table(_table(rows, real_data), tmp_path / "ok.parquet", row_group_size=20)
+    data = (tmp_path / "ok.parquet").read_bytes()
+    meta = pq.ParquetFile(tmp_path / "ok.parquet").metadata
+    names = [meta.row_group(1).column(c).path_in_schema for c in range(meta.num_columns)]
+    text = meta.row_group(1).column(names.index("conversations.list.element.value"))
+    assert text.compression == "SNAPPY"
+
+    def pack(name: str, flip: int, n: int):
+        (tmp_path / name).write_bytes(data[:flip] + bytes(b ^ 0xA5 for b in data[flip:flip + n]) + data[flip + n:])
+        return run_cli(["pack", "--input", tmp_path / name, "--model", model_dir, "--output", tmp_path / f"o_{name}",
+                        "--media-root", tmp_path, "--seq-len", 8192, "--workers", 1, "--no-progress",
+                        "--max-reject-fraction", 1])
+
+    res = pack("header.parquet", text.dictionary_page_offset or text.data_page_offset, 8)
+    assert res.returncode == 2
+    line = one_error_line(res.stderr)
+    assert "header.parquet" in line and "row group 1 cannot be read" in line and "corrupt" in line
+    assert not (tmp_path / "o_header.parquet" / "report.json").exists()
+    # the middle of one image of row group 1, stored verbatim (a literal) in the compressed page
+    victim = next(r for r in rows[20:40] if r["images"] and len((real_data / r["images"][0]).read_bytes()) > 4096)
+    img = (real_data / victim["images"][0]).read_bytes()
+    at = data.find(img[len(img) // 2: len(img) // 2 + 64])
+    assert at > 0 and data.find(img[len(img) // 2: len(img) // 2 + 64], at + 1) < 0
+    res = pack("pixels.parquet", at, 16)
+    assert res.returncode == 0, res.stderr
+    report = json.loads((tmp_path / "o_pixels.parquet" / "report.json").read_text())
+    rejects = {json.loads(x)["id"]: json.loads(x)["reason"]
+               for x in (tmp_path / "o_pixels.parquet" / "rejects.jsonl").read_text().splitlines()}
+    assert rejects == {victim["id"]: "media_undecodable"}
+    assert report["identity_holds"] and report["records_read"] == report["samples_packed"] + report["rejected"] == 60
