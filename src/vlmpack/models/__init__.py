@@ -16,6 +16,7 @@ from pathlib import Path
 from vlmpack.errors import ConfigError
 from vlmpack.models.base import COUNTING_FILES, MediaRuleError, MediaSize, ModelFamily, ProcessedImages
 from vlmpack.models.qwen2_vl import Qwen2VLFamily
+from vlmpack.models.qwen3_vl import Qwen3VLFamily
 
 __all__ = ["COUNTING_FILES", "FAMILIES", "MediaRuleError", "MediaSize", "ModelFamily", "ProcessedImages",
            "load_model", "model_type"]
@@ -24,6 +25,8 @@ __all__ = ["COUNTING_FILES", "FAMILIES", "MediaRuleError", "MediaSize", "ModelFa
 FAMILIES: dict[str, type] = {
     "qwen2_vl": Qwen2VLFamily,
     "qwen2_5_vl": Qwen2VLFamily,
+    "qwen3_vl": Qwen3VLFamily,
+    "qwen3_vl_moe": Qwen3VLFamily,
 }
 
 

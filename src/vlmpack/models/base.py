@@ -34,7 +34,7 @@ import numpy as np
 #: template, processor and model config); a family may add its own (``counting_files``).
 COUNTING_FILES = ("config.json", "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json",
                   "vocab.json", "merges.txt", "special_tokens_map.json", "added_tokens.json",
-                  "chat_template.json", "chat_template.jinja")
+                  "chat_template.json", "chat_template.jinja", "video_preprocessor_config.json")
 
 
 class MediaRuleError(ValueError):

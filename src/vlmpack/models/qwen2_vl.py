@@ -20,6 +20,7 @@ model directory's ``preprocessor_config.json``.
 Training rules: labels by the ChatML scan (:func:`vlmpack.models.chatml.assistant_label_mask`),
 per-sample mRoPE from the model class's ``get_rope_index`` (:meth:`Qwen2VLFamily.rope_model_class`,
 used by :mod:`vlmpack.train.rope`), pixels from ``Qwen2VLImageProcessorPil``'s own call.
+Qwen3-VL (:mod:`vlmpack.models.qwen3_vl`) shares all of this and overrides the model class.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Helpers for the training-side tests and benchmarks: tiny random models, real packs, pack readers.
 
-- :func:`tiny_qwen2` / :func:`tiny_qwen2_5_vl`: randomly initialised float32 models built from
+- :func:`tiny_qwen2` / :func:`tiny_qwen2_5_vl` / :func:`tiny_qwen3_vl`: randomly initialised float32 models built from
   configs (no weights downloaded), sized to run in seconds on a CPU, with the real Qwen vocab
   and special token ids of ``model_dir`` so that real packs can be fed to them.
 - :func:`demo_packs`: runs the real ``vlmpack pack`` pipeline on the first lines of the demo set
@@ -63,6 +63,36 @@ def tiny_qwen2_5_vl(model_dir: str | Path, *, attn_implementation: str = "sdpa",
     cfg.text_config._attn_implementation = attn_implementation
     cfg.vision_config._attn_implementation = attn_implementation
     return Qwen2_5_VLForConditionalGeneration(cfg).float().eval()
+
+
+def tiny_qwen3_vl(model_dir: str | Path, *, attn_implementation: str = "sdpa", seed: int = 0, moe: bool = False):
+    """A random ``Qwen3VLForConditionalGeneration`` (``moe=True``: ``Qwen3VLMoeForConditionalGeneration``,
+    4 experts, 2 per token). Text: hidden 64, 2 layers, head_dim 16, interleaved mRoPE with
+    mrope_section [2, 3, 3]; vision: depth 2, hidden 32, patch 16, merge 2, deepstack after
+    block 0; float32, eval mode. Token ids from ``model_dir``'s config."""
+    import torch
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    torch.manual_seed(seed)
+    text = dict(vocab_size=_vocab_size(model_dir), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=32768,
+                rope_parameters={"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [2, 3, 3],
+                                 "mrope_interleaved": True})
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=16,
+                  spatial_merge_size=2, temporal_patch_size=2, in_channels=3, num_position_embeddings=144,
+                  deepstack_visual_indexes=[0])
+    if moe:
+        from transformers import Qwen3VLMoeConfig, Qwen3VLMoeForConditionalGeneration
+
+        text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1)
+        cfg_cls, model_cls = Qwen3VLMoeConfig, Qwen3VLMoeForConditionalGeneration
+    else:
+        cfg_cls, model_cls = Qwen3VLConfig, Qwen3VLForConditionalGeneration
+    cfg = cfg_cls(text_config=text, vision_config=vision, tie_word_embeddings=True, **_token_ids(model_dir))
+    cfg._attn_implementation = attn_implementation
+    cfg.text_config._attn_implementation = attn_implementation
+    cfg.vision_config._attn_implementation = attn_implementation
+    return model_cls(cfg).float().eval()
 
 
 def demo_packs(real_data: str | Path, model_dir: str | Path, *, seq_len: int = 1024, n_lines: int = 300,

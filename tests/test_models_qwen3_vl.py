@@ -1,0 +1,215 @@
+"""Qwen3-VL: exact counts against transformers' own processor, and packed == alone on a tiny model.
+
+The model directory is ``tools/demo_data`` 's Qwen3-VL directory (real Qwen3 tokenizer files,
+the published Qwen3-VL chat template, config and processor config; no weights).
+
+1. Every image sample of the real demo set is packed by ``vlmpack pack --model <qwen3_vl>``; for
+   each, transformers' ``Qwen3VLProcessor.__call__`` (its chat template, ``Qwen2VLImageProcessorPil``
+   on the pixels decoded by ``load_image``, its ``<|image_pad|>`` expansion) gives the reference
+   ``input_ids``; the recorded ``num_tokens``, the recorded per-image tokens, ``family.encode``
+   and the collator's ids (``PackCollator`` over the real shards) must all equal it. The test
+   stops at the first difference.
+2. A tiny random ``Qwen3VLForConditionalGeneration`` (and its MoE variant) gives the same logits
+   on a packed row as on each sample run alone through the model's own path (``mm_token_type_ids``
+   passed, transformers computes mRoPE itself), with ``sdpa`` and ``eager`` block masks and the
+   mask-free ``[4, 1, T]`` position-ids path; a plain causal mask (negative control) differs.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from vlmpack.config import load_config
+from vlmpack.models import load_model
+from vlmpack.pack.pipeline import run_pack
+from vlmpack.train import PackCollator, model_inputs
+from vlmpack.train.testing import demo_packs, read_packs, tiny_qwen3_vl
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+CACHE = Path(os.environ.get("VLMPACK_TEST_CACHE", Path.home() / ".cache" / "vlmpack" / "test"))  # as conftest
+ATOL = 1e-4
+
+
+@pytest.fixture(scope="session")
+def qwen3_vl_dir() -> Path:
+    from demo_data.model_dirs import build_qwen3_vl_model_dir
+
+    return build_qwen3_vl_model_dir(CACHE / "qwen3_vl")
+
+
+def _processor(model_dir: Path):
+    """transformers' ``Qwen3VLProcessor`` built from the directory without torchvision: its
+    constructor's class check of the (torchvision) video processor is skipped and no video
+    processor is given; no video passes through it here."""
+    from transformers import AutoTokenizer
+    from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil
+    from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    ip = Qwen2VLImageProcessorPil.from_pretrained(str(model_dir))
+    cls = type("Qwen3VLProcessorNoVideo", (Qwen3VLProcessor,), {"check_argument_for_proper_class": lambda *a: None})
+    return cls(image_processor=ip, tokenizer=tok, video_processor=None, chat_template=tok.chat_template)
+
+
+def test_family_is_registered(qwen3_vl_dir):
+    fam = load_model(str(qwen3_vl_dir))
+    assert fam.name == "qwen3_vl" and fam.mrope
+    assert (fam.patch_size, fam.merge_size) == (16, 2)
+    assert fam.rope_model_class().__name__ == "Qwen3VLModel"
+    # Qwen3-VL's template adds no default system turn (Qwen2-VL's does)
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    assert fam.render(msgs) == "<|im_start|>user\nhi<|im_end|>\n"
+
+
+def test_every_image_sample_equals_qwen3_vl_processor(tmp_path_factory, real_data, qwen3_vl_dir):
+    from transformers.image_utils import load_image
+
+    out = tmp_path_factory.mktemp("q3count") / "packs"
+    run_pack(load_config(input=[str(real_data / "real_sft.jsonl")], media_root=str(real_data),
+                         model=str(qwen3_vl_dir), output=str(out), seq_len=200_000, workers=2, progress=False))
+    proc = _processor(qwen3_vl_dir)
+    fam = load_model(str(qwen3_vl_dir))
+    collator = PackCollator(qwen3_vl_dir, rope_impl="numpy")
+    lines = (real_data / "real_sft.jsonl").read_text().splitlines()
+    image_lines = {i + 1 for i, x in enumerate(lines) if (r := json.loads(x)).get("images") or r.get("image")}
+    rejected = {r["line"]: r for x in (out / "rejects.jsonl").read_text().splitlines()
+                if (r := json.loads(x))["line"] in image_lines}
+    compared = n_media = 0
+    for raw in read_packs(out):
+        meta = json.loads(raw["json"])
+        if not any(s["media"] for s in meta["samples"]):
+            continue
+        batch = collator(raw)  # re-encodes with the processor's pixels; raises on any count mismatch
+        cu = batch["cu_seqlens"].tolist()
+        for s, a, z in zip(meta["samples"], cu[:-1], cu[1:]):
+            if not s["media"]:
+                continue
+            images = [load_image(Image.open(io.BytesIO(raw[m["part"]]))) for m in s["media"]]
+            msgs = [{"role": m["role"], "content": [{"type": "image"} if p["type"] == "image" else p
+                                                     for p in m["content"]]} for m in s["messages"]]
+            text = proc.apply_chat_template(msgs, tokenize=False)
+            ref = proc(text=[text], images=images, return_tensors="np")
+            want = ref["input_ids"][0]
+            tokens = (ref["image_grid_thw"].prod(-1) // 4).tolist()
+            where = f"sample {s['id']!r}"
+            assert [m["num_tokens"] for m in s["media"]] == tokens, where
+            assert s["num_tokens"] == len(want), where
+            got = fam.encode(s["messages"], tokens, s.get("special_tokens"))
+            assert np.array_equal(got, want), where
+            assert np.array_equal(batch["input_ids"][0, a:z].numpy(), want), where
+            compared += 1
+            n_media += len(images)
+    print(f"compared {compared} image samples ({n_media} images) with Qwen3VLProcessor; "
+          f"{len(rejected)} image samples rejected: {sorted({r['reason'] for r in rejected.values()})}")
+    # every image sample of the set is either compared or rejected for a reason that is not a count
+    assert compared + len(rejected) == len(image_lines) == 2937
+    assert compared >= 2900 and not {r["reason"] for r in rejected.values()} & {"overlong", "template_error"}
+
+
+# ------------------------------------------------------------------------------------ packed == alone
+SEQ_LEN = 1024
+
+
+@pytest.fixture(scope="module")
+def image_packs(real_data, qwen3_vl_dir):
+    out = demo_packs(real_data, qwen3_vl_dir, seq_len=SEQ_LEN, n_lines=300)
+    packs = []
+    for p in read_packs(out):
+        meta = json.loads(p["json"])
+        if sum(len(s["media"]) for s in meta["samples"]) >= 2 and len(meta["samples"]) >= 2:
+            packs.append(p)
+        if len(packs) == 2:
+            break
+    assert len(packs) == 2, "the demo subset must give multi-sample image packs"
+    return packs
+
+
+@pytest.fixture(scope="module")
+def q3_models(qwen3_vl_dir):
+    return {(moe, impl): tiny_qwen3_vl(qwen3_vl_dir, attn_implementation=impl, moe=moe)
+            for moe in (False, True) for impl in ("sdpa", "eager")}
+
+
+@pytest.fixture(scope="module")
+def q3_alone():
+    return {}
+
+
+def _alone(cache, model, batch, moe):
+    key = (moe, tuple(batch["sample_ids"]))
+    if key in cache:
+        return cache[key]
+    cu = batch["cu_seqlens"].tolist()
+    grids = batch["image_grid_thw"]
+    patches = grids.prod(-1).tolist()
+    img_tok = model.config.image_token_id
+    ids = batch["input_ids"][0]
+    out, gi, pi = [], 0, 0
+    for a, z in zip(cu[:-1], cu[1:]):
+        s_ids = ids[a:z][None]
+        k = int((torch.diff((s_ids[0] == img_tok).int(), prepend=torch.zeros(1, dtype=torch.int)) == 1).sum())
+        kw = {}
+        if k:
+            n_p = sum(patches[gi:gi + k])
+            # Qwen3-VL's own path needs mm_token_type_ids to compute mRoPE (it raises without them)
+            kw = dict(pixel_values=batch["pixel_values"][pi:pi + n_p], image_grid_thw=grids[gi:gi + k],
+                      mm_token_type_ids=(s_ids == img_tok).int())
+            gi, pi = gi + k, pi + n_p
+        with torch.no_grad():
+            out.append(model(input_ids=s_ids, **kw).logits[0])
+    assert gi == len(grids)
+    cache[key] = out
+    return out
+
+
+CASES = [  # (moe, attn, dense mask, position layout)
+    (False, "sdpa", True, 3), (False, "eager", True, 3), (False, "sdpa", False, 4),
+    (True, "sdpa", True, 3), (True, "eager", True, 3), (True, "sdpa", False, 4),
+]
+
+
+@pytest.mark.parametrize("moe,attn,dense,layout", CASES,
+                         ids=[f"{'moe' if c[0] else 'dense'}-{c[1]}-{'mask' if c[2] else 'posids'}" for c in CASES])
+def test_packed_equals_alone(image_packs, q3_models, q3_alone, qwen3_vl_dir, moe, attn, dense, layout):
+    collator = PackCollator(qwen3_vl_dir, position_layout=layout, attn_implementation=attn, dense_mask=dense)
+    for pack in image_packs:
+        batch = collator(pack)
+        assert batch["num_samples"] >= 2 and len(batch["image_grid_thw"]) >= 2
+        with torch.no_grad():
+            logits = q3_models[(moe, attn)](**model_inputs(batch, attn)).logits[0]
+        alone = _alone(q3_alone, q3_models[(moe, "sdpa")], batch, moe)
+        for s, (a, z) in enumerate(zip(batch["cu_seqlens"][:-1].tolist(), batch["cu_seqlens"][1:].tolist())):
+            diff = (logits[a:z] - alone[s]).abs().max().item()
+            assert diff < ATOL, f"{batch['sample_ids'][s]}: packed logits differ by {diff:.3g}"
+
+
+def test_negative_control_plain_causal_mask_differs(image_packs, q3_models, q3_alone, qwen3_vl_dir):
+    """Per-sample positions but a plain causal mask: the first sample stays exact, the second
+    attends to the first and differs, so the comparison above can fail."""
+    model = q3_models[(False, "sdpa")]
+    batch = PackCollator(qwen3_vl_dir, position_layout=3, attn_implementation="sdpa")(image_packs[0])
+    alone = _alone(q3_alone, model, batch, False)
+    t = batch["input_ids"].shape[1]
+    kw = model_inputs(batch, "sdpa")
+    kw["attention_mask"] = torch.ones(t, t, dtype=torch.bool).tril()[None, None]
+    with torch.no_grad():
+        logits = model(**kw).logits[0]
+    cu = batch["cu_seqlens"].tolist()
+    assert (logits[:cu[1]] - alone[0]).abs().max().item() < ATOL
+    assert (logits[cu[1]:cu[2]] - alone[1]).abs().max().item() > 1e-3
+
+
+def test_numpy_mrope_equals_qwen3_vl_get_rope_index(image_packs, qwen3_vl_dir):
+    ref = PackCollator(qwen3_vl_dir, position_layout=3)
+    fast = PackCollator(qwen3_vl_dir, position_layout=3, rope_impl="numpy")
+    for pack in image_packs:
+        assert np.array_equal(ref.encode(pack).mrope, fast.encode(pack).mrope)
