@@ -14,8 +14,15 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from vlmpack.cli import app
-from vlmpack.errors import InputError
-from vlmpack.pack.preflight import format_table, load_plan_input, plan_table
+from vlmpack.errors import ConfigError, InputError
+from vlmpack.pack.preflight import (
+    default_grid,
+    format_table,
+    load_plan_input,
+    plan_table,
+    recommend_seq_len,
+    sweep_lengths,
+)
 from vlmpack.packing import lower_bound_l2
 
 
@@ -109,3 +116,59 @@ def test_cli_plan_table_json_and_plot(tmp_path) -> None:
     assert rows[0]["seq_len"] == 4096 and rows[0]["samples"] == 500
     res = runner.invoke(app, ["plan", str(tmp_path / "nope")])
     assert res.exit_code == 2
+
+
+def _lengths_with_tail(path) -> np.ndarray:
+    """10,000 lengths: 9,975 in [1, 1000], 20 in [1100, 1500] (overlong at L=1024, fit 1536) and
+    5 in [2100, 3000] (overlong up to L=2048, fit 3072), shuffled."""
+    rng = np.random.Generator(np.random.PCG64(7))
+    lengths = np.concatenate([rng.integers(1, 1001, 9975), rng.integers(1100, 1501, 20), rng.integers(2100, 3001, 5)])
+    rng.shuffle(lengths)
+    np.save(path, lengths)
+    return lengths
+
+
+@pytest.mark.parametrize(("max_drop", "expected"), [(0.001, 1536), (0.003, 1024), (0.0005, 3072), (0.0, 3072)])
+def test_recommended_seq_len_rule(tmp_path, max_drop, expected) -> None:
+    lengths = _lengths_with_tail(tmp_path / "l.npy")
+    data = load_plan_input(tmp_path / "l.npy")
+    seq_lens = sweep_lengths(data, [4096], grid=True)
+    assert seq_lens == default_grid(int(lengths.max())) and seq_lens[:5] == [1024, 1536, 2048, 3072, 4096]
+    rows, _ = plan_table(data, seq_lens)
+    for r in rows:  # what the rule reads, from the data itself
+        assert r["overlong"] == int((lengths > r["seq_len"]).sum())
+        assert r["overlong_tokens"] == int(lengths[lengths > r["seq_len"]].sum())
+    best = recommend_seq_len(rows, max_drop)
+    assert best is not None and best["seq_len"] == expected
+    assert best["overlong"] < max_drop * lengths.size or best["overlong"] == 0
+    assert all(r["overlong"] >= max_drop * lengths.size and r["overlong"] > 0 for r in rows
+               if r["seq_len"] < expected)
+    assert recommend_seq_len(rows[:1], 0.001) is None  # L=1024 alone drops 0.25 %
+    with pytest.raises(ConfigError):
+        recommend_seq_len(rows, 1.5)
+
+
+def test_default_grid_covers_the_longest_sample() -> None:
+    assert default_grid() == [1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152,
+                              65536, 98304, 131072]
+    for longest in (5, 131072, 131073, 200_000, 1_000_000):
+        grid = default_grid(longest)
+        assert grid[-1] >= longest and grid == sorted(set(grid)) and grid[-2] < max(longest, 131072)
+
+
+def test_cli_plan_recommends_and_plots(tmp_path) -> None:
+    lengths = _lengths_with_tail(tmp_path / "l.npy")
+    png = tmp_path / "sweep.png"
+    runner = CliRunner()
+    res = runner.invoke(app, ["plan", str(tmp_path / "l.npy"), "-L", "1024", "--plot", str(png)])
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("recommended L:"))
+    assert line.startswith("recommended L: 1536 ") and f"5 of {lengths.size:,}" in line
+    assert "| 1024 |" in res.output and "| 1536 |" in res.output  # the user's row, then the recommended one
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    res = runner.invoke(app, ["plan", str(tmp_path / "l.npy"), "-L", "1024", "-L", "2048", "--max-drop", "0.0001"])
+    assert res.exit_code == 0 and "recommended L: none of the L planned (up to 2048)" in res.output
+    res = runner.invoke(app, ["plan", str(tmp_path / "l.npy"), "-L", "1024", "--sweep", "--max-drop", "0"])
+    assert "recommended L: 3072 " in res.output
+    res = runner.invoke(app, ["plan", str(tmp_path / "l.npy"), "--max-drop", "-0.1"])
+    assert res.exit_code == 2 and "--max-drop" in res.output

@@ -3,9 +3,11 @@
 Input: the counted manifest of a ``pack`` run (``OUT/.vlmpack/manifest.parquet`` with columns
 ``num_tokens``, ``media_tokens``, ``num_media``, ``kind``), that parquet file, or a lengths file
 (``.npy`` integer array, or text with one integer per line). For each ``seq_len`` it reports
-samples, overlong (count, %), packs, the lower bounds L1 = ceil(sum/L) and L2 (Martello–Toth),
-utilization, samples per pack and media tokens per pack (p50/p99/max), and optionally plots the
-length histogram and the pack-fill distribution.
+samples, overlong (count, %, tokens lost, per kind), packs, the lower bounds L1 = ceil(sum/L) and L2
+(Martello–Toth), utilization, samples per pack and media tokens per pack (p50/p99/max, media tokens
+also per kind). :func:`sweep_lengths` adds a geometric grid of L so that :func:`plot` draws curves
+against L, and :func:`recommend_seq_len` picks the smallest L that drops fewer than ``max_drop`` of
+the samples (issue 12: "the smallest L with < 0.1 % samples dropped").
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from vlmpack.packing import PackPlan, lower_bound_l1, lower_bound_l2, plan_packs
 logger = logging.getLogger(__name__)
 
 MANIFEST = Path(".vlmpack") / "manifest.parquet"
+#: Names of the manifest's ``kind`` codes 0/1/2 (``vlmpack.pack.count``).
+KINDS = ("text", "image", "video")
+#: Default share of samples that the recommended L may drop as overlong (issue 12: < 0.1 %).
+MAX_DROP = 0.001
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,9 @@ def plan_row(data: PlanInput, seq_len: int, **options: Any) -> tuple[dict[str, A
     spp = _pct(plan.samples_per_pack())
     mtp = _pct(mt_per_pack.astype(np.int64))
     l2 = lower_bound_l2(eff[packed], seq_len)
+    over_tokens = data.lengths[plan.overlong]
+    over_kinds = data.kinds[plan.overlong]
+    total_tokens = int(data.lengths.sum())
     row = {
         "seq_len": int(seq_len),
         "samples": n,
@@ -123,8 +132,21 @@ def plan_row(data: PlanInput, seq_len: int, **options: Any) -> tuple[dict[str, A
         "media_tokens_per_pack_p50": mtp[0] if data.has_media else None,
         "media_tokens_per_pack_p99": mtp[1] if data.has_media else None,
         "media_tokens_per_pack_max": mtp[2] if data.has_media else None,
+        "tokens": total_tokens,
+        "overlong_tokens": int(over_tokens.sum()),
+        "overlong_tokens_pct": 100.0 * float(over_tokens.sum()) / total_tokens if total_tokens else 0.0,
+        "overlong_by_kind": {k: int((over_kinds == i).sum()) for i, k in enumerate(KINDS)},
+        "overlong_tokens_by_kind": {k: int(over_tokens[over_kinds == i].sum()) for i, k in enumerate(KINDS)},
+        "media_tokens_per_pack_by_kind": None,
         "seconds": seconds,
     }
+    if data.has_media:
+        per_kind = {}
+        for i, k in enumerate(KINDS[1:], start=1):
+            w = np.where(data.kinds[plan.order] == i, data.media_tokens[plan.order], 0)
+            per_pack = np.bincount(seg, weights=w, minlength=plan.num_packs).astype(np.int64)
+            per_kind[k] = dict(zip(("p50", "p99", "max"), _pct(per_pack)))
+        row["media_tokens_per_pack_by_kind"] = per_kind
     return row, plan
 
 
@@ -162,28 +184,63 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def plot(data: PlanInput, rows: list[dict[str, Any]], plans: list[PackPlan], path: str | Path) -> Path:
-    """Write a PNG: the length histogram (with each seq_len marked) and the pack-fill histograms."""
-    import matplotlib
+def default_grid(max_length: int = 0, lo: int = 1024, hi: int = 131072) -> list[int]:
+    """The default sweep of L in tokens: ``2**k`` and ``1.5 * 2**k`` from ``lo`` to ``hi`` (half-octave
+    steps of common sequence lengths: 1024, 1536, 2048, 3072, ...), extended by whole octaves up to
+    the first power of two >= ``max_length`` (tokens of the longest sample) so that the last L
+    drops nothing."""
+    grid, k = [lo], lo
+    while True:
+        for g in (3 * k // 2, 2 * k):
+            if g > hi and grid[-1] >= max_length:
+                return grid
+            grid.append(g)
+        k *= 2
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    if data.lengths.size:
-        ax1.hist(data.lengths, bins=100, color="tab:blue")
-    for r in rows:
-        ax1.axvline(r["seq_len"], color="tab:red", linestyle="--", linewidth=1)
-    ax1.set(xlabel="tokens per sample", ylabel="samples", title="Sample lengths (dashed: seq_len)", yscale="log")
-    for r, p in zip(rows, plans):
-        if p.num_packs:
-            ax2.hist(p.pack_tokens / r["seq_len"], bins=50, range=(0, 1), histtype="step", linewidth=1.5,
-                     label=f"L={r['seq_len']}: {p.num_packs} packs, {100 * r['utilization']:.2f} %")
-    ax2.set(xlabel="pack fill (tokens / seq_len)", ylabel="packs", title="Pack fill", yscale="log")
-    ax2.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
+def sweep_lengths(data: PlanInput, seq_lens: list[int], grid: bool) -> list[int]:
+    """The L to plan, ascending: the user's ``seq_lens`` plus, when ``grid``, :func:`default_grid`."""
+    extra = default_grid(int(data.lengths.max()) if data.lengths.size else 0) if grid else []
+    return sorted({int(x) for x in list(seq_lens) + extra})
+
+
+def recommend_seq_len(rows: list[dict[str, Any]], max_drop: float = MAX_DROP) -> dict[str, Any] | None:
+    """The row of the smallest ``seq_len`` whose overlong share is below ``max_drop`` (a fraction of
+    the samples, 0 <= max_drop < 1; ``overlong / samples < max_drop``, or no sample dropped at all,
+    so ``max_drop=0`` asks for zero drops), or ``None`` when no row qualifies. Rule of issue 12:
+    "the smallest L with < 0.1 % samples dropped" (default ``max_drop`` :data:`MAX_DROP`).
+
+    Raises:
+        ConfigError: ``max_drop`` outside [0, 1).
+    """
+    if not 0.0 <= max_drop < 1.0:
+        raise ConfigError(f"--max-drop {max_drop} is not a fraction in [0, 1); e.g. 0.001 for 0.1 %")
+    ok = [r for r in rows if r["overlong"] == 0 or r["overlong"] < max_drop * r["samples"]]
+    return min(ok, key=lambda r: r["seq_len"]) if ok else None
+
+
+def recommendation_line(best: dict[str, Any] | None, rows: list[dict[str, Any]], max_drop: float) -> str:
+    """One line naming the recommended L and what it drops (or that none of ``rows`` qualifies)."""
+    share = f"{100 * max_drop:g} %"
+    if best is None:
+        top = max(r["seq_len"] for r in rows)
+        return (f"recommended L: none of the L planned (up to {top}) drops < {share} of the samples; "
+                "pass a larger --seq-len, --sweep (or --plot) to plan a grid of L, or a larger --max-drop")
+    return (f"recommended L: {best['seq_len']} (smallest L planned that drops < {share} of the samples: "
+            f"{best['overlong']} of {best['samples']:,} = {best['overlong_pct']:.3f} %, "
+            f"{best['overlong_tokens']:,} tokens; {best['packs']:,} packs, "
+            f"{100 * best['utilization']:.2f} % utilization)")
+
+
+def plot(data: PlanInput, rows: list[dict[str, Any]], path: str | Path, *, best: dict[str, Any] | None,
+         max_drop: float = MAX_DROP, marked: list[int] | None = None) -> Path:
+    """Write the PNG of the sweep ``rows`` against L (see :func:`vlmpack.pack.figures.plan_figure`):
+    ``best`` is the recommended row, ``marked`` the user's L. Raises ``OSError`` when unwritable."""
+    from vlmpack.pack.figures import plan_figure
+
+    kinds = [k for i, k in enumerate(KINDS) if (data.kinds == i).any()] if data.has_media else []
     out = Path(path)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    out.write_bytes(plan_figure(rows, best=best, max_drop=max_drop, marked=marked or [], kinds=kinds,
+                                has_media=data.has_media, source=data.source))
     logger.info("wrote %s", out)
     return out
