@@ -13,7 +13,8 @@ pipeline and of the training side:
   :meth:`ModelFamily.encode` (collator, ``--pretokenize``);
 - what is trained on: :meth:`ModelFamily.label_mask`;
 - positions: :attr:`ModelFamily.mrope` and :meth:`ModelFamily.rope_model_class` (``train.rope``);
-- pixels for the model: :meth:`ModelFamily.process_images`; the placeholder image for
+- pixels for the model: :meth:`ModelFamily.process_images` (one pack) and
+  :meth:`ModelFamily.batch_image_inputs` (the batch's model kwargs); the placeholder image for
   text-only batches (FSDP): :meth:`ModelFamily.placeholder`.
 
 Media of any kind go through the same methods (``kind`` is ``"image"`` or ``"video"``); a family
@@ -124,6 +125,12 @@ class ModelFamily(Protocol):
 
     def process_images(self, images: list) -> ProcessedImages:
         """Decoded PIL RGB images of one pack -> :class:`ProcessedImages` (the processor's own call)."""
+
+    def batch_image_inputs(self, parts: Sequence[ProcessedImages]) -> dict:
+        """The model's image keyword arguments for a batch from the :meth:`process_images` outputs
+        of its packs, in order (Qwen-VL: ``pixel_values`` concatenated on dim 0 and
+        ``image_grid_thw``; a family whose tensors need padding across images does it here). The
+        keys are what :func:`vlmpack.train.collate.model_inputs` passes to ``forward``."""
 
     def placeholder(self) -> tuple[np.ndarray, list]:
         """``(ids int64 [n], [PIL image])``: a minimal image segment for text-only batches."""

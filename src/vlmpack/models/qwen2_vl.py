@@ -267,6 +267,14 @@ class Qwen2VLFamily:
                                grids.prod(axis=1) // self.merge_size**2,
                                {"image_grid_thw": torch.from_numpy(grids)})
 
+    def batch_image_inputs(self, parts: Sequence[ProcessedImages]) -> dict:
+        """``pixel_values`` float32 ``[sum P, D]`` and ``image_grid_thw`` int64 ``[k, 3]``,
+        concatenated in order (what ``Qwen2VLForConditionalGeneration.forward`` takes)."""
+        import torch
+
+        return {"pixel_values": torch.cat([p.pixel_values for p in parts], dim=0),
+                "image_grid_thw": torch.from_numpy(np.concatenate([p.grids for p in parts]))}
+
     def placeholder(self) -> tuple[np.ndarray, list]:
         """``<|vision_start|><|image_pad|>*n<|vision_end|>`` for a black square of the smallest side
         the processor keeps (``shortest_edge`` pixels, rounded up to ``patch_size * merge_size``)."""

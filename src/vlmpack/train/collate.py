@@ -23,8 +23,9 @@ isolated by their segment boundaries). Output keys (all torch tensors unless not
   ``seq_idx`` int32 ``[1, T]`` (segment of every token, padding = n), ``num_padding`` (int);
 - ``attention_mask`` bool ``[1, 1, T, T]`` block-diagonal causal, only with ``dense_mask=True`` and
   ``attn_implementation`` ``"sdpa"`` or ``"eager"``;
-- ``pixel_values`` float32 ``[P, D]``, ``image_grid_thw`` int64 ``[k, 3]`` in sample order (absent
-  without images);
+- the family's image inputs (:meth:`vlmpack.models.base.ModelFamily.batch_image_inputs`; Qwen-VL:
+  ``pixel_values`` float32 ``[P, D]``, ``image_grid_thw`` int64 ``[k, 3]``) in sample order and
+  ``image_input_keys`` (their names), absent without images;
 - ``num_label_tokens`` (int), ``loss_weights`` float32 ``[1, T]`` with ``loss_weighting``;
 - ``sample_ids``, ``pack_keys`` (lists of str), ``num_samples`` (int).
 """
@@ -40,6 +41,7 @@ import numpy as np
 import torch
 
 from vlmpack.errors import ConfigError, PackMismatchError
+from vlmpack.models.base import ProcessedImages
 from vlmpack.train.encode import IGNORE_INDEX, EncodedPack, PackEncoder
 from vlmpack.train.masks import LossWeighting, block_causal_mask, loss_weights, segments
 from vlmpack.train.rope import MRopeIndexer, RopeImpl
@@ -189,10 +191,12 @@ class PackCollator:
         out["num_padding"] = int(pad)
         if self.dense_mask:
             out["attention_mask"] = block_causal_mask(seg.seq_idx)
-        pv = [e.pixel_values for e in encs if e.pixel_values is not None]
-        if pv:
-            out["pixel_values"] = torch.cat(pv, dim=0)
-            out["image_grid_thw"] = torch.from_numpy(np.concatenate([e.image_grid_thw for e in encs]))
+        parts = [ProcessedImages(e.pixel_values, e.image_grid_thw, None, e.extra)
+                 for e in encs if e.pixel_values is not None]
+        if parts:
+            images = self.family.batch_image_inputs(parts)
+            out.update(images)
+            out["image_input_keys"] = tuple(images)
         valid = labels != IGNORE_INDEX
         out["num_label_tokens"] = int(valid.sum())
         if self.loss_weighting:
@@ -208,8 +212,9 @@ def model_inputs(batch: dict, attn_implementation: str | None = None, *,
                  mask_dtype: torch.dtype = torch.float32) -> dict:
     """The keyword arguments of a transformers model's ``forward`` from a collated batch.
 
-    Always: ``input_ids``, ``labels``, ``position_ids`` (+ ``pixel_values``, ``image_grid_thw``,
-    ``attention_mask`` when present). transformers' ``eager`` attention *adds* a prepared 4D mask
+    Always: ``input_ids``, ``labels``, ``position_ids`` (+ ``attention_mask`` and the family's image
+    inputs named by ``batch["image_input_keys"]``, e.g. ``pixel_values``, ``image_grid_thw``, when
+    present). transformers' ``eager`` attention *adds* a prepared 4D mask
     to the scores, so for ``"eager"`` the bool block mask becomes an additive ``mask_dtype`` mask
     (0 where allowed, ``finfo.min`` elsewhere); ``sdpa`` takes the bool mask as it is.
     ``use_cache=False`` always: transformers only detects packed sequences from ``position_ids``
@@ -218,7 +223,7 @@ def model_inputs(batch: dict, attn_implementation: str | None = None, *,
     transformers' varlen kwargs ``cu_seq_lens_q``/``cu_seq_lens_k`` (the padded ``cu_seqlens``, which
     cover every token) and ``max_length_q``/``max_length_k`` (Python ints).
     """
-    keys = ("input_ids", "labels", "position_ids", "pixel_values", "image_grid_thw", "attention_mask")
+    keys = ("input_ids", "labels", "position_ids", "attention_mask", *batch.get("image_input_keys", ()))
     kw = {k: batch[k] for k in keys if k in batch}
     kw["use_cache"] = False
     mask = kw.get("attention_mask")
