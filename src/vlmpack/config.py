@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from vlmpack import __version__
-from vlmpack.errors import ConfigError
+from vlmpack.errors import ConfigError, VlmpackError
 
 #: Options that change neither the plan nor the bytes written (left out of the fingerprint).
 _NOT_FINGERPRINTED = {"workers", "overwrite", "progress", "output", "executor", "ray_address", "max_reject_fraction"}
@@ -99,7 +99,7 @@ class PackConfig(BaseModel):
 
     def fingerprint_payload(self) -> dict:
         """The canonical content hashed into :meth:`fingerprint` (also saved in the run dir)."""
-        from vlmpack.models import COUNTING_FILES
+        from vlmpack.models import COUNTING_FILES, FAMILIES, model_type
 
         opts = self.model_dump(by_alias=True, exclude=_NOT_FINGERPRINTED)
         opts["input"] = [os.path.abspath(p) for p in self.input]
@@ -111,7 +111,11 @@ class PackConfig(BaseModel):
             st = os.stat(p)
             inputs.append({"path": os.path.abspath(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns})
         model_files = {}
-        for name in COUNTING_FILES:
+        try:  # the family's own list (a class attribute: no tokenizer is loaded here)
+            names = getattr(FAMILIES.get(model_type(self.model)), "counting_files", COUNTING_FILES)
+        except VlmpackError:  # no / broken config.json: refused with one line when the model is loaded
+            names = COUNTING_FILES
+        for name in names:
             f = Path(self.model) / name
             if f.is_file():
                 model_files[name] = hashlib.sha256(f.read_bytes()).hexdigest()
