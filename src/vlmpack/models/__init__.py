@@ -15,6 +15,7 @@ from pathlib import Path
 
 from vlmpack.errors import ConfigError
 from vlmpack.models.base import COUNTING_FILES, MediaRuleError, MediaSize, ModelFamily, ProcessedImages
+from vlmpack.models.internvl import InternVLFamily
 from vlmpack.models.llava_onevision import LlavaOnevisionFamily
 from vlmpack.models.qwen2_vl import Qwen2VLFamily
 from vlmpack.models.qwen3_vl import Qwen3VLFamily
@@ -28,6 +29,7 @@ FAMILIES: dict[str, type] = {
     "qwen2_5_vl": Qwen2VLFamily,
     "qwen3_vl": Qwen3VLFamily,
     "qwen3_vl_moe": Qwen3VLFamily,
+    "internvl": InternVLFamily,
     "llava_onevision": LlavaOnevisionFamily,
 }
 
