@@ -49,9 +49,10 @@ def test_save_to_disk_directory_packs_like_the_jsonl_route(tmp_path, real_data, 
     assert rep_h["records_read"] == len(rows) and rep_h["rejected"] == rep_j["rejected"]
     assert_same_samples(got, want)
     assert sum(len(v[1]) for v in got.values()) > 200  # images really came from the dataset
-    from vlmpack.check import check_output
 
-    res = check_output(tmp_path / "h", num_workers=1)  # Energon loads every accepted id once
+    from vlmpack.verify import verify_output
+
+    res = verify_output(tmp_path / "h", workers=1)  # check (Energon: every accepted id once) + recount
     assert res["problems"] == [] and res["samples"] == rep_h["samples_packed"] == len(res["ids"]) == len(got)
 
 

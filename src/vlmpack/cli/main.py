@@ -2,7 +2,8 @@
 
 Commands, one module each: ``pack`` (:mod:`vlmpack.cli.pack`, the main job), ``plan``
 (:mod:`vlmpack.cli.plan`, pre-flight bin-packing table), ``check`` (:mod:`vlmpack.cli.check`, load
-an output through Energon and check it). Every error ends the command with one line on stderr and
+an output through Energon and check it), ``verify`` (:mod:`vlmpack.cli.verify`, check + recount
+every sample from the shard bytes). Every error ends the command with one line on stderr and
 a documented exit code. The demo data builder lives outside the wheel: ``tools/build_demo.py``.
 """
 
@@ -22,6 +23,7 @@ from vlmpack import signals
 from vlmpack.cli.check import check_command
 from vlmpack.cli.pack import pack_command
 from vlmpack.cli.plan import plan_command
+from vlmpack.cli.verify import verify_command
 from vlmpack.errors import VlmpackError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -46,6 +48,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
 app.command("pack")(pack_command)
 app.command("check")(check_command)
 app.command("plan")(plan_command)
+app.command("verify")(verify_command)
 
 
 #: Exit codes of every command (also in the README).

@@ -188,6 +188,17 @@ def probe_media(
     return hit
 
 
+def probe_bytes(data: bytes, kind: str = "image", check: str = "header", *, name: str = "<bytes>") -> MediaInfo:
+    """:func:`probe_media` for bytes already in memory (e.g. a media part of a packed shard):
+    width/height after EXIF orientation, format and size; ``name`` is used in error details.
+    Not cached. Raises :class:`MediaError` like :func:`probe_media`."""
+    if check not in CHECKS:
+        raise ValueError(f"unknown media check {check!r}; use one of {', '.join(CHECKS)}")
+    if kind == "video":
+        return MediaInfo(0, 0, "", len(data))
+    return _probe_image(name, len(data), check, data)
+
+
 def _probe_member(ref: str, kind: str, check: str) -> MediaInfo:
     """:func:`probe_media` for a :mod:`vlmpack.media.ref` archive member (cached per archive mtime)."""
     try:

@@ -1,0 +1,168 @@
+"""``vlmpack verify``: re-derive every token count of an output from its shard bytes alone.
+
+:func:`verify_output` runs the :mod:`vlmpack.check` gate (report, ``.nv-meta``, shard sha256 and
+tar structure, ``.tar.idx``, completeness against the run, one Energon pass that decodes every
+media part) and then recounts, in parallel over shards, every sample from what the shard holds:
+
+- each media part: its header is read from the part's bytes (width x height after EXIF
+  orientation, :func:`vlmpack.media.probe.probe_bytes`) and must equal the recorded ``width`` /
+  ``height``; its media tokens from the model family's rule
+  (:meth:`vlmpack.models.base.ModelFamily.media_tokens`) must equal the recorded ``num_tokens``;
+- each sample: the chat template + tokenizer count of its messages with those media tokens
+  (:meth:`~vlmpack.models.base.ModelFamily.token_ids` + ``num_tokens``) must equal its recorded
+  ``num_tokens``; every media part is referenced once;
+- ``decode=True``: each pack is also encoded by the training side's
+  :class:`vlmpack.train.encode.PackEncoder` from decoded pixels through the model's image
+  processor (the collator's own path), which must give the recorded counts.
+
+Every finding is one ``problem`` line (shard, pack key, sample id); nothing raises for a bad output.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from vlmpack.errors import ConfigError, VlmpackError
+from vlmpack.pack.rundir import RUN_DIR
+
+__all__ = ["recount_shard", "verify_output"]
+
+
+def _packs(path: Path) -> Iterator[tuple[str, dict[str, bytes]]]:
+    """``(key, {part: bytes})`` per pack of a shard, in order (consecutive members share a key)."""
+    key, parts = None, {}
+    with tarfile.open(path, mode="r:") as tf:
+        for m in tf:
+            if not m.isreg() or "." not in m.name:
+                continue
+            k, _, part = m.name.partition(".")
+            if k != key and parts:
+                yield key, parts
+                parts = {}
+            key = k
+            parts[part] = tf.extractfile(m).read()
+    if parts:
+        yield key, parts
+
+
+def _indexed(messages: list[dict], parts: list[str]) -> list[dict]:
+    """Pack-JSON messages (media named by ``part``) -> canonical messages (media by ``index``)."""
+    where = {p: i for i, p in enumerate(parts)}
+    return [{"role": m["role"], "content": [{"type": c["type"], "index": where[c["part"]]} if "part" in c else c
+                                            for c in m["content"]]} for m in messages]
+
+
+def recount_shard(shard: str, model_dir: str, decode: bool = False) -> list[str]:
+    """Problem lines for one shard (see the module docstring); ``[]`` when every count holds.
+
+    ``shard``: path of a ``vlmpack.pack/1`` tar; ``model_dir``: the model directory the output
+    was packed with. Never raises for bad shard content (an unreadable shard is one problem line).
+    """
+    from vlmpack.media.probe import MediaError, probe_bytes
+    from vlmpack.models import MediaRuleError, MediaSize, load_model
+
+    family = load_model(str(model_dir))
+    encoder = None
+    if decode:
+        from vlmpack.train.encode import PackEncoder
+
+        encoder = PackEncoder(family)
+    name = Path(shard).name
+    problems: list[str] = []
+    try:
+        for key, parts in _packs(Path(shard)):
+            where = f"{name} {key}"
+            try:
+                obj = json.loads(parts["json"])
+                samples = obj["samples"]
+            except (KeyError, ValueError, TypeError) as e:
+                problems.append(f"{where}: no readable pack JSON ({type(e).__name__}: {e})")
+                continue
+            referenced: list[str] = []
+            for s in samples:
+                sid = s.get("id")
+                media, media_tokens = s.get("media", []), []
+                for m in media:
+                    part = m.get("part")
+                    referenced.append(part)
+                    data = parts.get(part)
+                    if data is None:
+                        problems.append(f"{where} sample {sid!r}: media part {part!r} is missing")
+                        media_tokens.append(int(m.get("num_tokens") or 0))
+                        continue
+                    try:
+                        info = probe_bytes(data, m.get("kind", "image"), name=f"{key}.{part}")
+                        if (info.width, info.height) != (m.get("width"), m.get("height")):
+                            problems.append(f"{where} sample {sid!r} part {part}: the bytes are {info.width}x"
+                                            f"{info.height} pixels but {m.get('width')}x{m.get('height')} is recorded")
+                        n = family.media_tokens(MediaSize(m.get("kind", "image"), info.width, info.height))
+                    except (MediaError, MediaRuleError) as e:
+                        problems.append(f"{where} sample {sid!r} part {part}: {e}")
+                        n = int(m.get("num_tokens") or 0)
+                    if n != m.get("num_tokens"):
+                        problems.append(f"{where} sample {sid!r} part {part}: {n} media tokens from its header, "
+                                        f"{m.get('num_tokens')} recorded")
+                    media_tokens.append(n)
+                try:
+                    msgs = _indexed(s["messages"], [m.get("part") for m in media])
+                    ids = family.token_ids([msgs], [s.get("special_tokens")])[0]
+                    total = family.num_tokens(ids, media_tokens)
+                except (KeyError, ValueError, TypeError) as e:
+                    problems.append(f"{where} sample {sid!r}: cannot be re-rendered ({type(e).__name__}: {e})")
+                    continue
+                if total != s.get("num_tokens"):
+                    problems.append(f"{where} sample {sid!r}: {total} tokens recounted from the shard, "
+                                    f"{s.get('num_tokens')} recorded")
+            media_parts = sorted(p for p in parts if p.startswith(("img", "vid")))
+            if sorted(referenced) != media_parts:
+                problems.append(f"{where}: media parts {media_parts} but the samples reference {sorted(referenced)}")
+            if encoder is not None:
+                try:
+                    encoder.encode({**parts, "__key__": key})
+                except VlmpackError as e:
+                    problems.append(f"{where}: decoded pixels: {e}")
+    except (OSError, tarfile.TarError, EOFError) as e:
+        problems.append(f"{name}: cannot be read to the end ({type(e).__name__}: {e})")
+    return problems
+
+
+def _model_of(out: Path) -> str | None:
+    cfg = out / RUN_DIR / "config.json"
+    try:
+        return json.loads(cfg.read_text())["options"]["model"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def verify_output(out_dir: str | Path, *, model: str | None = None, decode: bool = False, workers: int = 2,
+                  run_dir: bool = True) -> dict:
+    """:func:`vlmpack.check.check_output` plus the recount of every shard (module docstring).
+
+    ``model``: the model directory (default: the one recorded in ``OUT/.vlmpack/config.json``);
+    ``workers``: processes for the recount and Energon loader workers. Returns check's dict with
+    ``recounted_shards`` added; ``problems`` holds every finding. Raises :class:`ConfigError` only
+    when no model directory is given or recorded.
+    """
+    from concurrent.futures import ProcessPoolExecutor
+
+    from vlmpack.check import check_output
+
+    out = Path(out_dir)
+    model = model or _model_of(out)
+    if not model:
+        raise ConfigError(f"{out}: no model directory recorded in {RUN_DIR}/config.json; pass --model DIR "
+                          "(the one given to vlmpack pack)")
+    res = check_output(out, num_workers=workers, run_dir=run_dir)
+    shards = sorted(str(p) for p in out.glob("*.tar"))
+    if workers > 1 and len(shards) > 1:
+        with ProcessPoolExecutor(max_workers=min(workers, len(shards))) as pool:
+            found = list(pool.map(recount_shard, shards, [model] * len(shards), [decode] * len(shards)))
+    else:
+        found = [recount_shard(s, model, decode) for s in shards]
+    for lines in found:
+        res["problems"].extend(lines)
+    res["recounted_shards"] = len(shards)
+    return res

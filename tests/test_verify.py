@@ -1,0 +1,90 @@
+"""``vlmpack verify``: every count re-derived from the shard bytes alone.
+
+Uses the real output and the "sealed" damage helpers of ``test_check.py``: sealed damage also
+recomputes every checksum, marker and total, so the ``check`` gate passes and only the recount
+from the shard bytes (chat template + tokenizer + the family's media rule on the parts' headers)
+can find it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from test_check import SHARD, _edit_json, _edit_packs, _read_tar, out, packed  # noqa: F401 - fixtures
+
+from vlmpack.check import check_output
+from vlmpack.verify import recount_shard, verify_output
+
+
+def _recount_problems(out_dir, **kw) -> list[str]:
+    return list(verify_output(out_dir, workers=1, **kw)["problems"])
+
+
+def test_clean_output_verifies_with_and_without_decode(packed, model_dir):  # noqa: F811
+    res = verify_output(packed, workers=2)
+    assert res["problems"] == [] and res["recounted_shards"] >= 3 and res["samples"] > 200
+    assert all(recount_shard(str(p), str(model_dir), decode=True) == [] for p in sorted(packed.glob("*.tar")))
+    proc = subprocess.run([sys.executable, "-c", "import sys; sys.argv[0] = 'vlmpack'; from vlmpack.cli import main; "
+                           "main()", "verify", str(packed), "--workers", "1"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "verify passed" in proc.stdout, proc.stderr
+
+
+def test_sealed_text_edit_is_found_only_by_the_recount(out):  # noqa: F811
+    edited = {}
+
+    def edit(key, obj):  # a few more words in one user turn: the recorded counts stay as they were
+        if not edited:
+            s = obj["samples"][0]
+            part = next(c for m in s["messages"] if m["role"] == "user" for c in m["content"] if c["type"] == "text")
+            part["text"] += " and a few more words"
+            edited["id"] = s["id"]
+        return obj
+
+    _edit_json(out, SHARD, edit)
+    assert check_output(out, num_workers=0)["problems"] == []  # the gate cannot see it
+    problems = _recount_problems(out)
+    assert len(problems) == 1 and "recounted from the shard" in problems[0] and repr(edited["id"]) in problems[0]
+
+
+def test_sealed_swapped_images_are_found(out):  # noqa: F811
+    swapped = {}
+
+    def edit(packs):
+        new = []
+        for key, parts in packs:
+            imgs = [i for i, (p, _) in enumerate(parts) if p.startswith("img")]
+            sizes = {len(parts[i][1]) for i in imgs}
+            if not swapped and len(imgs) >= 2 and len(sizes) >= 2:
+                a, b = imgs[0], next(i for i in imgs if len(parts[i][1]) != len(parts[imgs[0]][1]))
+                parts = list(parts)
+                parts[a], parts[b] = (parts[a][0], parts[b][1]), (parts[b][0], parts[a][1])
+                swapped["key"] = key
+            new.append((key, parts))
+        return new
+
+    _edit_packs(out, SHARD, edit)
+    assert swapped, "no pack with two images of different sizes in this shard"
+    problems = _recount_problems(out)
+    assert problems and all(swapped["key"] in p for p in problems)
+    assert any("pixels but" in p for p in problems)
+
+
+def test_sealed_wrong_count_without_run_dir(out):  # noqa: F811
+    def edit(key, obj):
+        if key == _read_tar(out / SHARD)[0][0]:
+            obj["samples"][0]["num_tokens"] += 1
+            obj["num_tokens"] += 1
+        return obj
+
+    _edit_json(out, SHARD, edit)
+    res = verify_output(out, workers=1, run_dir=False)  # no manifest to compare with: only the recount sees it
+    assert [p for p in res["problems"] if "recounted from the shard" in p], res["problems"]
+
+
+def test_raw_damage_fails_through_the_gate(out):  # noqa: F811
+    (out / (SHARD + ".idx")).unlink()
+    path = out / "shard-000002.tar"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    problems = _recount_problems(out)
+    assert any(SHARD + ".idx" in p for p in problems) and any("shard-000002.tar" in p for p in problems)
