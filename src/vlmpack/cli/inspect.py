@@ -1,0 +1,35 @@
+"""The ``vlmpack inspect`` command (see :mod:`vlmpack.inspection`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def inspect_command(
+    output: Path = typer.Argument(..., help="a vlmpack output directory"),
+    pack: Optional[str] = typer.Option(None, "--pack", help="pack key, e.g. pack000000017 (default: the first pack)"),
+    sample: Optional[str] = typer.Option(None, "--sample", help="the pack holding this sample id"),
+    random_n: int = typer.Option(0, "--random", help="N packs drawn at random (default: 0, i.e. off)"),
+    seed: int = typer.Option(0, "--seed", help="seed of --random (default: 0)"),
+    html: Optional[Path] = typer.Option(None, "--html", help="also write an HTML page with the images inline "
+                                        "(default: none)"),
+    model: Optional[str] = typer.Option(None, "--model", help="model directory (default: the one recorded in "
+                                        "OUTPUT/.vlmpack/config.json)"),
+) -> None:
+    """Show packs as the model sees them: samples, sources, token counts and shares, media, and the
+    rendered text with the trained (label) tokens highlighted."""
+    from vlmpack.inspection import find_packs, inspect_pack, model_of, render_html, render_terminal
+
+    model_dir = model_of(output, model)
+    found = find_packs(output, pack=pack, sample=sample, random_n=random_n, seed=seed)
+    done = []
+    for shard, key, parts in found:
+        samples = inspect_pack(parts, model_dir)
+        render_terminal(shard, key, samples)
+        done.append((shard, key, parts, samples))
+    if html is not None:
+        render_html(done, html)
+        typer.echo(f"wrote {html}", err=True)

@@ -1,0 +1,204 @@
+"""``vlmpack inspect``: look at packs as the model will see them, label mask included.
+
+A pack is read from its shard (:func:`find_packs`: by key, by sample id, or N at random with a
+seed), each sample is encoded by the model family exactly as the collator does it
+(:meth:`vlmpack.models.base.ModelFamily.encode` with the recorded media tokens, no pixels) and
+split into runs of tokens: text trained on (labels, :meth:`~vlmpack.models.base.ModelFamily.label_mask`),
+text not trained on, and media tokens. :func:`render_terminal` prints them with rich (label
+tokens highlighted), :func:`render_html` writes one self-contained page with the images inline
+and the label mask coloured.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import random
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from vlmpack.errors import ConfigError, InputError
+
+__all__ = ["InspectedSample", "find_packs", "inspect_pack", "render_html", "render_terminal"]
+
+_MIME = {"jpg": "image/jpeg", "png": "image/png", "gif": "image/gif", "webp": "image/webp", "bmp": "image/bmp",
+         "tiff": "image/tiff"}
+
+
+@dataclass
+class InspectedSample:
+    """One sample of a pack, encoded: ``runs`` are ``(kind, text)`` in token order with ``kind`` in
+    ``"label"`` (trained on), ``"context"`` (labels -100) and ``"media"`` (``text`` names the part
+    and its token count); ``num_tokens`` the encoded length (tokens), ``label_tokens`` how many
+    are trained on; ``media`` the pack JSON's media entries (part, kind, width, height, num_tokens)."""
+
+    id: str
+    source: dict
+    num_tokens: int
+    recorded_tokens: int
+    label_tokens: int
+    media: list[dict]
+    runs: list[tuple[str, str]]
+
+
+def _shard_packs(path: Path, want=None):
+    """``(key, {part: bytes})`` of the packs of one shard for which ``want(key, json bytes)`` is true."""
+    with tarfile.open(path, mode="r:") as tf:
+        key, parts, keep = None, {}, False
+        for m in tf:
+            k, _, part = m.name.partition(".")
+            if k != key:
+                if keep:
+                    yield key, parts
+                key, parts, keep = k, {}, False
+            data = tf.extractfile(m).read()
+            parts[part] = data
+            if part == "json":
+                keep = want is None or want(k, data)
+        if keep:
+            yield key, parts
+
+
+def find_packs(out_dir: str | Path, *, pack: str | None = None, sample: str | None = None, random_n: int = 0,
+               seed: int = 0) -> list[tuple[str, str, dict[str, bytes]]]:
+    """``[(shard name, key, {part: bytes})]`` of the packs asked for: the pack ``pack``, the pack
+    holding sample id ``sample``, or ``random_n`` packs drawn with ``seed`` (default: the first
+    pack). Raises :class:`InputError` when OUT has no shards or nothing matches."""
+    out = Path(out_dir)
+    shards = sorted(out.glob("*.tar"))
+    if not shards:
+        raise InputError(f"{out} holds no shard (*.tar); give a vlmpack output directory")
+    if pack is not None:
+        want = lambda k, _: k == pack  # noqa: E731
+    elif sample is not None:
+        needle = json.dumps(str(sample)).encode()
+        want = lambda _, body: needle in body and any(  # noqa: E731
+            str(s["id"]) == str(sample) for s in json.loads(body)["samples"])
+    else:
+        want = None
+    if random_n > 0:
+        info = json.loads((out / ".nv-meta" / ".info.json").read_text())
+        slots = [(name, i) for name, n in sorted(info["shard_counts"].items()) for i in range(int(n))]
+        chosen = sorted(random.Random(seed).sample(slots, min(random_n, len(slots))))
+        found = []
+        for name in sorted({s for s, _ in chosen}):
+            idx = {i for s, i in chosen if s == name}
+            found += [(name, k, p) for j, (k, p) in enumerate(_shard_packs(out / name)) if j in idx]
+        return found
+    for path in shards:
+        for key, parts in _shard_packs(path, want):
+            return [(path.name, key, parts)]
+    what = f"pack {pack!r}" if pack is not None else f"sample id {sample!r}" if sample is not None else "a pack"
+    raise InputError(f"{out}: no {what} in its shards")
+
+
+def inspect_pack(parts: dict[str, bytes], model_dir: str) -> list[InspectedSample]:
+    """Encode every sample of one pack (``parts``: the pack's tar parts) with the model family.
+    Raises :class:`ConfigError` for a model directory that cannot be loaded."""
+    from vlmpack.models import load_model
+    from vlmpack.verify import _indexed
+
+    family = load_model(str(model_dir))
+    tok = family.tokenizer
+    obj = json.loads(parts["json"])
+    out = []
+    for s in obj["samples"]:
+        media = s.get("media", [])
+        msgs = _indexed(s["messages"], [m["part"] for m in media])
+        ids = np.asarray(family.encode(msgs, [m["num_tokens"] for m in media], s.get("special_tokens")))
+        labels = family.label_mask(ids)
+        is_media = np.isin(ids, [t for t in (getattr(family, "image_token_id", None),
+                                             getattr(family, "video_token_id", None)) if t is not None])
+        kinds = np.where(is_media, 2, np.where(labels, 1, 0))
+        runs, start, media_i = [], 0, 0
+        for end in list(np.flatnonzero(np.diff(kinds)) + 1) + [len(ids)]:
+            k = int(kinds[start])
+            if k == 2:
+                m = media[media_i] if media_i < len(media) else {"part": "?", "num_tokens": end - start}
+                runs.append(("media", f"[{m['part']}: {end - start} tokens]"))
+                media_i += 1
+            else:
+                runs.append(("label" if k == 1 else "context", tok.decode(ids[start:end].tolist())))
+            start = end
+        out.append(InspectedSample(str(s["id"]), s.get("source", {}), int(len(ids)), int(s["num_tokens"]),
+                                   int(labels.sum()), media, runs))
+    return out
+
+
+def render_terminal(shard: str, key: str, samples: list[InspectedSample], console=None) -> None:
+    """Print one pack with rich: a table of its samples, then each sample's text with the trained
+    tokens in bold green and media in cyan."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = console or Console()
+    total = sum(s.num_tokens for s in samples)
+    table = Table(title=f"{shard} {key}: {len(samples)} samples, {total:,} tokens")
+    for col in ("id", "source", "tokens", "share", "label tokens", "media"):
+        table.add_column(col)
+    for s in samples:
+        vals = list(s.source.values())
+        src = f"{Path(str(vals[0])).name}:{vals[1]}" if len(vals) >= 2 else "-"
+        media = ", ".join(f"{m['part']} {m.get('width')}x{m.get('height')} ({m['num_tokens']} tok)" for m in s.media)
+        table.add_row(s.id, src, f"{s.num_tokens:,}", f"{100 * s.num_tokens / max(total, 1):.1f} %",
+                      f"{s.label_tokens:,}", media or "-")
+    console.print(table)
+    for s in samples:
+        text = Text(f"--- {s.id} ---\n", style="bold")
+        for kind, chunk in s.runs:
+            text.append(chunk, style={"label": "bold green", "media": "cyan", "context": "dim"}[kind])
+        console.print(text)
+
+
+def render_html(packs: list[tuple[str, str, dict[str, bytes], list[InspectedSample]]], path: str | Path) -> Path:
+    """Write one self-contained HTML page: per pack a table of its samples, their images inline
+    (base64) and their text with the trained tokens on a green background. Returns ``path``."""
+    esc = html.escape
+    body = ["<h1>vlmpack inspect</h1>",
+            "<p>Text on green is trained on (labels); grey text is context (labels -100); "
+            "<span class=media>[imgN: n tokens]</span> marks the media tokens.</p>"]
+    for shard, key, parts, samples in packs:
+        total = sum(s.num_tokens for s in samples)
+        body.append(f"<section class=pack id='{esc(key)}'><h2>{esc(shard)} {esc(key)}: {len(samples)} samples, "
+                    f"{total:,} tokens</h2><table><tr><th>id</th><th>tokens</th><th>label tokens</th>"
+                    "<th>media</th></tr>")
+        for s in samples:
+            body.append(f"<tr class=sample><td>{esc(s.id)}</td><td>{s.num_tokens:,}</td><td>{s.label_tokens:,}</td>"
+                        f"<td>{len(s.media)}</td></tr>")
+        body.append("</table>")
+        for s in samples:
+            body.append(f"<div class=sample-text id='{esc(key)}-{esc(s.id)}'><h3>{esc(s.id)}</h3>")
+            for m in s.media:
+                data = parts.get(m["part"])
+                mime = _MIME.get(m["part"].rsplit(".", 1)[-1])
+                if data is not None and mime:
+                    body.append(f"<img alt='{esc(m['part'])}' title='{esc(m['part'])} {m.get('width')}x"
+                                f"{m.get('height')}, {m['num_tokens']} tokens' "
+                                f"src='data:{mime};base64,{base64.b64encode(data).decode()}'>")
+            body.append("<pre>" + "".join(f"<span class={kind}>{esc(chunk)}</span>" for kind, chunk in s.runs)
+                        + "</pre></div>")
+        body.append("</section>")
+    page = ("<!doctype html><meta charset=utf-8><title>vlmpack inspect</title><style>"
+            "body{font-family:sans-serif;margin:2em}pre{white-space:pre-wrap;background:#fafafa;padding:.5em}"
+            ".label{background:#c8f7c5}.context{color:#666}.media{color:#06c;font-weight:bold}"
+            "img{max-height:160px;margin:4px;border:1px solid #ccc}table{border-collapse:collapse}"
+            "td,th{border:1px solid #ccc;padding:2px 8px}</style>" + "\n".join(body))
+    out = Path(path)
+    out.write_text(page, encoding="utf-8")
+    return out
+
+
+def model_of(out_dir: str | Path, model: str | None) -> str:
+    """``model``, else the model directory recorded in ``OUT/.vlmpack/config.json``; raises
+    :class:`ConfigError` when neither is there."""
+    from vlmpack.verify import _model_of
+
+    found = model or _model_of(Path(out_dir))
+    if not found:
+        raise ConfigError(f"{out_dir}: no model directory recorded; pass --model DIR (the one given to vlmpack pack)")
+    return found
