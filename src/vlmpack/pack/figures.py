@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
 KIND_COLORS = {"text": "tab:blue", "image": "tab:orange", "video": "tab:green", "all": "black"}
 BEST_COLOR = "tab:purple"
@@ -203,10 +203,10 @@ def draw_lengths(ax, d: ReportData) -> None:
     ax.axvline(d.seq_len, color="tab:red", linewidth=1.5)
     ax.axvspan(d.seq_len, bins[-1], color="tab:red", alpha=0.08)
     n, tok = d.overlong.size, int(d.lengths[d.overlong].sum())
-    ax.text(0.98, 0.95, f"L = {d.seq_len:,}\noverlong: {n:,} samples ({100 * n / d.lengths.size:.2f} %)\n"
-            f"{tok:,} tokens ({100 * tok / max(1, int(d.lengths.sum())):.2f} %)", transform=ax.transAxes,
-            ha="right", va="top", color="tab:red", fontsize=9, bbox={"facecolor": "white", "alpha": 0.8,
-                                                                     "edgecolor": "none"})
+    ax.text(d.seq_len / 1.12, 0.96, f"L = {d.seq_len:,}\noverlong: {n:,} samples ({100 * n / d.lengths.size:.2f} %)"
+            f"\n{tok:,} tokens ({100 * tok / max(1, int(d.lengths.sum())):.2f} %)",
+            transform=ax.get_xaxis_transform(), ha="right", va="top", color="tab:red", fontsize=9,
+            bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
     ax.set(xscale="log", xlabel="tokens per sample", ylabel="samples per bin", title="Sample lengths by kind")
     _plain_log_y(ax)
     ax.xaxis.set_major_formatter(FuncFormatter(_decimal_label))
@@ -227,23 +227,28 @@ def draw_samples_per_pack(ax, d: ReportData) -> None:
     for p, ls in ((50, "-"), (99, "--")):
         v = float(np.percentile(spp, p))
         ax.axvline(v, color="black", linestyle=ls, linewidth=1, label=f"p{p} = {v:.0f}")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(xscale="log", xlabel="samples per pack", ylabel="packs", title=f"Samples per pack ({spp.size:,} packs)")
     ax.xaxis.set_major_formatter(FuncFormatter(_decimal_label))
     ax.legend(fontsize=8)
 
 
 def draw_media_per_pack(ax, d: ReportData) -> None:
-    """Histogram of media tokens per pack per media kind (0..L, linear bins)."""
+    """Histogram of media tokens per pack, per media kind, over the packs that hold that kind
+    (0..L, linear bins); the packs without any media are counted in the title."""
     present = [(i, k) for i, k in d.kinds_present() if i > 0]
     if not present or len(d.offsets) < 2:
         return _empty(ax, "no media in the packs")
     bins = np.linspace(0, d.seq_len, 41)
     for i, k in present:
         per = d.per_pack(np.where(d.kinds == i, d.media_tokens, 0))
+        per = per[d.per_pack((d.kinds == i).astype(np.int64)) > 0]
         ax.hist(per, bins=bins, histtype="step", linewidth=1.5, color=KIND_COLORS[k],
-                label=f"{k}: p50 {np.percentile(per, 50):,.0f}, p99 {np.percentile(per, 99):,.0f}")
-    ax.set(xlabel=f"media tokens per pack (L = {d.seq_len:,})", ylabel="packs", title="Media tokens per pack",
-           xlim=(0, d.seq_len))
+                label=f"{k}: {per.size:,} packs, p50 {np.percentile(per, 50):,.0f}, p99 {np.percentile(per, 99):,.0f}")
+    none = int((d.per_pack((d.kinds > 0).astype(np.int64)) == 0).sum())
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(xlabel=f"media tokens per pack (L = {d.seq_len:,})", ylabel="packs", xlim=(0, d.seq_len),
+           title=f"Media tokens per pack, over the packs holding that kind\n({none:,} packs hold no media)")
     ax.legend(fontsize=8)
 
 
@@ -259,8 +264,6 @@ def draw_fill(ax, d: ReportData) -> None:
     ax.plot(x, free, color="black", drawstyle="steps-mid", linewidth=1)
     full = int((free == 0).sum())
     util = 100 * d.pack_tokens.sum() / (d.pack_tokens.size * d.seq_len)
-    ax.text(0.97, 0.5, f"{full:,} of {free.size:,} packs exactly full\n{int(free.sum()):,} unused tokens in all\n"
-            f"utilization {util:.2f} %", transform=ax.transAxes, ha="right", va="center", fontsize=9)
     ax.axhline(d.seq_len, color="tab:red", linestyle=":", linewidth=1)
     ax.text(free.size, d.seq_len * 1.15, f"L = {d.seq_len:,} (an empty pack)", color="tab:red", fontsize=8,
             ha="right", va="bottom")
@@ -270,7 +273,8 @@ def draw_fill(ax, d: ReportData) -> None:
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(FuncFormatter(_decimal_label))
     ax.set(xlabel="pack rank, most unused first", ylabel="unused tokens = L - pack tokens",
-           title="Pack fill: unused tokens per pack", ylim=(0, d.seq_len * 4), xlim=(0.8, free.size * 1.2))
+           title=f"Pack fill: {full:,} of {free.size:,} packs exactly full\n{int(free.sum()):,} tokens unused "
+                 f"({util:.2f} % utilization)", ylim=(0, d.seq_len * 4), xlim=(0.8, free.size * 1.2))
 
 
 def _barh(ax, labels: list[str], values: list[int], notes: list[str], xlabel: str, title: str) -> None:
@@ -300,8 +304,12 @@ def draw_sources(ax, d: ReportData, top: int = 12) -> None:
     src = sorted(d.sources, key=lambda s: -s["tokens"])[:top]
     if not src:
         return _empty(ax, "no input")
-    labels = [f"{s['file'].rsplit('/', 1)[-1][-32:]}\nread {s['records_read']:,}, packed {s['samples_packed']:,}\n"
-              f"rejected {s['rejected']:,}, overlong {s['dropped_overlong']:,}" for s in src]
+    if len(src) <= 4:  # room for three lines per file
+        labels = [f"{s['file'].rsplit('/', 1)[-1][-32:]}\nread {s['records_read']:,}, packed {s['samples_packed']:,}"
+                  f"\nrejected {s['rejected']:,}, overlong {s['dropped_overlong']:,}" for s in src]
+    else:
+        labels = [f"{s['file'].rsplit('/', 1)[-1][-28:]} ({s['samples_packed']:,} of {s['records_read']:,} packed)"
+                  for s in src]
     more = f" (top {top} of {len(d.sources)})" if len(d.sources) > top else ""
     _barh(ax, labels, [s["tokens"] for s in src], [f"{s['tokens']:,}" for s in src], "tokens packed",
           f"Tokens packed per input file{more}")
@@ -336,5 +344,5 @@ def report_overview(d: ReportData, title: str = "") -> bytes:
         draw(ax, d)
     if title:
         fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.98 if title else 1))
     return _png(fig)

@@ -42,7 +42,7 @@ from vlmpack.energon.meta import write_metadata
 from vlmpack.errors import OverlongError, RunFailedError
 from vlmpack.pack.count import MeasureResult, MeasureTask, media_changed, part_path, run_task
 from vlmpack.pack.executors import guarded_executor
-from vlmpack.pack.report import build_report
+from vlmpack.pack.report import build_report, write_report_html
 from vlmpack.pack.rundir import RUN_DIR, atomic_write, json_bytes, prepare_output, read_json, read_pickle, unlock_output
 from vlmpack.pack.write import ShardResult, ShardTask, assign_shards, estimate_pack_bytes, write_shard
 from vlmpack.packing import PackPlan, plan_packs
@@ -369,9 +369,12 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str) -> dict:
     stats = _read_stats(results)
     timings["worker_read_validate"] = sum(r.seconds_read for r in results)
     timings["worker_count"] = sum(r.seconds_count for r in results)
-    report = build_report(cfg, fingerprint, stats, manifest, plan, rejections, shards, timings)
+    records_by_file = np.bincount([r.file_idx for r in results], [r.stats.records for r in results],
+                                  len(cfg.input)).astype(np.int64).tolist()
+    report = build_report(cfg, fingerprint, stats, manifest, plan, rejections, shards, timings, records_by_file)
     report["status"] = "ok" if report["samples_packed"] else "failed"
     atomic_write(Path(cfg.output) / "report.json", json_bytes(report, indent=1))
+    write_report_html(cfg, manifest, plan, report)  # OUT/report.html: figures + key numbers (no shard re-read)
     if not report["samples_packed"]:
         raise RunFailedError(f"no sample was packed ({report['records_read']:,} records read, "
                              f"{report['rejected']:,} rejected, {report['dropped_overlong']:,} overlong); "

@@ -1,25 +1,40 @@
-"""Report stage: ``OUT/report.json`` and the one-screen summary printed at the end of a run.
+"""Report stage: ``OUT/report.json``, ``OUT/report.html`` and the one-screen summary of a run.
 
 The report holds the identity ``records read = samples packed + rejected + dropped overlong``
-(with counts per reason), tokens, packs, the utilization ``tokens / (packs * seq_len)`` next to
-the lower bound ``L1 = ceil(sum(tokens) / seq_len)`` packs, samples per pack p50/p99/max, the
-sha256 of each shard, the config fingerprint and the versions of vlmpack/transformers/tokenizers.
+(with counts per reason), tokens, tokens lost to overlong samples, packs, the utilization
+``tokens / (packs * seq_len)`` next to the lower bound ``L1 = ceil(sum(tokens) / seq_len)`` packs,
+samples and media tokens per pack p50/p99/max, per input file the records read, packed, rejected,
+dropped overlong and tokens packed (``sources``; the identity holds per file), the sha256 of each
+shard, the config fingerprint and the versions of vlmpack/transformers/tokenizers.
+
+``report.html`` is what a person reads (issue 12): one self-contained file (PNG figures embedded as
+base64, see :mod:`vlmpack.pack.figures`) with the key numbers, the sources table and the figures,
+made from the manifest, the plan and the report only (no shard is read again).
+The share of label (trained-on) tokens is not reported: it needs the tokenizer's label mask,
+which counting does not keep.
 """
 
 from __future__ import annotations
 
+import base64
+import html
 import math
 from collections import Counter
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from vlmpack import __version__
 from vlmpack.config import PackConfig
+from vlmpack.pack.rundir import atomic_write
 from vlmpack.pack.write import ShardResult
 from vlmpack.packing import PackPlan
-from vlmpack.records import ReadStats, Rejection
+from vlmpack.records import ReadStats, Rejection, display_path
+
+#: The human-readable report written beside ``report.json``.
+REPORT_HTML = "report.html"
 
 
 def _version(pkg: str) -> str | None:
@@ -36,9 +51,37 @@ def _pct(values: np.ndarray) -> dict:
             "max": int(values.max())}
 
 
+def _packed_mask(manifest: pa.Table, plan: PackPlan) -> np.ndarray:
+    keep = np.ones(manifest.num_rows, dtype=bool)
+    keep[plan.overlong] = False
+    return keep
+
+
+def source_counts(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, rejections: list[Rejection],
+                  records_by_file: list[int]) -> list[dict]:
+    """Per input file (in ``cfg.input`` order): ``file``, ``records_read``, ``samples_packed``,
+    ``rejected`` (duplicates included, overlong not), ``dropped_overlong`` and ``tokens`` (tokens of
+    its packed samples). ``records_by_file[i]``: records read from ``cfg.input[i]``. A rejection is
+    attributed by its locator's file, which the sources set to the input path as given."""
+    nfiles = len(cfg.input)
+    fidx = manifest.column("file_idx").to_numpy().astype(np.int64)
+    ntok = manifest.column("num_tokens").to_numpy().astype(np.int64)
+    keep = _packed_mask(manifest, plan)
+    packed = np.bincount(fidx[keep], minlength=nfiles)
+    tokens = np.bincount(fidx[keep], weights=ntok[keep], minlength=nfiles)
+    over = np.bincount(fidx[plan.overlong], minlength=nfiles)
+    index = {p: i for i, p in enumerate(cfg.input)}
+    rejected = Counter(index.get(r.locator.file, -1) for r in rejections if r.reason != "overlong")
+    return [{"file": display_path(str(path)), "records_read": int(records_by_file[i]),
+             "samples_packed": int(packed[i]), "rejected": int(rejected.get(i, 0)),
+             "dropped_overlong": int(over[i]), "tokens": int(tokens[i])} for i, path in enumerate(cfg.input)]
+
+
 def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: pa.Table, plan: PackPlan,
-                 rejections: list[Rejection], shards: list[ShardResult], timings: dict[str, float]) -> dict:
-    """The report as a JSON-ready dict (see the module docstring for its content)."""
+                 rejections: list[Rejection], shards: list[ShardResult], timings: dict[str, float],
+                 records_by_file: list[int] | None = None) -> dict:
+    """The report as a JSON-ready dict (see the module docstring for its content);
+    ``records_by_file``: records read per input file (``sources`` is left out when ``None``)."""
     reasons = Counter(r.reason for r in rejections)
     overlong = reasons.pop("overlong", 0)
     rejected = sum(reasons.values())
@@ -48,7 +91,8 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
     per_pack = np.diff(plan.offsets)
     lower = math.ceil(tokens / cfg.seq_len) if tokens else 0
     util = tokens / (packs * cfg.seq_len) if packs else 0.0
-    return {
+    ntok, mtok, kind = (manifest.column(c).to_numpy().astype(np.int64) for c in ("num_tokens", "media_tokens", "kind"))
+    report = {
         "records_read": stats.records,
         "blank_lines": stats.blank,
         "samples_packed": packed,
@@ -66,6 +110,11 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
         "samples_per_pack": _pct(per_pack),
         "samples_by_kind": {k: int(v) for k, v in zip(("text", "image", "video"),
                                                        np.bincount(manifest.column("kind").to_numpy(), minlength=3))},
+        "overlong_tokens": int(ntok[plan.overlong].sum()),
+        "overlong_tokens_by_kind": {k: int(v) for k, v in zip(("text", "image", "video"), np.bincount(
+            kind[plan.overlong], weights=ntok[plan.overlong], minlength=3))},
+        "media_tokens_per_pack": _pct(np.bincount(np.repeat(np.arange(plan.num_packs), per_pack),
+                                                  weights=mtok[plan.order], minlength=plan.num_packs).astype(np.int64)),
         "algorithm": cfg.algorithm,
         "shard_sha256": {s.name: s.sha256 for s in shards},
         "shard_bytes": int(sum(s.nbytes for s in shards)),
@@ -74,6 +123,9 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
                      "tokenizers": _version("tokenizers")},
         "seconds": {k: round(v, 3) for k, v in timings.items()},
     }
+    if records_by_file is not None:
+        report["sources"] = source_counts(cfg, manifest, plan, rejections, records_by_file)
+    return report
 
 
 def summary_lines(report: dict) -> list[tuple[str, str]]:
@@ -95,3 +147,69 @@ def summary_lines(report: dict) -> list[tuple[str, str]]:
         ("seconds", ", ".join(f"{k} {v:g}" for k, v in r["seconds"].items())),
     ]
     return rows
+
+
+# ---------------------------------------------------------------------------------------- html
+def report_data(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, report: dict):
+    """The :class:`vlmpack.pack.figures.ReportData` of a run (arrays from the manifest and plan)."""
+    from vlmpack.pack.figures import ReportData
+
+    col = lambda name: manifest.column(name).to_numpy().astype(np.int64)  # noqa: E731
+    reasons = dict(report.get("rejected_by_reason", {}))
+    reasons["overlong"] = report.get("dropped_overlong", 0)
+    return ReportData(col("num_tokens"), col("kind"), col("media_tokens"), plan.overlong, plan.offsets,
+                      plan.order, plan.pack_tokens, cfg.seq_len, reasons, report.get("sources", []))
+
+
+def _table(rows: list[tuple[str, str]], head: tuple[str, ...] = ()) -> str:
+    th = "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>" if head else ""
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table>{th}{body}</table>"
+
+
+def report_html(report: dict, pngs: dict[str, bytes], title: str = "vlmpack pack report") -> bytes:
+    """``report.html`` as UTF-8 bytes: the key numbers (:func:`summary_lines` plus overlong tokens),
+    the per-source table and every PNG of ``pngs`` (name -> bytes, captioned from
+    :data:`vlmpack.pack.figures.REPORT_FIGURES`) as a base64 ``<img>``; no external resource."""
+    from vlmpack.pack.figures import REPORT_FIGURES
+
+    r = report
+    key = summary_lines(r)
+    over = r.get("overlong_tokens", 0)
+    share = 100 * over / max(1, r["tokens"] + over)
+    key.insert(4, ("tokens dropped overlong", f"{over:,} ({share:.2f} % of the tokens counted)"))
+    key.insert(0, ("status", str(r.get("status", ""))))
+    key.insert(1, ("seq_len (L)", f"{r['seq_len']:,} tokens; algorithm {r['algorithm']}"))
+    src = [(s["file"], f"{s['records_read']:,}", f"{s['samples_packed']:,}", f"{s['rejected']:,}",
+            f"{s['dropped_overlong']:,}", f"{s['tokens']:,}") for s in r.get("sources", [])]
+    captions = {name: caption for name, caption, _ in REPORT_FIGURES}
+    figs = "".join(
+        f'<figure id="fig-{html.escape(name)}"><img alt="{html.escape(captions.get(name, name))}" '
+        f'src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+        f"<figcaption>{html.escape(captions.get(name, name))}</figcaption></figure>" for name, png in pngs.items())
+    doc = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>body{{font-family:sans-serif;margin:1.5em;max-width:1600px}}
+table{{border-collapse:collapse;margin:0.5em 0 1.5em}}
+td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}}td:not(:first-child){{font-variant-numeric:tabular-nums}}
+figure{{display:inline-block;margin:0.5em}}img{{max-width:100%}}figcaption{{color:#555;font-size:90%}}</style></head>
+<body><h1>{html.escape(title)}</h1>
+<h2>Key numbers</h2>{_table(key)}
+<h2>Input files</h2>{_table(src, ("file", "records read", "packed", "rejected", "dropped overlong", "tokens packed"))}
+<h2>Figures</h2>{figs}
+<p>Numbers from report.json (fingerprint {html.escape(str(r.get("fingerprint", ""))[:12])}); the label-token share
+is not reported (it needs the label mask, which counting does not keep).</p>
+</body></html>
+"""
+    return doc.encode("utf-8")
+
+
+def write_report_html(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, report: dict) -> Path:
+    """Render the figures of the run and write ``OUT/report.html`` atomically; returns its path.
+    Raises ``OSError`` (disk full, read-only, ...)."""
+    from vlmpack.pack.figures import report_pngs
+
+    path = Path(cfg.output) / REPORT_HTML
+    pngs = report_pngs(report_data(cfg, manifest, plan, report))
+    atomic_write(path, report_html(report, pngs, f"vlmpack pack report: {display_path(str(cfg.output))}"))
+    return path

@@ -1,0 +1,106 @@
+"""``OUT/report.html`` and the report.json keys of issue 12 on a real pack of the demo set.
+
+The html must be self-contained (every figure an embedded PNG) and carry the key numbers; the new
+report.json keys must add up: per input file records read = packed + rejected + dropped overlong,
+the files' sums equal the totals, and the overlong tokens equal the manifest tokens of the samples
+that rejects.jsonl lists as overlong.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from vlmpack.config import load_config
+from vlmpack.pack.figures import REPORT_FIGURES
+from vlmpack.pack.pipeline import run_pack
+
+pytestmark = pytest.mark.slow
+
+
+class _Page(HTMLParser):
+    """Collects the ``<figure id>`` names, the ``<img>`` sources and the visible text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.figures: list[str] = []
+        self.imgs: list[dict] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs) -> None:
+        a = dict(attrs)
+        if tag == "figure":
+            self.figures.append(a.get("id", ""))
+        elif tag == "img":
+            self.imgs.append(a)
+
+    def handle_data(self, data) -> None:
+        self.text.append(data)
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory, real_data: Path, model_dir: Path):
+    out = tmp_path_factory.mktemp("report") / "out"
+    cfg = load_config(input=[str(real_data / "real_sft.jsonl"), str(real_data / "broken.jsonl")],
+                      media_root=str(real_data), model=str(model_dir), output=str(out), seq_len=8192,
+                      progress=False, workers=2)
+    return cfg, out, run_pack(cfg)
+
+
+def test_report_html_has_every_figure_and_the_key_numbers(packed) -> None:
+    _cfg, out, report = packed
+    doc = (out / "report.html").read_text(encoding="utf-8")
+    page = _Page()
+    page.feed(doc)
+    page.close()
+    assert page.figures == [f"fig-{name}" for name, _caption, _draw in REPORT_FIGURES]
+    assert len(page.imgs) == len(REPORT_FIGURES)
+    for img in page.imgs:
+        head, _, b64 = img["src"].partition(",")
+        assert head == "data:image/png;base64" and img["alt"]
+        png = base64.b64decode(b64, validate=True)
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000  # a drawn figure, not an empty canvas
+    text = " ".join(page.text)
+    for key in ("records_read", "samples_packed", "rejected", "dropped_overlong", "tokens", "packs",
+                "lower_bound_packs", "overlong_tokens"):
+        assert f"{report[key]:,}" in text, key
+    assert f"{100 * report['utilization']:.2f} %" in text
+    for src in report["sources"]:
+        assert src["file"] in text and f"{src['tokens']:,}" in text
+    assert "http://" not in doc and "https://" not in doc  # self-contained: nothing fetched
+
+
+def test_report_json_new_keys_add_up(packed, real_data: Path) -> None:
+    cfg, out, report = packed
+    on_disk = json.loads((out / "report.json").read_text())
+    assert on_disk["sources"] == report["sources"] and on_disk["overlong_tokens"] == report["overlong_tokens"]
+    sources = report["sources"]
+    assert [s["file"] for s in sources] == [str(p) for p in cfg.input]
+    for s in sources:
+        assert s["samples_packed"] + s["rejected"] + s["dropped_overlong"] == s["records_read"], s
+    for total, key in (("records_read", "records_read"), ("samples_packed", "samples_packed"),
+                       ("rejected", "rejected"), ("dropped_overlong", "dropped_overlong"), ("tokens", "tokens")):
+        assert sum(s[key] for s in sources) == report[total], key
+    # every broken record is in broken.jsonl, every overlong sample in real_sft.jsonl (the demo set's design)
+    broken = sum(1 for line in (real_data / "broken.jsonl").read_bytes().splitlines() if line.strip())
+    assert sources[1]["records_read"] == broken and sources[0]["rejected"] == 0
+    rejects = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
+    manifest = pq.read_table(out / ".vlmpack" / "manifest.parquet")
+    tokens = dict(zip(manifest.column("id").to_pylist(), manifest.column("num_tokens").to_pylist()))
+    kinds = dict(zip(manifest.column("id").to_pylist(), manifest.column("kind").to_pylist()))
+    over = [r["id"] for r in rejects if r["reason"] == "overlong"]
+    assert len(over) == report["dropped_overlong"] > 0
+    assert report["overlong_tokens"] == sum(tokens[i] for i in over)
+    assert all(tokens[i] > cfg.seq_len for i in over)
+    by_kind = report["overlong_tokens_by_kind"]
+    assert by_kind == {k: sum(tokens[i] for i in over if kinds[i] == code)
+                       for code, k in enumerate(("text", "image", "video"))}
+    mtp = report["media_tokens_per_pack"]
+    assert 0 < mtp["p50"] <= mtp["p99"] <= mtp["max"] <= cfg.seq_len
+    assert report["tokens"] + report["overlong_tokens"] == int(np.sum(manifest.column("num_tokens").to_numpy()))
