@@ -86,11 +86,11 @@ def test_lmdb_packs_like_loose_files(case):
         {k: r["reason"] for k, r in _rejects(tmp / "l").items()}
 
 
-def test_check_passes_and_rerun_is_byte_identical(case, model_dir, real_data):
-    from vlmpack.check import check_output
+def test_verify_passes_and_rerun_is_byte_identical(case, model_dir, real_data):
+    from vlmpack.verify import verify_output
 
     tmp, _, rep_o, rep_l = case
-    res = check_output(tmp / "l", num_workers=2)
+    res = verify_output(tmp / "l", workers=2)
     assert res["problems"] == [] and res["samples"] == rep_l["samples_packed"]
     _pack([tmp / "lmdb.jsonl"], tmp / "l2", model_dir, real_data, workers=1, media_lmdb={"demo": str(tmp / "env")})
     assert shard_hashes(tmp / "l2") == shard_hashes(tmp / "l") != {}

@@ -84,11 +84,11 @@ def test_wds_packs_like_the_jsonl_route(both):
     assert sum(len(v[1]) for v in w.values()) > 300  # images really came out of the shards
 
 
-def test_energon_loads_every_id_once_and_check_passes(both):
-    from vlmpack.check import check_output
+def test_energon_loads_every_id_once_and_verify_passes(both):
+    from vlmpack.verify import verify_output
 
     tmp, _, rep_w, _ = both
-    res = check_output(tmp / "w", num_workers=2)
+    res = verify_output(tmp / "w", workers=2)  # check (Energon loads every id once) + recount from the bytes
     assert res["problems"] == [] and res["samples"] == rep_w["samples_packed"] == len(res["ids"])
 
 

@@ -88,3 +88,29 @@ def test_raw_damage_fails_through_the_gate(out):  # noqa: F811
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     problems = _recount_problems(out)
     assert any(SHARD + ".idx" in p for p in problems) and any("shard-000002.tar" in p for p in problems)
+
+
+def test_one_character_text_edit(out):  # noqa: F811
+    path = out / SHARD
+    data = bytearray(path.read_bytes())
+    at = data.index(b'"text": "') + len(b'"text": "') if b'"text": "' in data else data.index(b'"text":"') + 8
+    data[at] = ord("x") if data[at] != ord("x") else ord("y")  # same length: the tar stays readable
+    path.write_bytes(bytes(data))
+    problems = _recount_problems(out)
+    assert any("sha256" in p and SHARD in p for p in problems), problems
+
+
+def test_sealed_deleted_sample(out):  # noqa: F811
+    gone = {}
+
+    def edit(key, obj):
+        if not gone and len(obj["samples"]) > 1 and not obj["samples"][-1]["media"]:
+            s = obj["samples"].pop()
+            obj["num_tokens"] -= s["num_tokens"]
+            gone["id"] = s["id"]
+        return obj
+
+    _edit_json(out, SHARD, edit)
+    assert gone
+    problems = _recount_problems(out)
+    assert any(repr(gone["id"]) in p or gone["id"] in p for p in problems), problems
