@@ -104,3 +104,24 @@ def test_report_json_new_keys_add_up(packed, real_data: Path) -> None:
     mtp = report["media_tokens_per_pack"]
     assert 0 < mtp["p50"] <= mtp["p99"] <= mtp["max"] <= cfg.seq_len
     assert report["tokens"] + report["overlong_tokens"] == int(np.sum(manifest.column("num_tokens").to_numpy()))
+
+
+def test_report_figures_when_nothing_or_everything_is_dropped() -> None:
+    """A run that packed nothing still gets every figure (a labelled placeholder), without warnings."""
+    import warnings
+
+    from vlmpack.pack.figures import ReportData, report_pngs
+
+    z = np.zeros(0, np.int64)
+    lengths, kinds, media = np.array([5000, 6000, 7000]), np.array([0, 1, 1]), np.array([0, 4000, 100])
+    src = [{"file": "a.jsonl", "records_read": 5, "samples_packed": 0, "rejected": 2, "dropped_overlong": 3,
+            "tokens": 0}]
+    cases = [ReportData(z, z, z, z, np.zeros(1, np.int64), z, z, 4096),
+             ReportData(lengths, kinds, media, np.arange(3), np.zeros(1, np.int64), z, z, 4096,
+                        {"overlong": 3, "invalid_json": 2}, src)]
+    for d in cases:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            pngs = report_pngs(d)
+        assert list(pngs) == [name for name, _caption, _draw in REPORT_FIGURES]
+        assert all(p[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs.values())

@@ -239,12 +239,17 @@ def draw_media_per_pack(ax, d: ReportData) -> None:
     present = [(i, k) for i, k in d.kinds_present() if i > 0]
     if not present or len(d.offsets) < 2:
         return _empty(ax, "no media in the packs")
-    bins = np.linspace(0, d.seq_len, 41)
+    bins, drawn = np.linspace(0, d.seq_len, 41), 0
     for i, k in present:
         per = d.per_pack(np.where(d.kinds == i, d.media_tokens, 0))
         per = per[d.per_pack((d.kinds == i).astype(np.int64)) > 0]
+        if not per.size:  # every sample of this kind was dropped
+            continue
+        drawn += 1
         ax.hist(per, bins=bins, histtype="step", linewidth=1.5, color=KIND_COLORS[k],
                 label=f"{k}: {per.size:,} packs, p50 {np.percentile(per, 50):,.0f}, p99 {np.percentile(per, 99):,.0f}")
+    if not drawn:
+        return _empty(ax, "no media in the packs")
     none = int((d.per_pack((d.kinds > 0).astype(np.int64)) == 0).sum())
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(xlabel=f"media tokens per pack (L = {d.seq_len:,})", ylabel="packs", xlim=(0, d.seq_len),
@@ -280,7 +285,7 @@ def draw_fill(ax, d: ReportData) -> None:
 def _barh(ax, labels: list[str], values: list[int], notes: list[str], xlabel: str, title: str) -> None:
     """Horizontal bars on a log x axis, largest first, each with ``notes`` after its end."""
     y = np.arange(len(labels))[::-1]
-    ax.barh(y, values, color="tab:gray")
+    ax.barh(y, np.maximum(values, 0.8), color="tab:gray")  # a zero stays at the log axis' left edge
     ax.set_yticks(y, labels, fontsize=8)
     for yi, v, note in zip(y, values, notes):
         ax.text(max(v, 1), yi, f" {note}", va="center", fontsize=8)
