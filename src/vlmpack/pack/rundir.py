@@ -28,7 +28,7 @@ from vlmpack.errors import RunDirError
 
 RUN_DIR = ".vlmpack"
 #: Files and folders of ``OUT`` that belong to vlmpack besides the shards.
-OWNED = ("rejects.jsonl", "report.json", ".nv-meta")
+OWNED = ("rejects.jsonl", "report.json", "report.html", ".nv-meta")
 _LOCK = "lock"
 _held: dict[str, int] = {}  # OUT -> fd of its lock file, for the life of the process
 
