@@ -125,3 +125,18 @@ def test_report_figures_when_nothing_or_everything_is_dropped() -> None:
             pngs = report_pngs(d)
         assert list(pngs) == [name for name, _caption, _draw in REPORT_FIGURES]
         assert all(p[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs.values())
+
+
+def test_label_tokens_equal_the_collators_labels(packed, model_dir: Path) -> None:
+    """report.json's label_tokens (counted with the tokens, from unexpanded ids) equals what the
+    collator trains on over every pack of the output."""
+    from vlmpack.train import PackCollator
+    from vlmpack.train.testing import read_packs
+
+    cfg, out, report = packed
+    collator = PackCollator(model_dir)
+    enc = collator.encoder
+    labelled = sum(int((enc.encode(raw).labels != -100).sum()) for raw in read_packs(out))
+    assert report["label_tokens"] == labelled > 0
+    assert report["label_token_share"] == pytest.approx(labelled / report["tokens"])
+    assert 0 < report["label_token_share"] < 1

@@ -124,8 +124,8 @@ ID_KINDS = ("str", "int", "line")
 @dataclass(slots=True)
 class Sample:
     """A valid record in canonical form. ``id`` is the record's own id (as ``str``) or a stable
-    ``<file>:<line>`` when it has none; ``id_kind`` one of :data:`ID_KINDS`; ``num_tokens`` is
-    filled by measuring."""
+    ``<file>:<line>`` when it has none; ``id_kind`` one of :data:`ID_KINDS`; ``num_tokens`` and
+    ``label_tokens`` (how many of them carry a label) are filled by measuring."""
 
     id: str
     messages: list[dict]
@@ -134,6 +134,7 @@ class Sample:
     has_own_id: bool = True
     num_tokens: int = 0
     id_kind: str = "str"
+    label_tokens: int = 0  # tokens trained on (the family's label mask), filled by measuring
 
     def __post_init__(self) -> None:
         if not self.has_own_id:

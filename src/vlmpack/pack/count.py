@@ -62,7 +62,8 @@ class MeasureResult:
     ``num_tokens``/``media_tokens`` int32 (tokens), ``num_media`` int16, ``kind`` int8 (0 text,
     1 image, 2 video), ``media_bytes`` int64 (bytes of the original media), ``line`` int64,
     ``offset`` int64 (bytes, in the decompressed input), ``rec_offset``/``rec_len`` int64 (bytes,
-    in the task's records part file), ``id_kind`` int8 (index into :data:`vlmpack.records.ID_KINDS`).
+    in the task's records part file), ``id_kind`` int8 (index into :data:`vlmpack.records.ID_KINDS`),
+    ``label_tokens`` int32 (tokens that carry a label, the family's label mask).
     ``media_files``: ``(path, size in bytes, mtime in ns)`` of every media file the accepted
     samples use, as counted: a resume whose media changed counts the task again.
     """
@@ -80,6 +81,7 @@ class MeasureResult:
     rec_offset: np.ndarray
     rec_len: np.ndarray
     id_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    label_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     media_files: list[tuple[str, int, int]] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
     stats: ReadStats = field(default_factory=ReadStats)
@@ -186,6 +188,7 @@ def count_samples(family, samples: list[Sample], special_tokens: str = "reject"
                 rejected.append(Rejection(s.locator, "special_token_in_text", problem, s.id))
                 continue
             s.num_tokens = family.num_tokens(arr, [m.num_tokens for m in s.media])
+            s.label_tokens = int(np.count_nonzero(family.label_mask(arr)))  # media tokens never carry labels
             counted.append(s)
     return counted, rejected
 
@@ -239,6 +242,7 @@ def run_task(task: MeasureTask) -> MeasureResult:
         offset=np.array([s.locator.offset for s in counted], dtype=np.int64),
         rec_offset=rec_offset, rec_len=rec_len,
         id_kind=np.array([ID_KINDS.index(s.id_kind) for s in counted], dtype=np.int8),
+        label_tokens=np.array([s.label_tokens for s in counted], dtype=np.int32),
         media_files=sorted(media_files.values()),
         rejections=rejections, stats=stats, seconds_read=t1 - t0, seconds_count=t2 - t1,
     )

@@ -129,6 +129,8 @@ def build_manifest(cfg: PackConfig, results: list[MeasureResult]) -> tuple[pa.Ta
     cols = {k: cat([getattr(r, k) for r in results]) for k in names}
     id_kind = cat([r.id_kind if len(r.id_kind) == len(r.ids) else np.zeros(len(r.ids), np.int8) for r in results],
                   np.int8).astype(np.int8)
+    label_tokens = cat([lt if len(lt := getattr(r, "label_tokens", ())) == len(r.ids) else np.full(len(r.ids), -1)
+                        for r in results]).astype(np.int32)  # -1: counted by an older vlmpack
     file_idx = cat([np.full(len(r.ids), r.file_idx, np.int32) for r in results]).astype(np.int32)
     part = cat([np.full(len(r.ids), r.index, np.int32) for r in results]).astype(np.int32)
     rejections = [x for r in results for x in r.rejections]
@@ -149,6 +151,7 @@ def build_manifest(cfg: PackConfig, results: list[MeasureResult]) -> tuple[pa.Ta
         "id_kind": id_kind[keep],
         "num_tokens": cols["num_tokens"][keep].astype(np.int32),
         "media_tokens": cols["media_tokens"][keep].astype(np.int32),
+        "label_tokens": label_tokens[keep],
         "num_media": cols["num_media"][keep].astype(np.int16),
         "kind": cols["kind"][keep].astype(np.int8),
         "media_bytes": cols["media_bytes"][keep].astype(np.int64),

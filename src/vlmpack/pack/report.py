@@ -10,8 +10,8 @@ shard, the config fingerprint and the versions of vlmpack/transformers/tokenizer
 ``report.html`` is what a person reads (issue 12): one self-contained file (PNG figures embedded as
 base64, see :mod:`vlmpack.pack.figures`) with the key numbers, the sources table and the figures,
 made from the manifest, the plan and the report only (no shard is read again).
-The share of label (trained-on) tokens is not reported: it needs the tokenizer's label mask,
-which counting does not keep.
+``label_tokens`` / ``label_token_share``: the packed tokens that carry a label (the family's
+label mask, counted with the tokens; ``None`` for a run counted by a vlmpack without it).
 """
 
 from __future__ import annotations
@@ -89,6 +89,12 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
     tokens = int(sum(s.num_tokens for s in shards))
     packs = int(sum(s.num_packs for s in shards))
     per_pack = np.diff(plan.offsets)
+    label_sum = None
+    if "label_tokens" in manifest.column_names:
+        lab = manifest.column("label_tokens").to_numpy().astype(np.int64)
+        packed_rows = np.ones(len(lab), dtype=bool)
+        packed_rows[plan.overlong] = False
+        label_sum = int(lab[packed_rows].sum()) if not (lab[packed_rows] < 0).any() else None
     lower = math.ceil(tokens / cfg.seq_len) if tokens else 0
     util = tokens / (packs * cfg.seq_len) if packs else 0.0
     ntok, mtok, kind = (manifest.column(c).to_numpy().astype(np.int64) for c in ("num_tokens", "media_tokens", "kind"))
@@ -110,6 +116,8 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
         "samples_per_pack": _pct(per_pack),
         "samples_by_kind": {k: int(v) for k, v in zip(("text", "image", "video"),
                                                        np.bincount(manifest.column("kind").to_numpy(), minlength=3))},
+        "label_tokens": label_sum,
+        "label_token_share": (label_sum / tokens) if tokens and label_sum is not None else None,
         "overlong_tokens": int(ntok[plan.overlong].sum()),
         "overlong_tokens_by_kind": {k: int(v) for k, v in zip(("text", "image", "video"), np.bincount(
             kind[plan.overlong], weights=ntok[plan.overlong], minlength=3))},
@@ -139,6 +147,8 @@ def summary_lines(report: dict) -> list[tuple[str, str]]:
         ("dropped overlong", f"{r['dropped_overlong']:,}"),
         ("identity read = packed + rejected + overlong", "holds" if r["identity_holds"] else "BROKEN"),
         ("tokens", f"{r['tokens']:,}"),
+        ("tokens with a label (trained on)", "-" if r.get("label_tokens") is None else
+         f"{r['label_tokens']:,} ({100 * r['label_token_share']:.1f} %)"),
         ("packs (lower bound)", f"{r['packs']:,} ({r['lower_bound_packs']:,})"),
         ("utilization", f"{100 * r['utilization']:.2f} % of {r['seq_len']} tokens/pack; "
                         f"{100 * r['utilization_of_lower_bound']:.2f} % of the lower bound"),
@@ -197,8 +207,7 @@ figure{{display:inline-block;margin:0.5em}}img{{max-width:100%}}figcaption{{colo
 <h2>Key numbers</h2>{_table(key)}
 <h2>Input files</h2>{_table(src, ("file", "records read", "packed", "rejected", "dropped overlong", "tokens packed"))}
 <h2>Figures</h2>{figs}
-<p>Numbers from report.json (fingerprint {html.escape(str(r.get("fingerprint", ""))[:12])}); the label-token share
-is not reported (it needs the label mask, which counting does not keep).</p>
+<p>Numbers from report.json (fingerprint {html.escape(str(r.get("fingerprint", ""))[:12])}).</p>
 </body></html>
 """
     return doc.encode("utf-8")
