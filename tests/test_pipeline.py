@@ -169,6 +169,11 @@ def test_killed_run_resumes_to_the_same_bytes(packed4096, tmp_path, real_data, m
     assert _shard_hashes(target) == _shard_hashes(out)
     # shards finished before the kill are kept, not written again
     assert {n: (target / n).stat().st_mtime_ns for n in finished} == finished
+    # the summary and report.json say what the resumed run reused
+    reused = json.loads((target / "report.json").read_text())["reused"]
+    assert reused["count_tasks_reused"] == reused["count_tasks"] > 0 and reused["plan_reused"] is True
+    assert len(finished) <= reused["shards_reused"] < reused["shards"]
+    assert "resumed" in done.stdout and f"{reused['shards_reused']}/{reused['shards']} shards" in done.stdout
 
 
 def test_other_config_in_same_output_is_refused(packed4096, real_data, model_dir):

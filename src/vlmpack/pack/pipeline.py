@@ -81,7 +81,7 @@ def _run_all(pool: Executor, fn, tasks: list, *, done, desc: str, weights: list[
 
 
 # ---------------------------------------------------------------------------------------- measure
-def _measure(cfg: PackConfig, run: Path, pool: Executor) -> list[MeasureResult]:
+def _measure(cfg: PackConfig, run: Path, pool: Executor, reuse: dict) -> list[MeasureResult]:
     tasks, weights = [], []
     for fi, path in enumerate(cfg.input):
         size = os.path.getsize(path)
@@ -105,6 +105,7 @@ def _measure(cfg: PackConfig, run: Path, pool: Executor) -> list[MeasureResult]:
             todo.append(t)
             continue
         results[t.index] = done
+    reuse.update(count_tasks=len(tasks), count_tasks_reused=len(tasks) - len(todo))
 
     def save(t: MeasureTask, r: MeasureResult) -> None:
         atomic_write(run / "records" / f"part-{t.index:06d}.result.pkl", pickle.dumps(r))
@@ -239,7 +240,8 @@ def _shard_tasks(cfg: PackConfig, run: Path, manifest: pa.Table, plan: PackPlan)
     return tasks
 
 
-def _write(cfg: PackConfig, run: Path, tasks: list[ShardTask], pool: Executor, key: str) -> list[ShardResult]:
+def _write(cfg: PackConfig, run: Path, tasks: list[ShardTask], pool: Executor, key: str,
+           reuse: dict) -> list[ShardResult]:
     """Write the shards not yet done for the manifest ``key`` (a marker of another key, or an
     unreadable one, counts as not done)."""
     out = Path(cfg.output)
@@ -261,6 +263,7 @@ def _write(cfg: PackConfig, run: Path, tasks: list[ShardTask], pool: Executor, k
             results[t.index] = None
         if results[t.index] is None:
             todo.append(t)
+    reuse.update(shards=len(tasks), shards_reused=len(tasks) - len(todo))
 
     def save(t: ShardTask, r: ShardResult) -> None:
         atomic_write(run / "shards" / (t.name + ".json"), json_bytes({"manifest": key, "result": asdict(r)}))
@@ -271,19 +274,22 @@ def _write(cfg: PackConfig, run: Path, tasks: list[ShardTask], pool: Executor, k
     return results  # type: ignore[return-value]
 
 
-def _plan(cfg: PackConfig, run: Path, manifest: pa.Table, key: str) -> PackPlan:
+def _plan(cfg: PackConfig, run: Path, manifest: pa.Table, key: str, reuse: dict) -> PackPlan:
     """The plan of ``manifest`` (``key`` = its digest), reused from the run dir when it was made
     for the same manifest, else made and saved (manifest, plan, then the stage record)."""
     stages = read_json(run / "stages.json")
     if isinstance(stages, dict) and stages.get("manifest") == key:
         try:
-            return PackPlan.from_npz(run / "plan.npz")
+            plan = PackPlan.from_npz(run / "plan.npz")
+            reuse["plan_reused"] = True
+            return plan
         except Exception:  # noqa: BLE001 - a damaged plan file is made again
             log.warning("plan.npz in %s cannot be read; planning again", run)
     buf = pa.BufferOutputStream()
     pq.write_table(manifest, buf)
     atomic_write(run / "manifest.parquet", buf.getvalue().to_pybytes())
     plan = make_plan(cfg, manifest)
+    reuse["plan_reused"] = False
     npz = io.BytesIO()
     plan.to_npz(npz)
     atomic_write(run / "plan.npz", npz.getvalue())
@@ -350,21 +356,22 @@ def run_pack(cfg: PackConfig) -> dict:
 
 def _run(cfg: PackConfig, run: Path, fingerprint: str) -> dict:
     timings: dict[str, float] = {}
+    reuse: dict = {}  # what a resumed run took from the run directory instead of redoing it
     with guarded_executor(cfg.executor, cfg.workers, str(cfg.model), cfg.ray_address) as pool:
         t = time.perf_counter()
-        results = _measure(cfg, run, pool)
+        results = _measure(cfg, run, pool, reuse)
         timings["measure"] = time.perf_counter() - t
         t = time.perf_counter()
         manifest, rejections = build_manifest(cfg, results)
         _reject_gate(cfg, fingerprint, results, rejections)
         key = manifest_digest(manifest)
-        plan = _plan(cfg, run, manifest, key)
+        plan = _plan(cfg, run, manifest, key, reuse)
         rejections += _overlong_rejections(cfg, manifest, plan)
         timings["plan"] = time.perf_counter() - t
         t = time.perf_counter()
         tasks = _shard_tasks(cfg, run, manifest, plan)
         atomic_write(run / "outputs.json", json_bytes({"shards": [x.name for x in tasks]}))
-        shards = _write(cfg, run, tasks, pool, key)
+        shards = _write(cfg, run, tasks, pool, key, reuse)
         timings["write"] = time.perf_counter() - t
     if shards:
         write_metadata(cfg.output, {s.name: s.num_packs for s in shards})
@@ -376,6 +383,7 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str) -> dict:
                                   len(cfg.input)).astype(np.int64).tolist()
     report = build_report(cfg, fingerprint, stats, manifest, plan, rejections, shards, timings, records_by_file)
     report["status"] = "ok" if report["samples_packed"] else "failed"
+    report["reused"] = reuse
     atomic_write(Path(cfg.output) / "report.json", json_bytes(report, indent=1))
     write_report_html(cfg, manifest, plan, report)  # OUT/report.html: figures + key numbers (no shard re-read)
     if not report["samples_packed"]:

@@ -156,6 +156,11 @@ def summary_lines(report: dict) -> list[tuple[str, str]]:
         ("shards", f"{r['shards']} ({r['shard_bytes'] / 1e6:,.1f} MB)"),
         ("seconds", ", ".join(f"{k} {v:g}" for k, v in r["seconds"].items())),
     ]
+    u = r.get("reused") or {}
+    if u.get("count_tasks_reused") or u.get("plan_reused") or u.get("shards_reused"):
+        rows.insert(0, ("resumed", f"reused {u.get('count_tasks_reused', 0)}/{u.get('count_tasks', 0)} counting "
+                                   f"tasks, {'the' if u.get('plan_reused') else 'no'} plan, "
+                                   f"{u.get('shards_reused', 0)}/{u.get('shards', 0)} shards from the run directory"))
     return rows
 
 
