@@ -31,6 +31,10 @@ Training rules: labels by the ChatML scan (the template is ChatML with no defaul
 ``pixel_values``, the tiles of all images concatenated in order). Videos (``<video>``, frames of one
 tile each) are not counted yet.
 
+Proven on an InternVL3-1B-hf directory (``tests/test_models_internvl.py``); InternVL3.5 ``-HF``
+directories with the GOT-OCR2 processor run the same code but are not tested here, and a
+directory with another image processor is refused (:class:`ConfigError`).
+
 Source: transformers 5.x ``models/internvl/processing_internvl.py``, ``modeling_internvl.py`` and
 ``models/got_ocr2/image_processing_pil_got_ocr2.py``.
 """
