@@ -24,11 +24,18 @@ def check_command(
     if res["packs"] or not problems:
         typer.echo(f"energon: {res['packs']:,} packs, {res['samples']:,} samples ({res['unique_ids']:,} unique ids), "
                    f"{res['tokens']:,} tokens, largest pack {res['max_pack_tokens']:,} tokens")
-    if problems:
-        for p in problems[:50]:
-            typer.echo(f"problem: {p}", err=True)
-        if len(problems) > 50:
-            typer.echo(f"problem: ... and {len(problems) - 50} more problems", err=True)
-        raise typer.Exit(1)
+    exit_on_problems(problems)
     typer.echo("check passed: shards match report.json, every accepted sample exactly once, every pack within "
                "seq_len, every pack loads through Energon" + ("" if not no_run_dir else " (run record not checked)"))
+
+
+def exit_on_problems(problems: list[str], limit: int = 50) -> None:
+    """Print one ``problem: ...`` line per finding on stderr (the first ``limit``, then how many
+    more) and exit 1; nothing when ``problems`` is empty."""
+    if not problems:
+        return
+    for p in problems[:limit]:
+        typer.echo(f"problem: {p}", err=True)
+    if len(problems) > limit:
+        typer.echo(f"problem: ... and {len(problems) - limit} more problems", err=True)
+    raise typer.Exit(1)

@@ -20,17 +20,13 @@ def verify_command(
 ) -> None:
     """Re-derive every count of OUTPUT from its shard bytes, check it against report.json and the run
     record, and load it through Megatron-Energon. One 'problem: ...' line per finding; exit 1."""
+    from vlmpack.cli.check import exit_on_problems
     from vlmpack.verify import verify_output
 
     res = verify_output(output, model=model, decode=decode, workers=workers, run_dir=not no_run_dir)
     problems = res["problems"]
     typer.echo(f"verify: {res['recounted_shards']} shards recounted; energon: {res['packs']:,} packs, "
                f"{res['samples']:,} samples ({res['unique_ids']:,} unique ids), {res['tokens']:,} tokens")
-    if problems:
-        for p in problems[:50]:
-            typer.echo(f"problem: {p}", err=True)
-        if len(problems) > 50:
-            typer.echo(f"problem: ... and {len(problems) - 50} more problems", err=True)
-        raise typer.Exit(1)
+    exit_on_problems(problems)
     typer.echo("verify passed: every sample recounted from the shard bytes equals its recorded count, every media "
                "part matches its header, shards match report.json, every accepted id is there once, Energon loads it")
