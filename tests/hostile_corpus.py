@@ -180,7 +180,10 @@ def build_corpus(real_data: Path, root: Path, n_good: int = 60) -> tuple[Path, d
     add(("decompression_bomb_header", _llava("decompression_bomb_header", "x", "y", [put("bomb.png", bomb_png())]),
          "media_unsupported"))
     add(("video_reference", {"id": "video_reference", "video": "media/clip.mp4", "conversations": [
-        {"from": "human", "value": "<video>\nwhat?"}, {"from": "gpt", "value": "a"}]}, "media_unsupported"))
+        {"from": "human", "value": "<video>\nwhat?"}, {"from": "gpt", "value": "a"}]}, None))  # counted from its header
+    put("not_a_video.mp4", b"this is a text file, not a video\n" * 8)
+    add(("video_not_a_container", {"id": "video_not_a_container", "video": "media/not_a_video.mp4", "conversations": [
+        {"from": "human", "value": "<video>\nwhat?"}, {"from": "gpt", "value": "a"}]}, "media_undecodable"))
     add(("nul_in_media_ref", _llava("nul_in_media_ref", "x", "y", ["media/a\x00.png"]), "wrong_type"))
     add(("surrogate_in_id", b'{"id": "bad\\udc00id", "conversations": [{"from": "human", "value": "q"}, '
                             b'{"from": "gpt", "value": "a"}]}', "not_utf8"))

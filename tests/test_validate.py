@@ -12,6 +12,7 @@ import pytest
 from PIL import Image, ImageOps
 
 from vlmpack.media.probe import MediaError, clear_cache, probe_media
+from vlmpack.media.video import probe_video
 from vlmpack.pack.validate import validate_sample
 from vlmpack.readers import read_range, split_ranges
 from vlmpack.records import Locator, Media, ReadStats, Rejection, Sample
@@ -135,7 +136,7 @@ def test_cache_sees_replaced_files(real_data, tmp_path):
     assert isinstance(res, Sample) and (res.media[0].width, res.media[0].height) == (40, 30)
 
 
-def test_videos_are_checked_for_existence(real_data):
+def test_videos_get_their_header_facts(real_data):
     stats = ReadStats()
     samples = list(
         read_range(str(real_data / "real_sft_video.jsonl"), media_root=str(real_data), stats=stats)
@@ -146,7 +147,10 @@ def test_videos_are_checked_for_existence(real_data):
         s = validate_sample(s)
         assert isinstance(s, Sample)
         for m in s.media:
-            assert m.kind == "video" and (m.width, m.height) == (0, 0) and m.nbytes == os.path.getsize(m.path)
+            h = probe_video(m.path, m.path)  # container header (tests/test_video.py: == full decode)
+            assert m.kind == "video" and m.nbytes == os.path.getsize(m.path) and m.format == "mp4"
+            assert (m.width, m.height, m.frames, m.fps, m.duration_s) == (h.width, h.height, h.frames, h.fps,
+                                                                         h.duration_s) and m.frames > 0
     missing = _sample(str(real_data / "videos" / "nope.mp4"), kind="video")
     res = validate_sample(missing)
     assert isinstance(res, Rejection) and res.reason == "media_missing"

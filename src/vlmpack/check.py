@@ -348,8 +348,16 @@ class _Checker:
                      "referenced")
         owner = {m.get("part"): s.get("id") for s in samples for m in (s.get("media") or ()) if isinstance(m, dict)}
         for part, raw in zip(pack.media_parts, pack.media):  # decoded as the training side does
+            where = f"{self.keys.get(key, '?')}/{key}: sample {owner.get(part)!r} part {part}"
+            if str(part).startswith("vid"):  # a video part: every frame decodes, as many as its header says
+                from vlmpack.media.probe import MediaError, probe_bytes
+                try:
+                    probe_bytes(bytes(raw), "video", "decode", name=str(part))
+                except MediaError as e:
+                    self.add(f"{where}: video does not decode ({e.detail}); re-pack it")
+                continue
             try:
-                open_image(raw, where=f"{self.keys.get(key, '?')}/{key}: sample {owner.get(part)!r} part {part}")
+                open_image(raw, where=where)
             except VlmpackError as e:
                 self.add(str(e))
 

@@ -59,13 +59,18 @@ class MediaError(Exception):
 @dataclass(frozen=True, slots=True)
 class MediaInfo:
     """Header facts of one media file: ``width``/``height`` in pixels as the model processor sees
-    them (after EXIF orientation; 0 for videos), PIL ``format`` name (``""`` for videos),
-    ``nbytes`` the file size in bytes."""
+    them (images: after EXIF orientation; videos: the decoded frame size), ``format`` (PIL name for
+    images, the container's extension for videos: ``mp4``, ``webm``...), ``nbytes`` the file size
+    in bytes; videos also ``duration_s`` (seconds), ``fps`` (average frames per second) and
+    ``frames`` (see :mod:`vlmpack.media.video`), None for images."""
 
     width: int
     height: int
     format: str
     nbytes: int
+    duration_s: float | None = None
+    fps: float | None = None
+    frames: int | None = None
 
 
 def resolve_ref(ref: object, media_root: str, *, allow_absolute_media: bool = False,
@@ -153,7 +158,9 @@ def probe_media(
       decode, full decode otherwise);
     - ``"decode"``: a full ``load()`` (the same verdicts, slower).
 
-    Videos (``kind="video"``) are only checked to exist as regular files (width/height 0).
+    Videos (``kind="video"``): the container header is read with PyAV
+    (:func:`vlmpack.media.video.probe_video`: size, frame count, duration, fps; no decoding, except
+    ``check="decode"``, which decodes every frame and requires the header's frame count).
     Width/height follow the EXIF orientation tag (5-8 swap them), as ``PIL.ImageOps.exif_transpose``
     (and transformers' ``load_image``) would. Cached per process.
     Raises :class:`MediaError`: ``media_outside_root`` (see ``media_root``), ``media_missing``
@@ -179,7 +186,7 @@ def probe_media(
     hit = _CACHE.get(key)
     if hit is None:
         try:
-            hit = _probe_video(st) if kind == "video" else _probe_image(path, st.st_size, check)
+            hit = _probe_video(path, st.st_size, check) if kind == "video" else _probe_image(path, st.st_size, check)
         except MediaError as e:
             hit = e
         _remember(key, hit)
@@ -195,7 +202,7 @@ def probe_bytes(data: bytes, kind: str = "image", check: str = "header", *, name
     if check not in CHECKS:
         raise ValueError(f"unknown media check {check!r}; use one of {', '.join(CHECKS)}")
     if kind == "video":
-        return MediaInfo(0, 0, "", len(data))
+        return _probe_video(name, len(data), check, data)
     return _probe_image(name, len(data), check, data)
 
 
@@ -227,7 +234,13 @@ def _probe_member(ref: str, kind: str, check: str) -> MediaInfo:
         if isinstance(hit, MediaError):  # name this reference, not the first copy's
             hit = MediaError(hit.reason, hit.detail.replace(seen_as, display_ref(ref)))
     elif hit is None:
-        hit = MediaInfo(0, 0, "", size)
+        try:
+            hit = _probe_video(display_ref(ref), size, check, read_ref(ref))
+        except (OSError, EOFError, ValueError) as e:
+            raise MediaError("media_missing", f"{kind} not readable in its container: {display_ref(ref)} "
+                             f"({_oneline(e)})") from None
+        except MediaError as e:
+            hit = e
     _remember(key, hit)
     if isinstance(hit, MediaError):
         raise MediaError(hit.reason, hit.detail)
@@ -279,8 +292,22 @@ def _real_dir(path: str) -> str:
     return hit
 
 
-def _probe_video(st: os.stat_result) -> MediaInfo:
-    return MediaInfo(0, 0, "", st.st_size)
+def _probe_video(path: str, nbytes: int, check: str, data: bytes | None = None) -> MediaInfo:
+    """:func:`vlmpack.media.video.probe_video` of a file (``data`` None) or of bytes in memory."""
+    from vlmpack.media.video import probe_video
+
+    if nbytes == 0:
+        raise MediaError("media_undecodable", f"video file is empty: {path}")
+    if data is None and not os.access(path, os.R_OK):
+        raise MediaError("media_missing", f"video not readable: {path}")
+    try:
+        h = probe_video(path if data is None else data, path, check)
+    except MediaError:
+        raise
+    except Exception as e:  # noqa: BLE001 - FFmpeg/PyAV may raise anything on hostile bytes
+        raise MediaError("media_undecodable",
+                         f"video does not open: {type(e).__name__}: {_oneline(e)}: {path}") from None
+    return MediaInfo(h.width, h.height, h.format, nbytes, h.duration_s, h.fps, h.frames)
 
 
 def _probe_image(path: str, nbytes: int, check: str, data: bytes | None = None) -> MediaInfo:

@@ -51,7 +51,8 @@ def validate_sample(
     ``max_aspect_ratio`` replaces the family's rule. Images need ``min(w, h) >= min_side`` (pass
     the processor's minimum, e.g. 28 for processors that reject images smaller than one merged patch;
     the default 1 accepts every image, as transformers 5's Qwen2-VL resizes small images up).
-    Videos are only checked to exist (width/height stay 0). ``ValueError`` for an unknown ``check``.
+    Videos: their container header (size, frames, duration, fps; :mod:`vlmpack.media.video`); the
+    family's count rule decides what it takes. ``ValueError`` for an unknown ``check``.
     """
     if check not in CHECKS:
         raise ValueError(f"unknown media check {check!r}; use one of {', '.join(CHECKS)}")
@@ -89,4 +90,5 @@ def validate_sample(
                     own_id,
                 )
         item.width, item.height, item.format, item.nbytes = info.width, info.height, info.format, info.nbytes
+        item.duration_s, item.fps, item.frames = info.duration_s, info.fps, info.frames  # videos; None for images
     return sample
