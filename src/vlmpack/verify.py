@@ -98,7 +98,8 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False) -> list[str]
                         if (info.width, info.height) != (m.get("width"), m.get("height")):
                             problems.append(f"{where} sample {sid!r} part {part}: the bytes are {info.width}x"
                                             f"{info.height} pixels but {m.get('width')}x{m.get('height')} is recorded")
-                        n = family.media_tokens(MediaSize(m.get("kind", "image"), info.width, info.height))
+                        n = family.media_tokens(MediaSize(m.get("kind", "image"), info.width, info.height,
+                                                          info.duration_s, info.fps, info.frames))
                     except (MediaError, MediaRuleError) as e:
                         problems.append(f"{where} sample {sid!r} part {part}: {e}")
                         n = int(m.get("num_tokens") or 0)
