@@ -117,7 +117,7 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
         "samples_by_kind": {k: int(v) for k, v in zip(("text", "image", "video"),
                                                        np.bincount(manifest.column("kind").to_numpy(), minlength=3))},
         "label_tokens": label_sum,
-        "label_token_share": (label_sum / tokens) if tokens and label_sum is not None else None,
+        "label_token_share": None if label_sum is None else (label_sum / tokens if tokens else 0.0),
         "overlong_tokens": int(ntok[plan.overlong].sum()),
         "overlong_tokens_by_kind": {k: int(v) for k, v in zip(("text", "image", "video"), np.bincount(
             kind[plan.overlong], weights=ntok[plan.overlong], minlength=3))},
@@ -147,7 +147,7 @@ def summary_lines(report: dict) -> list[tuple[str, str]]:
         ("dropped overlong", f"{r['dropped_overlong']:,}"),
         ("identity read = packed + rejected + overlong", "holds" if r["identity_holds"] else "BROKEN"),
         ("tokens", f"{r['tokens']:,}"),
-        ("tokens with a label (trained on)", "-" if r.get("label_tokens") is None else
+        ("tokens with a label (trained on)", "-" if r.get("label_token_share") is None else
          f"{r['label_tokens']:,} ({100 * r['label_token_share']:.1f} %)"),
         ("packs (lower bound)", f"{r['packs']:,} ({r['lower_bound_packs']:,})"),
         ("utilization", f"{100 * r['utilization']:.2f} % of {r['seq_len']} tokens/pack; "
