@@ -6,6 +6,8 @@ reused afterwards, so a fresh machine needs only the packages named in ``pyproje
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import sys
 from pathlib import Path
@@ -23,12 +25,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 CACHE = Path(os.environ.get("VLMPACK_TEST_CACHE", Path.home() / ".cache" / "vlmpack" / "test"))
 
 
+@contextlib.contextmanager
+def cache_lock():
+    """Serialise cache builds across pytest-xdist workers (and concurrent test runs): a builder
+    renames a finished folder into place, so the second worker then finds it built."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / ".build.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def model_dir() -> Path:
     """A real Qwen2.5-VL model directory (tokenizer + processor + config, no weights)."""
     from demo_data import build_qwen2_5_vl_model_dir
 
-    return build_qwen2_5_vl_model_dir(CACHE / "qwen2_5_vl")
+    with cache_lock():
+        return build_qwen2_5_vl_model_dir(CACHE / "qwen2_5_vl")
 
 
 @pytest.fixture(scope="session")
@@ -36,4 +52,32 @@ def real_data() -> Path:
     """The real demo SFT set (``real_sft.jsonl``, ``broken.jsonl``, ``images/``), built once."""
     from demo_data import build_demo_data
 
-    return build_demo_data(CACHE / "real_data")
+    with cache_lock():
+        return build_demo_data(CACHE / "real_data")
+
+
+@pytest.fixture(scope="session")
+def qwen3_vl_dir() -> Path:
+    """The offline Qwen3-VL model directory (tools/demo_data/model_files/qwen3_vl)."""
+    from demo_data.model_dirs import build_qwen3_vl_model_dir
+
+    with cache_lock():
+        return build_qwen3_vl_model_dir(CACHE / "qwen3_vl")
+
+
+@pytest.fixture(scope="session")
+def internvl_dir() -> Path:
+    """The offline InternVL3 (HF format) model directory (tools/demo_data/internvl_dir.py)."""
+    from demo_data.internvl_dir import build_internvl_model_dir
+
+    with cache_lock():
+        return build_internvl_model_dir(CACHE / "internvl")
+
+
+@pytest.fixture(scope="session")
+def llava_ov_dir() -> Path:
+    """The offline LLaVA-OneVision model directory (tools/demo_data/llava_onevision_dir.py)."""
+    from demo_data.llava_onevision_dir import build_llava_onevision_model_dir
+
+    with cache_lock():
+        return build_llava_onevision_model_dir(CACHE / "llava_onevision")

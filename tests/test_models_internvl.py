@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -38,15 +37,7 @@ from vlmpack.train.testing import demo_packs, read_packs
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
-CACHE = Path(os.environ.get("VLMPACK_TEST_CACHE", Path.home() / ".cache" / "vlmpack" / "test"))  # as conftest
 ATOL = 1e-4
-
-
-@pytest.fixture(scope="session")
-def internvl_dir() -> Path:
-    from demo_data.internvl_dir import build_internvl_model_dir
-
-    return build_internvl_model_dir(CACHE / "internvl")
 
 
 def _processor(model_dir: Path):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -42,15 +41,7 @@ from vlmpack.train.testing import demo_packs, read_packs
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
-CACHE = Path(os.environ.get("VLMPACK_TEST_CACHE", Path.home() / ".cache" / "vlmpack" / "test"))  # as conftest
 ATOL = 1e-4
-
-
-@pytest.fixture(scope="session")
-def llava_ov_dir() -> Path:
-    from demo_data.llava_onevision_dir import build_llava_onevision_model_dir
-
-    return build_llava_onevision_model_dir(CACHE / "llava_onevision")
 
 
 def _processor(model_dir: Path):

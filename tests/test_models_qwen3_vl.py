@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -35,15 +34,7 @@ from vlmpack.train.testing import demo_packs, read_packs, tiny_qwen3_vl
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
-CACHE = Path(os.environ.get("VLMPACK_TEST_CACHE", Path.home() / ".cache" / "vlmpack" / "test"))  # as conftest
 ATOL = 1e-4
-
-
-@pytest.fixture(scope="session")
-def qwen3_vl_dir() -> Path:
-    from demo_data.model_dirs import build_qwen3_vl_model_dir
-
-    return build_qwen3_vl_model_dir(CACHE / "qwen3_vl")
 
 
 def _processor(model_dir: Path):

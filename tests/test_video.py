@@ -37,7 +37,7 @@ import pytest
 
 av = pytest.importorskip("av")
 
-from conftest import CACHE  # noqa: E402
+from conftest import CACHE, cache_lock  # noqa: E402
 
 from vlmpack.media.probe import MediaError, probe_bytes, probe_media  # noqa: E402
 from vlmpack.media.video import probe_video  # noqa: E402
@@ -50,17 +50,11 @@ from vlmpack.models.base import MediaRuleError, MediaSize  # noqa: E402
 def corpus(real_data) -> list[Path]:
     from demo_data.video_corpus import build_video_corpus
 
-    files = build_video_corpus(CACHE / "video_corpus", real_data)
+    with cache_lock():  # built once into the test cache, whatever the xdist workers
+        files = build_video_corpus(CACHE / "video_corpus", real_data)
     assert len(files) >= 15
     assert {f.suffix for f in files} >= {".mp4", ".webm", ".mkv", ".mov", ".avi"}
     return files
-
-
-@pytest.fixture(scope="module")
-def qwen3_dir() -> Path:
-    from demo_data.model_dirs import build_qwen3_vl_model_dir
-
-    return build_qwen3_vl_model_dir(CACHE / "qwen3_vl")
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +76,9 @@ def qwen2_sampling_dir(model_dir, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def families(model_dir, qwen3_dir, qwen2_sampling_dir) -> dict:
+def families(model_dir, qwen3_vl_dir, qwen2_sampling_dir) -> dict:
     return {"qwen2_5_vl": load_model(model_dir), "qwen2_vl_fps": load_model(qwen2_sampling_dir),
-            "qwen3_vl": load_model(qwen3_dir)}
+            "qwen3_vl": load_model(qwen3_vl_dir)}
 
 
 # ----------------------------------------------------------------------------- decode (the truth)
@@ -313,13 +307,13 @@ def test_probe_media_and_bytes_agree_and_bad_videos_are_reasons(corpus, tmp_path
         assert e.value.reason in ("media_undecodable", "media_unsupported"), (name, e.value.reason)
 
 
-def test_pack_and_check_the_demo_videos(real_data, model_dir, qwen3_dir, tmp_path):
+def test_pack_and_check_the_demo_videos(real_data, model_dir, qwen3_vl_dir, tmp_path):
     """``vlmpack pack`` of the demo's video JSONL with both models: every video counted (none
     rejected), the tokens of each sample equal the family count from the header, ``vlmpack check``
     passes."""
     src = real_data / "real_sft_video.jsonl"
     n = sum(1 for _ in src.open())
-    for name, mdir in (("q25", model_dir), ("q3", qwen3_dir)):
+    for name, mdir in (("q25", model_dir), ("q3", qwen3_vl_dir)):
         out = tmp_path / name
         r = subprocess.run([sys.executable, "-m", "vlmpack", "pack", "-i", str(src), "--model", str(mdir), "-o",
                             str(out), "--seq-len", "131072", "--media-root", str(real_data), "-j", "1",
