@@ -248,3 +248,12 @@ def test_negative_control_plain_causal_mask_differs(image_packs, ivl_models, ivl
     cu = batch["cu_seqlens"].tolist()
     assert (logits[:cu[1]] - alone[0]).abs().max().item() < ATOL
     assert (logits[cu[1]:cu[2]] - alone[1]).abs().max().item() > 1e-3
+
+
+def test_verify_passes_on_a_internvl_output(real_data, internvl_dir):
+    """`vlmpack verify` recounts every sample of a real internvl output from its shard bytes."""
+    from vlmpack.verify import verify_output
+
+    out = demo_packs(real_data, internvl_dir, seq_len=SEQ_LEN, n_lines=300)
+    res = verify_output(out, workers=1)
+    assert res["problems"] == [] and res["recounted_shards"] >= 1 and res["samples"] > 200

@@ -292,3 +292,12 @@ def test_negative_control_plain_causal_mask_differs(image_packs, lov_models, lov
     cu = batch["cu_seqlens"].tolist()
     assert _logit_diff(model, h[:cu[1]], alone[0][1]) < ATOL
     assert _logit_diff(model, h[cu[1]:cu[2]], alone[1][1]) > 1e-3
+
+
+def test_verify_passes_on_a_llava_onevision_output(real_data, llava_ov_dir):
+    """`vlmpack verify` recounts every sample of a real llava_onevision output from its shard bytes."""
+    from vlmpack.verify import verify_output
+
+    out = demo_packs(real_data, llava_ov_dir, seq_len=SEQ_LEN, n_lines=300)
+    res = verify_output(out, workers=1)
+    assert res["problems"] == [] and res["recounted_shards"] >= 1 and res["samples"] > 200
