@@ -42,7 +42,9 @@ PAR1 = b"PAR1"
 ARROW1 = b"ARROW1"
 STREAM = b"\xff\xff\xff\xff"
 MEDIA_COLUMNS = {"images": "image", "image": "image", "videos": "video", "video": "video"}
-_CACHE_BYTES = 256 << 20  # open_ref's cache of group columns, per process
+# open_ref's cache of group columns, per process (so x workers): 256 MiB took a 2 GB input's workers to
+# ~1.2 GB RSS each (bench_pack.py --parquet-rss); a file whose media exceed it re-reads groups when writing
+_CACHE_BYTES = 64 << 20
 
 
 def _kind(head: bytes) -> str | None:
@@ -115,7 +117,7 @@ _CELLS: OrderedDict[tuple, tuple[object, int]] = OrderedDict()
 def cell_bytes(file: str, group: int, row: int, column: str, index: int) -> bytes:
     """The bytes of one media cell (``index=-1``: the cell itself, else item ``index`` of its list;
     a struct gives its ``bytes`` field). The group's column is cached per process (LRU, up to
-    ~256 MiB), so a sample's images and neighbouring rows do not re-read the file. Raises
+    ~64 MiB), so a sample's images and neighbouring rows do not re-read the file. Raises
     ``OSError`` when the file, group, row or value is not there (a changed or truncated file)."""
     st = os.stat(file)
     key = (file, st.st_mtime_ns, st.st_size, group, column)
@@ -147,10 +149,16 @@ def cell_bytes(file: str, group: int, row: int, column: str, index: int) -> byte
 
 
 def _remember(key: tuple, col) -> None:
+    import pyarrow as pa
+
     size = col.nbytes
+    evicted = False
     while _CELLS and sum(v[1] for v in _CELLS.values()) + size > _CACHE_BYTES:
         _CELLS.popitem(last=False)
+        evicted = True
     _CELLS[key] = (col, size)
+    if evicted:  # else Arrow's allocator (mimalloc) keeps the freed columns: RSS ~2.5x the cache
+        pa.default_memory_pool().release_unused()
 
 
 def _json_default(v: object) -> object:
