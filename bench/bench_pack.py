@@ -10,11 +10,24 @@ then the media check levels over every distinct image of the demo set (cold cach
 did before the default check had to match the loader), the default ``verify`` (accepts exactly
 what PIL's ``load()`` decodes, :func:`vlmpack.media.image.check_decodes`) and ``decode`` (full
 ``load()``). Target: default <= 1.5x old verify. ``--media-only`` prints only that table.
+
+``--parquet-rss`` (alone): memory on a large Parquet input. Builds once, cached under
+``~/.cache/vlmpack/bench/parquet/``, a ``--parquet-gb`` GB Parquet file of the demo rows repeated
+with new ids, their real image bytes embedded as the HF ``Image`` struct ``{bytes, path}``, one row
+group per ``--row-group-rows`` rows (written incrementally: the builder holds one row group), plus
+the same rows once (1x demo) as the baseline; then runs ``vlmpack pack`` on each as a child process
+(one run each) and prints wall and CPU seconds (workers included), the report's count and write
+stage seconds, samples/s and peak memory: of the largest single process (``ru_maxrss``, as in the
+per-format table) and of the whole process tree (command + workers: sum of PSS, and of its
+anonymous part, polled from ``/proc/PID/smaps_rollup``; forked workers share pages, so PSS and not
+RSS is what adds up). Target: largest process well under 1 GB for a 2 GB input, and not much
+above the 1x demo's (every process holds torch and the model: ~600 MB before any input).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import subprocess
@@ -107,6 +120,141 @@ def _run_measured(cmd: list[str]) -> tuple[float, float]:
     return sec, usage.ru_maxrss / 1024
 
 
+def _tree(root: int) -> list[int]:
+    """``root`` and every live descendant (from ``/proc/*/stat`` parent ids)."""
+    parent: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            parent.setdefault(ppid, []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += parent.get(pid, [])
+    return out
+
+
+def _pss_kb(pid: int) -> tuple[int, int]:
+    """``(Pss, Pss_Anon)`` of ``pid`` in kB (0, 0 when it is gone)."""
+    got = {"Pss:": 0, "Pss_Anon:": 0}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key, _, rest = line.partition(" ")
+                if key in got:
+                    got[key] = int(rest.split()[0])
+    except (OSError, ValueError):
+        pass
+    return got["Pss:"], got["Pss_Anon:"]
+
+
+def _run_tree_measured(cmd: list[str], every: float = 0.5) -> dict:
+    """Run ``cmd``; wall seconds, CPU seconds (user + system, workers included), its ``ru_maxrss``
+    (MB: the largest single process of the tree) and the peak over time of the process tree's
+    summed PSS / anonymous PSS (MB, polled every ``every`` s)."""
+    import threading
+
+    peak = [0, 0]
+    with tempfile.TemporaryFile() as err:
+        t = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        stop = threading.Event()
+
+        def poll() -> None:
+            while not stop.is_set():
+                pss = [_pss_kb(p) for p in _tree(proc.pid)]
+                peak[0] = max(peak[0], sum(x[0] for x in pss))
+                peak[1] = max(peak[1], sum(x[1] for x in pss))
+                stop.wait(every)
+
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        _, status, usage = os.wait4(proc.pid, 0)  # the zombie stays readable until reaped here
+        sec = time.perf_counter() - t
+        stop.set()
+        poller.join()
+        if status != 0:
+            err.seek(0)
+            raise RuntimeError(f"{' '.join(cmd)} failed: {err.read().decode()[-500:]}")
+    return {"seconds": sec, "cpu_seconds": usage.ru_utime + usage.ru_stime, "max_rss_mb": usage.ru_maxrss / 1024,
+            "tree_pss_mb": peak[0] / 1024, "tree_anon_mb": peak[1] / 1024}
+
+
+def build_big_parquet(data: Path, target_gb: float, rows_per_group: int) -> Path:
+    """The demo rows repeated (ids ``<id>-r<k>``) until the file holds ``target_gb`` GB of image
+    bytes, images embedded as ``{bytes, path}`` structs; cached (built under a temporary name,
+    renamed when complete). ``target_gb <= 0``: the demo rows once."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [json.loads(line) for line in open(data / "real_sft.jsonl", encoding="utf-8")]
+    per_pass = sum((data / p).stat().st_size for r in rows for p in r.get("images") or [] if (data / p).is_file())
+    repeats = max(1, math.ceil(target_gb * 1e9 / per_pass))
+    path = CACHE / "parquet" / f"demo_x{repeats}_rg{rows_per_group}.parquet"
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    turn = pa.struct([("from", pa.string()), ("value", pa.string())])
+    schema = pa.schema([("id", pa.string()), ("images", pa.list_(image)), ("conversations", pa.list_(turn))])
+    tmp = path.with_suffix(".parquet.tmp")
+    with pq.ParquetWriter(tmp, schema) as w:
+        for k in range(repeats):
+            for i in range(0, len(rows), rows_per_group):
+                chunk = rows[i:i + rows_per_group]
+                w.write_table(pa.table({
+                    "id": [r["id"] if k == 0 else f"{r['id']}-r{k}" for r in chunk],
+                    "images": [[{"bytes": (data / p).read_bytes() if (data / p).is_file() else None, "path": p}
+                                for p in r.get("images") or []] for r in chunk],
+                    "conversations": [r["conversations"] for r in chunk]}, schema=schema))
+    os.replace(tmp, path)
+    return path
+
+
+def parquet_rss_table(data: Path, model_dir: Path, args) -> None:
+    """Peak memory and speed of ``vlmpack pack`` on the 1x demo and a ``--parquet-gb`` GB Parquet file."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    inputs = [build_big_parquet(data, 0, args.row_group_rows),
+              build_big_parquet(data, args.parquet_gb, args.row_group_rows)]
+    cols = [("input", 34), ("rows", 7), ("row groups", 10), ("seconds", 8), ("CPU s", 7), ("count s", 7),
+            ("write s", 7), ("samples/s", 9), ("largest process RSS", 19), ("tree PSS", 8), ("tree anon PSS", 13)]
+    print(f"\nParquet input size vs memory: vlmpack pack CLI, {args.workers} workers, seq_len {args.seq_len}, "
+          f"one run each; RSS/PSS in MB; count s / write s: the report's measure / write stage seconds\n")
+
+    def row(cells: list[str]) -> str:
+        widths = [w for _, w in cols]
+        return "| " + " | ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
+                                 for i, (c, w) in enumerate(zip(cells, widths, strict=True))) + " |"
+
+    print(row([name for name, _ in cols]))
+    print("|" + "|".join("-" * (w + 2) if i == 0 else "-" * (w + 1) + ":" for i, (_, w) in enumerate(cols)) + "|")
+    for path in inputs:
+        meta = pq.ParquetFile(path).metadata
+        with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+            out = Path(tmp) / "out"
+            cmd = [sys.executable, "-m", "vlmpack", "pack", "--input", str(path), "--output", str(out),
+                   "--model", str(model_dir), "--media-root", str(data), "--seq-len", str(args.seq_len),
+                   "--workers", str(args.workers), "--no-progress"]
+            m = _run_tree_measured(cmd)
+            report = json.loads((out / "report.json").read_text())
+        stage, nan = report.get("seconds", {}), float("nan")
+        cells = [f"{path.name} ({path.stat().st_size / 1e9:.2f} GB)", f"{meta.num_rows:,}", f"{meta.num_row_groups:,}",
+                 f"{m['seconds']:.1f}", f"{m['cpu_seconds']:.1f}", f"{stage.get('measure', nan):.1f}",
+                 f"{stage.get('write', nan):.1f}", f"{report['records_read'] / m['seconds']:,.0f}",
+                 f"{m['max_rss_mb']:.0f}", f"{m['tree_pss_mb']:.0f}", f"{m['tree_anon_mb']:.0f}"]
+        print(row(cells), flush=True)
+
+
 def format_table(data: Path, model_dir: Path, args) -> None:
     """Per input format, the same samples: the demo's ``wds/`` shards read in place against the
     same records as JSONL + loose image files; ``vlmpack pack`` CLI runs, median of ``--repeat``."""
@@ -154,6 +302,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--formats-only", action="store_true", help="print only the per-input-format table")
     ap.add_argument("--media-only", action="store_true", help="only the media check table")
+    ap.add_argument("--parquet-rss", action="store_true", help="only the Parquet input size vs memory table")
+    ap.add_argument("--parquet-gb", type=float, default=2.0, help="size of the large Parquet input (GB)")
+    ap.add_argument("--row-group-rows", type=int, default=500, help="rows per row group of the Parquet inputs")
     ap.add_argument("--data", type=Path, default=CACHE / "real_data", help="demo data folder (built if absent)")
     args = ap.parse_args()
     data = build_demo_data(args.data)
@@ -163,6 +314,9 @@ def main() -> None:
     model_dir = build_qwen2_5_vl_model_dir(CACHE / "model")
     if args.formats_only:
         format_table(data, model_dir, args)
+        return
+    if args.parquet_rss:
+        parquet_rss_table(data, model_dir, args)
         return
     inputs = [str(data / "real_sft.jsonl"), str(data / "broken.jsonl")]
     family = load_model(str(model_dir))

@@ -252,3 +252,25 @@ def test_corrupt_parquet_page(tmp_path, real_data, model_dir):
                for x in (tmp_path / "o_pixels.parquet" / "rejects.jsonl").read_text().splitlines()}
     assert rejects == {victim["id"]: "media_undecodable"}
     assert report["identity_holds"] and report["records_read"] == report["samples_packed"] + report["rejected"] == 60
+
+
+def test_cell_cache_stays_bounded(both, real_data, monkeypatch):
+    """Reading cells in an order that jumps between row groups keeps the per-process column cache
+    under its byte bound (here: one group's image column) and every cell still reads its own bytes."""
+    from vlmpack.sources import parquet
+
+    tmp, _, _ = both
+    path = str(tmp / "set.parquet")
+    tab = parquet._Table(path)
+    cap = max(tab.group(g, ["images"]).column(0).nbytes for g in range(len(tab.rows)))
+    monkeypatch.setattr(parquet, "_CELLS", parquet.OrderedDict())
+    monkeypatch.setattr(parquet, "_CACHE_BYTES", cap)
+    rows = {r["id"]: r for r in _rows(real_data)}
+    samples = [s for s in ParquetSource.read(path, 0, -1, 1) if s.media]
+    seen = set()
+    for s in sorted(samples, key=lambda s: s.locator.line * 7919 % N_ROWS):  # a permutation across the groups
+        for m, name in zip(s.media, rows[s.id]["images"], strict=True):
+            assert read_ref(m.path) == (real_data / name).read_bytes()
+            assert len(parquet._CELLS) == 1 and sum(v[1] for v in parquet._CELLS.values()) <= cap
+            seen.add(parse_ref(m.path).group)
+    assert len(samples) > 200 and seen == set(range(len(tab.rows)))
