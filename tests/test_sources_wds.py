@@ -137,16 +137,22 @@ def test_broken_shards(tmp_path, real_data, model_dir):
         drop_img = next(m.name for m in members if m.name.endswith(".png"))
         drop_json = next(m.name for m in members if m.name.endswith(".json") and
                          not m.name.startswith(drop_img.split(".")[0]))
+        bad_img = next(m.name for m in members if m.name.endswith(".png") and m.name.split(".")[0] not in
+                       (drop_img.split(".")[0], drop_json.split(".")[0]))
         for m in members:
             if m.name not in (drop_img, drop_json):
-                dst.addfile(m, io.BytesIO(src.extractfile(m).read()))
+                data = src.extractfile(m).read()
+                if m.name == bad_img:  # the PNG signature, then bytes that do not decode (same size)
+                    data = data[:8] + bytes(len(data) - 8)
+                dst.addfile(m, io.BytesIO(data))
     cfg = load_config(input=[str(edited)], model=str(model_dir), output=str(tmp_path / "e"), seq_len=8192,
                       workers=1, progress=False, max_reject_fraction=1)
     report = run_pack(cfg)
     rejects = {json.loads(x)["key"]: json.loads(x)["reason"] for x in (tmp_path / "e" / "rejects.jsonl").read_text()
                .splitlines()}
-    assert rejects == {drop_img.split(".")[0]: "media_missing", drop_json.split(".")[0]: "unknown_schema"}
-    assert report["identity_holds"] and report["samples_packed"] == report["records_read"] - 2
+    assert rejects == {drop_img.split(".")[0]: "media_missing", drop_json.split(".")[0]: "unknown_schema",
+                       bad_img.split(".")[0]: "media_undecodable"}
+    assert report["identity_holds"] and report["samples_packed"] == report["records_read"] - 3
     shutil.rmtree(tmp_path / "e")
 
 
