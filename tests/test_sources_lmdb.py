@@ -177,25 +177,13 @@ def test_killed_lmdb_run_resumes_to_the_same_bytes(case, model_dir, real_data):
     """JSONL + ``--media-lmdb``: a CLI run SIGKILLed mid-write and run again gives the bytes of an
     uninterrupted run (a rerun is byte-identical), keeping the shards done before the kill; a rerun
     on the finished output changes nothing."""
-    from hostile_corpus import run_cli
-    from test_sources_parquet import _kill_mid_write
+    from test_sources_parquet import assert_killed_run_resumes_to_the_same_bytes
 
     tmp, _, _, _ = case
     args = ["pack", "--input", tmp / "lmdb.jsonl", "--model", model_dir, "--media-root", real_data,
             "--media-lmdb", f"demo={tmp / 'env'}", "--max-reject-fraction", 1, "--seq-len", 4096,
             "--max-packs-per-shard", 2, "--pretokenize", "--workers", 1, "--no-progress"]
-    ref = run_cli([*args, "--output", tmp / "kref"])
-    assert ref.returncode == 0, ref.stderr
-    want = shard_hashes(tmp / "kref")
-    assert len(want) > 4  # many shards: the kill below lands between the first and the last
-    done = _kill_mid_write(args, tmp / "killed")
-    again = run_cli([*args, "--output", tmp / "killed"])
-    assert again.returncode == 0, again.stderr
-    assert shard_hashes(tmp / "killed") == want
-    assert {n: (tmp / "killed" / n).stat().st_mtime_ns for n in done} == done  # resumed: done shards kept
-    once_more = run_cli([*args, "--output", tmp / "killed"])
-    assert once_more.returncode == 0, once_more.stderr
-    assert shard_hashes(tmp / "killed") == want
+    assert_killed_run_resumes_to_the_same_bytes(args, tmp)
 
 
 def test_undecodable_lmdb_value_is_rejected_like_a_corrupt_file(tmp_path, real_data, model_dir):

@@ -192,14 +192,12 @@ def _kill_mid_write(args: list, out: Path) -> dict[str, int]:
     return {p.name[:-5]: (out / p.name[:-5]).stat().st_mtime_ns for p in markers.glob("*.json")}
 
 
-def test_killed_parquet_run_resumes_to_the_same_bytes(both, model_dir):
-    """A CLI run on the Parquet input SIGKILLed mid-write and run again gives the bytes of an
-    uninterrupted run (a rerun is byte-identical); a rerun on the finished output changes nothing."""
+def assert_killed_run_resumes_to_the_same_bytes(args: list, tmp: Path) -> None:
+    """``vlmpack ARGS`` into ``tmp/kref`` uninterrupted, and into ``tmp/killed`` SIGKILLed mid-write
+    then run again: the same shard bytes, the shards done before the kill kept (same mtime), and a
+    rerun on the finished output changes nothing."""
     from hostile_corpus import run_cli
 
-    tmp, _, _ = both
-    args = ["pack", "--input", tmp / "set.parquet", "--model", model_dir, "--media-root", tmp / "no_media",
-            "--seq-len", 4096, "--max-packs-per-shard", 2, "--pretokenize", "--workers", 1, "--no-progress"]
     ref = run_cli([*args, "--output", tmp / "kref"])
     assert ref.returncode == 0, ref.stderr
     want = shard_hashes(tmp / "kref")
@@ -212,6 +210,15 @@ def test_killed_parquet_run_resumes_to_the_same_bytes(both, model_dir):
     once_more = run_cli([*args, "--output", tmp / "killed"])
     assert once_more.returncode == 0, once_more.stderr
     assert shard_hashes(tmp / "killed") == want
+
+
+def test_killed_parquet_run_resumes_to_the_same_bytes(both, model_dir):
+    """A CLI run on the Parquet input SIGKILLed mid-write and run again gives the bytes of an
+    uninterrupted run (a rerun is byte-identical); a rerun on the finished output changes nothing."""
+    tmp, _, _ = both
+    args = ["pack", "--input", tmp / "set.parquet", "--model", model_dir, "--media-root", tmp / "no_media",
+            "--seq-len", 4096, "--max-packs-per-shard", 2, "--pretokenize", "--workers", 1, "--no-progress"]
+    assert_killed_run_resumes_to_the_same_bytes(args, tmp)
 
 
 def test_corrupt_parquet_page(tmp_path, real_data, model_dir):
