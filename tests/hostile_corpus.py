@@ -19,9 +19,11 @@ import io
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -290,3 +292,18 @@ def one_error_line(stderr: str) -> str:
     assert "Traceback" not in stderr, stderr
     assert len(lines) == 1, stderr
     return lines[0]
+
+
+def kill_mid_write(args: list, out: Path) -> dict[str, int]:
+    """Start ``vlmpack ARGS --output OUT`` and SIGKILL it once its first shard is written (asserts it
+    was still running, i.e. killed mid-write); returns ``mtime_ns`` of the shards marked done by then."""
+    proc = start_cli([*args, "--output", out])
+    markers = out / ".vlmpack" / "shards"
+    end = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < end and not (markers.is_dir() and any(markers.iterdir())):
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before it could be killed mid-write"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL and any(markers.iterdir()) and not (out / "report.json").exists()
+    return {p.name[:-5]: (out / p.name[:-5]).stat().st_mtime_ns for p in markers.glob("*.json")}

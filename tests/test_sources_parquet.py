@@ -172,37 +172,17 @@ def test_hf_datasets_files_read_in_place(tmp_path, real_data):
         assert got == want
 
 
-def _kill_mid_write(args: list, out: Path) -> dict[str, int]:
-    """Start ``vlmpack ARGS --output OUT`` and SIGKILL it once its first shard is written (asserts it
-    was still running, i.e. killed mid-write); returns ``mtime_ns`` of the shards marked done by then."""
-    import signal
-    import time
-
-    from hostile_corpus import start_cli
-
-    proc = start_cli([*args, "--output", out])
-    markers = out / ".vlmpack" / "shards"
-    end = time.monotonic() + 300
-    while proc.poll() is None and time.monotonic() < end and not (markers.is_dir() and any(markers.iterdir())):
-        time.sleep(0.01)
-    assert proc.poll() is None, "the run ended before it could be killed mid-write"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL and any(markers.iterdir()) and not (out / "report.json").exists()
-    return {p.name[:-5]: (out / p.name[:-5]).stat().st_mtime_ns for p in markers.glob("*.json")}
-
-
 def assert_killed_run_resumes_to_the_same_bytes(args: list, tmp: Path) -> None:
     """``vlmpack ARGS`` into ``tmp/kref`` uninterrupted, and into ``tmp/killed`` SIGKILLed mid-write
     then run again: the same shard bytes, the shards done before the kill kept (same mtime), and a
     rerun on the finished output changes nothing."""
-    from hostile_corpus import run_cli
+    from hostile_corpus import kill_mid_write, run_cli
 
     ref = run_cli([*args, "--output", tmp / "kref"])
     assert ref.returncode == 0, ref.stderr
     want = shard_hashes(tmp / "kref")
     assert len(want) > 4  # many shards: the kill below lands between the first and the last
-    done = _kill_mid_write(args, tmp / "killed")
+    done = kill_mid_write(args, tmp / "killed")
     again = run_cli([*args, "--output", tmp / "killed"])
     assert again.returncode == 0, again.stderr
     assert shard_hashes(tmp / "killed") == want

@@ -157,24 +157,14 @@ def test_broken_shards(tmp_path, real_data, model_dir):
 
 
 def test_killed_wds_run_resumes_to_the_same_bytes(both, model_dir, real_data):
-    import signal
-    import time
-
-    from hostile_corpus import run_cli, start_cli
+    from hostile_corpus import kill_mid_write, run_cli
 
     tmp, shards, _, _ = both
     args = ["pack", *[x for s in shards for x in ("--input", s)], "--model", model_dir, "--seq-len", 4096,
             "--max-packs-per-shard", 2, "--pretokenize", "--workers", 1, "--no-progress"]
     ref = run_cli([*args, "--output", tmp / "kref"])
     assert ref.returncode == 0, ref.stderr
-    proc = start_cli([*args, "--output", tmp / "killed"])
-    markers = tmp / "killed" / ".vlmpack" / "shards"
-    end = time.monotonic() + 300
-    while proc.poll() is None and time.monotonic() < end and not (markers.is_dir() and any(markers.iterdir())):
-        time.sleep(0.01)
-    assert proc.poll() is None, "the run ended before it could be killed mid-write"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_mid_write(args, tmp / "killed")
     again = run_cli([*args, "--output", tmp / "killed"])
     assert again.returncode == 0, again.stderr
     assert shard_hashes(tmp / "killed") == shard_hashes(tmp / "kref")
