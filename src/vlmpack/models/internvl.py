@@ -51,7 +51,7 @@ import numpy as np
 
 from vlmpack.errors import ConfigError
 from vlmpack.models.base import COUNTING_FILES, MediaRuleError, MediaSize, ProcessedImages
-from vlmpack.models.qwen2_vl import Qwen2VLFamily, _template_from_files
+from vlmpack.models.qwen2_vl import Qwen2VLFamily, load_chat_tokenizer
 from vlmpack.models.special_tokens import special_token_pattern, special_token_strings
 
 log = logging.getLogger(__name__)
@@ -83,18 +83,12 @@ class InternVLFamily(Qwen2VLFamily):
     mrope = False
 
     def __init__(self, model_dir: str | Path):  # noqa: D107 - documented on the class
-        from transformers import AutoTokenizer
         from transformers.models.got_ocr2 import GotOcr2ImageProcessorPil
         from transformers.models.internvl.processing_internvl import InternVLProcessor
 
         self.model_dir = str(model_dir)
         d = Path(model_dir)
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        except Exception as e:  # noqa: BLE001 - transformers raises many kinds here
-            raise ConfigError(f"{model_dir}: cannot load the tokenizer ({type(e).__name__}: {e})") from None
-        if not getattr(self.tokenizer, "chat_template", None):
-            self.tokenizer.chat_template = _template_from_files(d)
+        self.tokenizer = load_chat_tokenizer(model_dir)
         pre = d / "preprocessor_config.json"
         if not pre.is_file():
             raise ConfigError(f"{model_dir}: no preprocessor_config.json (needed for image token counts)")

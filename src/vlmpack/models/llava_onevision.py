@@ -46,7 +46,7 @@ import numpy as np
 
 from vlmpack.errors import ConfigError
 from vlmpack.models.base import COUNTING_FILES, MediaRuleError, MediaSize, ProcessedImages
-from vlmpack.models.qwen2_vl import Qwen2VLFamily, _template_from_files
+from vlmpack.models.qwen2_vl import Qwen2VLFamily, load_chat_tokenizer
 from vlmpack.models.special_tokens import special_token_pattern, special_token_strings
 
 __all__ = ["LlavaOnevisionFamily", "anyres_image_tokens"]
@@ -96,19 +96,13 @@ class LlavaOnevisionFamily(Qwen2VLFamily):
     mrope = False
 
     def __init__(self, model_dir: str | Path):
-        from transformers import AutoTokenizer
         from transformers.models.llava_onevision.image_processing_pil_llava_onevision import (
             LlavaOnevisionImageProcessorPil,
         )
 
         d = Path(model_dir)
         self.model_dir = str(model_dir)
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        except Exception as e:  # noqa: BLE001 - transformers raises many kinds here
-            raise ConfigError(f"{model_dir}: cannot load the tokenizer ({type(e).__name__}: {e})") from None
-        if not getattr(self.tokenizer, "chat_template", None):
-            self.tokenizer.chat_template = _template_from_files(d)
+        self.tokenizer = load_chat_tokenizer(model_dir)
         if not (d / "preprocessor_config.json").is_file():
             raise ConfigError(f"{model_dir}: no preprocessor_config.json (needed for image token counts)")
         self.image_processor = LlavaOnevisionImageProcessorPil.from_pretrained(self.model_dir)

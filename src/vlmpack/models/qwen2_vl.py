@@ -79,16 +79,10 @@ class Qwen2VLFamily:
     max_aspect_ratio = MAX_ASPECT_RATIO
 
     def __init__(self, model_dir: str | Path):
-        from transformers import AutoTokenizer
         from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil
 
         self.model_dir = str(model_dir)
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        except Exception as e:  # noqa: BLE001 - transformers raises many kinds here
-            raise ConfigError(f"{model_dir}: cannot load the tokenizer ({type(e).__name__}: {e})") from None
-        if not getattr(self.tokenizer, "chat_template", None):
-            self.tokenizer.chat_template = _template_from_files(Path(model_dir))
+        self.tokenizer = load_chat_tokenizer(model_dir)
         if not (Path(model_dir) / "preprocessor_config.json").is_file():
             raise ConfigError(f"{model_dir}: no preprocessor_config.json (needed for image token counts)")
         self.image_processor = Qwen2VLImageProcessorPil.from_pretrained(self.model_dir)
@@ -413,6 +407,21 @@ def _video_smart_resize(height: int, width: int, factor: int, min_pixels: int, m
         h_bar = math.ceil(height * beta / factor) * factor
         w_bar = math.ceil(width * beta / factor) * factor
     return h_bar, w_bar
+
+
+def load_chat_tokenizer(model_dir: str | Path):
+    """The fast tokenizer of ``model_dir`` with its chat template (from ``chat_template.json`` /
+    ``chat_template.jinja`` when ``tokenizer_config.json`` has none, as transformers' processors
+    load it). Raises :class:`ConfigError` (one line) when it cannot be loaded."""
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(model_dir))
+    except Exception as e:  # noqa: BLE001 - transformers raises many kinds here
+        raise ConfigError(f"{model_dir}: cannot load the tokenizer ({type(e).__name__}: {e})") from None
+    if not getattr(tok, "chat_template", None):
+        tok.chat_template = _template_from_files(Path(model_dir))
+    return tok
 
 
 def _template_from_files(model_dir: Path) -> str:
