@@ -66,6 +66,9 @@ class PackConfig(BaseModel):
     max_packs_per_shard: int = Field(1000, gt=0)
     max_shard_bytes: int = Field(512 << 20, gt=0)
     shard_prefix: str = Field("shard", pattern=r"^[A-Za-z0-9_-]+$")
+    num_nodes: int = Field(1, gt=0, description="split the input tasks over this many independent runs "
+                           "(vlmpack.pack.nodes)")
+    node_rank: int = Field(0, ge=0, description="which of the num_nodes slices this run packs (0-based)")
     workers: int = Field(default_factory=lambda: os.cpu_count() or 1, gt=0)
     executor: Literal["local", "ray"] = "local"
     ray_address: str | None = Field(None, description="Ray cluster address ('auto' = the running one)")
@@ -91,6 +94,14 @@ class PackConfig(BaseModel):
             return out
         return v
 
+    @field_validator("node_rank")
+    @classmethod
+    def _rank_below_nodes(cls, v: int, info) -> int:
+        n = info.data.get("num_nodes")
+        if isinstance(n, int) and v >= n:
+            raise ValueError(f"--node-rank {v} is not below --num-nodes {n} (ranks are 0..{n - 1})")
+        return v
+
     @model_validator(mode="after")
     def _defaults(self) -> PackConfig:
         if self.media_root is None:
@@ -101,7 +112,9 @@ class PackConfig(BaseModel):
         """The canonical content hashed into :meth:`fingerprint` (also saved in the run dir)."""
         from vlmpack.models import COUNTING_FILES, FAMILIES, model_type
 
-        opts = self.model_dump(by_alias=True, exclude=_NOT_FINGERPRINTED)
+        # a single-node run keeps the fingerprint it had before per-node packing existed
+        opts = self.model_dump(by_alias=True, exclude=_NOT_FINGERPRINTED | (
+            {"num_nodes", "node_rank"} if self.num_nodes == 1 else set()))
         opts["input"] = [os.path.abspath(p) for p in self.input]
         opts["media_root"] = os.path.abspath(str(self.media_root))
         opts["model"] = os.path.abspath(self.model)

@@ -8,16 +8,22 @@ import typer
 
 
 def check_command(
-    output: Path = typer.Argument(..., help="a vlmpack output directory"),
+    output: Path = typer.Argument(..., help="a vlmpack output directory, or a MetadatasetV2 YAML blending several"),
     workers: int = typer.Option(2, "--workers", help="Energon loader workers (0 = in this process)"),
     no_run_dir: bool = typer.Option(False, "--no-run-dir", help="check without OUTPUT/.vlmpack (no completeness)"),
 ) -> None:
     """Check OUTPUT against its report and run record, then load it through Megatron-Energon.
 
     Shard sha256 and sizes, tar structure and .tar.idx, token counts, every accepted sample id
-    exactly once (see vlmpack.check). Each finding is one 'problem: ...' line on stderr; exit 1.
+    exactly once (see vlmpack.check). A blend YAML (vlmpack metadataset): every dataset so, plus
+    one seq_len and model, no colliding shard names or duplicate ids across nodes, weights as
+    recorded, and Energon loads the blend (see vlmpack.check_blend). Each finding is one
+    'problem: ...' line on stderr; exit 1.
     """
     from vlmpack.check import check_output
+
+    if output.is_file():
+        return _check_blend(output, workers, no_run_dir)
 
     res = check_output(output, num_workers=workers, run_dir=not no_run_dir)
     problems = res["problems"]
@@ -27,6 +33,19 @@ def check_command(
     exit_on_problems(problems)
     typer.echo("check passed: shards match report.json, every accepted sample exactly once, every pack within "
                "seq_len, every pack loads through Energon" + ("" if not no_run_dir else " (run record not checked)"))
+
+
+def _check_blend(path: Path, workers: int, no_run_dir: bool) -> None:
+    from vlmpack.check_blend import check_blend
+
+    res = check_blend(path, num_workers=workers, run_dir=not no_run_dir)
+    for d in res["datasets"]:
+        typer.echo(f"{d['path']}: weight {d['weight']:,}, energon: {d['packs']:,} packs, {d['samples']:,} samples, "
+                   f"{d['tokens']:,} tokens")
+    exit_on_problems(res["problems"])
+    drawn = ", ".join(f"{v} from {k}" for k, v in sorted(res["drawn"].items()))
+    typer.echo(f"check passed: {len(res['datasets'])} datasets pass, one seq_len and model, no colliding shard names "
+               f"or ids, weights = recorded {res['weight']}, Energon loads the blend (packs drawn: {drawn})")
 
 
 def exit_on_problems(problems: list[str], limit: int = 50) -> None:

@@ -4,8 +4,9 @@ Commands, one module each: ``pack`` (:mod:`vlmpack.cli.pack`, the main job), ``p
 (:mod:`vlmpack.cli.plan`, pre-flight bin-packing table), ``check`` (:mod:`vlmpack.cli.check`, load
 an output through Energon and check it), ``verify`` (:mod:`vlmpack.cli.verify`, check + recount
 every sample from the shard bytes), ``inspect`` (:mod:`vlmpack.cli.inspect`, packs and label
-masks). Every error ends the command with one line on stderr and
-a documented exit code. The demo data builder lives outside the wheel: ``tools/build_demo.py``.
+masks), ``metadataset`` (:mod:`vlmpack.cli.metadataset`, an Energon blend of several outputs).
+Every error ends the command with one line on stderr and a documented exit code. The demo data
+builder lives outside the wheel: ``tools/build_demo.py``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from rich.console import Console
 from vlmpack import signals
 from vlmpack.cli.check import check_command
 from vlmpack.cli.inspect import inspect_command
+from vlmpack.cli.metadataset import metadataset_command
 from vlmpack.cli.pack import pack_command
 from vlmpack.cli.plan import plan_command
 from vlmpack.cli.verify import verify_command
@@ -52,6 +54,7 @@ app.command("check")(check_command)
 app.command("plan")(plan_command)
 app.command("verify")(verify_command)
 app.command("inspect")(inspect_command)
+app.command("metadataset")(metadataset_command)
 
 
 #: Exit codes of every command (also in the README).

@@ -65,6 +65,9 @@ def pack_command(
     max_packs_per_shard: Optional[int] = _opt("max_packs_per_shard", "--max-packs-per-shard", help="shard rollover"),
     max_shard_bytes: Optional[int] = _opt("max_shard_bytes", "--max-shard-bytes", help="shard rollover, bytes"),
     workers: Optional[int] = _opt("workers", "--workers", "-j", help="processes", default="CPU cores"),
+    num_nodes: Optional[int] = _opt("num_nodes", "--num-nodes", help="split the input tasks over this many "
+                                    "independent runs, one output each (blend them with vlmpack metadataset)"),
+    node_rank: Optional[int] = _opt("node_rank", "--node-rank", help="which slice this run packs, 0..num-nodes-1"),
     executor: Optional[str] = _opt("executor", "--executor", help="local|ray"),
     ray_address: Optional[str] = _opt("ray_address", "--ray-address", help="Ray cluster address, e.g. auto"),
     overwrite: Optional[bool] = _opt("overwrite", "--overwrite/--no-overwrite",
@@ -85,7 +88,7 @@ def pack_command(
                       pad_to_multiple_of=pad_to_multiple_of, seed=seed, pretokenize=pretokenize,
                       special_tokens=special_tokens, max_reject_fraction=max_reject_fraction,
                       max_packs_per_shard=max_packs_per_shard,
-                      max_shard_bytes=max_shard_bytes, workers=workers,
+                      max_shard_bytes=max_shard_bytes, workers=workers, num_nodes=num_nodes, node_rank=node_rank,
                       executor=executor, ray_address=ray_address, overwrite=overwrite, progress=progress)
     report = run_pack(cfg)
     table = Table(title=f"vlmpack pack -> {cfg.output}", show_header=False)

@@ -23,7 +23,6 @@ import functools
 import hashlib
 import io
 import logging
-import os
 import pickle
 import time
 from collections import Counter
@@ -42,6 +41,7 @@ from vlmpack.energon.meta import write_metadata
 from vlmpack.errors import OverlongError, RunFailedError
 from vlmpack.pack.count import MeasureResult, MeasureTask, media_changed, part_path, run_task
 from vlmpack.pack.executors import guarded_executor
+from vlmpack.pack.nodes import InputRange, check_node_output, model_fingerprint, node_ranges, node_record, shard_prefix
 from vlmpack.pack.report import build_report, write_report_html
 from vlmpack.pack.rundir import RUN_DIR, atomic_write, json_bytes, prepare_output, read_json, read_pickle, unlock_output
 from vlmpack.pack.write import ShardResult, ShardTask, assign_shards, estimate_pack_bytes, write_shard
@@ -81,17 +81,15 @@ def _run_all(pool: Executor, fn, tasks: list, *, done, desc: str, weights: list[
 
 
 # ---------------------------------------------------------------------------------------- measure
-def _measure(cfg: PackConfig, run: Path, pool: Executor, reuse: dict) -> list[MeasureResult]:
+def _measure(cfg: PackConfig, run: Path, pool: Executor, reuse: dict,
+             ranges: list[InputRange]) -> list[MeasureResult]:
     tasks, weights = [], []
-    for fi, path in enumerate(cfg.input):
-        size = os.path.getsize(path)
-        fmt = resolve_format(path, cfg.input_format)
-        for start, end, first_line in get_source(fmt).split(path, TASK_BYTES):
-            tasks.append(MeasureTask(len(tasks), fi, path, start, end, first_line, cfg.input_schema,
-                                     str(cfg.media_root), cfg.allow_absolute_media, cfg.media_check,
-                                     str(cfg.model), str(run / "records"), cfg.special_tokens, fmt,
-                                     tuple(sorted(cfg.media_lmdb.items())), cfg.text_key))
-            weights.append((end if end >= 0 else size) - start)
+    for fi, path, fmt, start, end, first_line, nbytes in ranges:
+        tasks.append(MeasureTask(len(tasks), fi, path, start, end, first_line, cfg.input_schema,
+                                 str(cfg.media_root), cfg.allow_absolute_media, cfg.media_check,
+                                 str(cfg.model), str(run / "records"), cfg.special_tokens, fmt,
+                                 tuple(sorted(cfg.media_lmdb.items())), cfg.text_key))
+        weights.append(nbytes)
     results: list[MeasureResult | None] = [None] * len(tasks)
     todo = []
     for t in tasks:
@@ -234,7 +232,7 @@ def _shard_tasks(cfg: PackConfig, run: Path, manifest: pa.Table, plan: PackPlan)
         for p in range(bounds[s], bounds[s + 1]):
             members = plan.order[plan.offsets[p]:plan.offsets[p + 1]]
             packs.append([(int(part[i]), int(rec_off[i]), int(rec_len[i])) for i in members])
-        tasks.append(ShardTask(s, f"{cfg.shard_prefix}-{s:06d}.tar", int(bounds[s]), packs, cfg.seq_len,
+        tasks.append(ShardTask(s, f"{shard_prefix(cfg)}-{s:06d}.tar", int(bounds[s]), packs, cfg.seq_len,
                                str(Path(cfg.output)), str(run / "records"),
                                str(cfg.model) if cfg.pretokenize else None))
     return tasks
@@ -347,19 +345,22 @@ def run_pack(cfg: PackConfig) -> dict:
     payload = cfg.fingerprint_payload()  # hashes the model's counting files: once
     fingerprint = cfg.fingerprint(payload)
     out = Path(cfg.output)
+    check_node_output(cfg)
+    ranges, tasks_total = node_ranges(cfg, TASK_BYTES)  # this node's input tasks (all of them: one node)
     run = prepare_output(out, fingerprint, payload, overwrite=cfg.overwrite)
     try:
-        return _run(cfg, run, fingerprint)
+        return _run(cfg, run, fingerprint, payload, ranges, tasks_total)
     finally:
         unlock_output(out)
 
 
-def _run(cfg: PackConfig, run: Path, fingerprint: str) -> dict:
+def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: list[InputRange],
+         tasks_total: int) -> dict:
     timings: dict[str, float] = {}
     reuse: dict = {}  # what a resumed run took from the run directory instead of redoing it
     with guarded_executor(cfg.executor, cfg.workers, str(cfg.model), cfg.ray_address) as pool:
         t = time.perf_counter()
-        results = _measure(cfg, run, pool, reuse)
+        results = _measure(cfg, run, pool, reuse, ranges)
         timings["measure"] = time.perf_counter() - t
         t = time.perf_counter()
         manifest, rejections = build_manifest(cfg, results)
@@ -384,6 +385,8 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str) -> dict:
     report = build_report(cfg, fingerprint, stats, manifest, plan, rejections, shards, timings, records_by_file)
     report["status"] = "ok" if report["samples_packed"] else "failed"
     report["reused"] = reuse
+    report["model_fingerprint"] = model_fingerprint(payload)
+    report["nodes"] = node_record(cfg, payload, tasks_total, len(ranges))
     atomic_write(Path(cfg.output) / "report.json", json_bytes(report, indent=1))
     write_report_html(cfg, manifest, plan, report)  # OUT/report.html: figures + key numbers (no shard re-read)
     if not report["samples_packed"]:
