@@ -14,7 +14,9 @@ pipeline and of the training side:
 - what is trained on: :meth:`ModelFamily.label_mask`;
 - positions: :attr:`ModelFamily.mrope` and :meth:`ModelFamily.rope_model_class` (``train.rope``);
 - pixels for the model: :meth:`ModelFamily.process_images` (one pack) and
-  :meth:`ModelFamily.batch_image_inputs` (the batch's model kwargs); the placeholder image for
+  :meth:`ModelFamily.batch_image_inputs` (the batch's model kwargs), for videos
+  :meth:`ModelFamily.process_videos`, :meth:`ModelFamily.batch_video_inputs` and
+  :meth:`ModelFamily.expand_videos`; the placeholder image for
   text-only batches (FSDP): :meth:`ModelFamily.placeholder`.
 
 Media of any kind go through the same methods (``kind`` is ``"image"`` or ``"video"``); a family
@@ -71,6 +73,27 @@ class ProcessedImages:
     grids: np.ndarray
     tokens: np.ndarray
     model_kwargs: dict
+
+
+@dataclass(slots=True)
+class ProcessedVideos:
+    """The video pixels of one pack, in order (:meth:`ModelFamily.process_videos`).
+
+    ``pixel_values``: float32 tensor (Qwen-VL: ``pixel_values_videos`` ``[sum(t*h*w), C*tp*p*p]``)
+    or None without videos; ``grids``: int64 ``[k, 3]`` (t, h, w in patches) per video;
+    ``tokens``: int64 ``[k]`` the media tokens of each video as :meth:`ModelFamily.media_tokens`
+    counts them; ``features``: int64 ``[k]`` video-pad tokens (feature vectors) per video;
+    ``model_kwargs``: the per-video tensors ``forward`` takes beside the pixels (e.g.
+    ``{"video_grid_thw": ..., "second_per_grid_ts": ...}``); ``layouts``: per video what
+    :meth:`ModelFamily.expand_videos` needs beyond the token count (Qwen3-VL: the timestamp
+    strings), else None."""
+
+    pixel_values: Any
+    grids: np.ndarray
+    tokens: np.ndarray
+    features: np.ndarray
+    model_kwargs: dict
+    layouts: list
 
 
 @runtime_checkable
@@ -131,6 +154,23 @@ class ModelFamily(Protocol):
         of its packs, in order (Qwen-VL: ``pixel_values`` concatenated on dim 0 and
         ``image_grid_thw``; a family whose tensors need padding across images does it here). The
         keys are what :func:`vlmpack.train.collate.model_inputs` passes to ``forward``."""
+
+    def process_videos(self, videos: Sequence) -> ProcessedVideos:
+        """The videos of one pack (raw bytes, paths or binary file objects, in order) ->
+        :class:`ProcessedVideos`: frames sampled by the same rule as the count, decoded with PyAV,
+        resized and normalized as the family's video processor does. Raises
+        :class:`MediaRuleError` / ``MediaDecodeError``, :class:`ConfigError` for a family that
+        cannot train on videos."""
+
+    def batch_video_inputs(self, parts: Sequence[ProcessedVideos]) -> dict:
+        """The model's video keyword arguments for a batch from the :meth:`process_videos` outputs
+        of its packs, in order (Qwen-VL: ``pixel_values_videos``, ``video_grid_thw`` and, for
+        Qwen2.5-VL, ``second_per_grid_ts``)."""
+
+    def expand_videos(self, ids: np.ndarray, media_tokens: Sequence[int], layouts: Sequence,
+                      special_tokens: str | None = None) -> np.ndarray:
+        """:meth:`expand` for unexpanded ids that hold videos: int32 ``input_ids`` of length
+        :meth:`num_tokens`, ``layouts`` the videos' :attr:`ProcessedVideos.layouts` in order."""
 
     def placeholder(self) -> tuple[np.ndarray, list]:
         """``(ids int64 [n], [PIL image])``: a minimal image segment for text-only batches."""

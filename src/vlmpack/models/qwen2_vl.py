@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from vlmpack.errors import ConfigError
-from vlmpack.models.base import COUNTING_FILES, MediaRuleError, MediaSize, ProcessedImages
+from vlmpack.models.base import COUNTING_FILES, MediaRuleError, MediaSize, ProcessedImages, ProcessedVideos
 from vlmpack.models.chatml import assistant_label_mask
 from vlmpack.models.special_tokens import (
     find_special_token,
@@ -342,6 +342,26 @@ class Qwen2VLFamily:
 
         return {"pixel_values": torch.cat([p.pixel_values for p in parts], dim=0),
                 "image_grid_thw": torch.from_numpy(np.concatenate([p.grids for p in parts]))}
+
+    def process_videos(self, videos: Sequence) -> ProcessedVideos:
+        """The videos of one pack -> ``pixel_values_videos`` float32 ``[sum(t*h*w), C*tp*p*p]``,
+        ``video_grid_thw`` int64 ``[k, 3]`` (+ ``second_per_grid_ts`` for Qwen2.5-VL):
+        :func:`vlmpack.models.qwen_video.process_qwen_videos` (the video processor's sampling and
+        pixel pipeline on PyAV frames)."""
+        from vlmpack.models.qwen_video import process_qwen_videos
+
+        return process_qwen_videos(self, videos)
+
+    def batch_video_inputs(self, parts: Sequence[ProcessedVideos]) -> dict:
+        """:func:`vlmpack.models.qwen_video.batch_qwen_video_inputs` (what ``forward`` takes)."""
+        from vlmpack.models.qwen_video import batch_qwen_video_inputs
+
+        return batch_qwen_video_inputs(parts)
+
+    def expand_videos(self, ids: np.ndarray, media_tokens: Sequence[int], layouts: Sequence,
+                      special_tokens: str | None = None) -> np.ndarray:
+        """:meth:`expand`: Qwen2-VL / Qwen2.5-VL expand a ``<|video_pad|>`` like an image pad."""
+        return self.expand(ids, media_tokens)
 
     def placeholder(self) -> tuple[np.ndarray, list]:
         """``<|vision_start|><|image_pad|>*n<|vision_end|>`` for a black square of the smallest side

@@ -157,6 +157,15 @@ class Qwen3VLFamily(Qwen2VLFamily):
             raise MediaRuleError("Qwen3-VL video input_ids (timestamp text) are not built yet")
         return super().expand(ids, media_tokens)
 
+    def expand_videos(self, ids: np.ndarray, media_tokens: Sequence[int], layouts: Sequence,
+                      special_tokens: str | None = None) -> np.ndarray:
+        """``input_ids`` with the videos' timestamp text, as ``Qwen3VLProcessor`` builds them:
+        :func:`vlmpack.models.qwen_video.expand_qwen3_videos` (``layouts`` from
+        :meth:`process_videos`)."""
+        from vlmpack.models.qwen_video import expand_qwen3_videos
+
+        return expand_qwen3_videos(self, ids, media_tokens, layouts, special_tokens)
+
     def rope_model_class(self) -> type:
         """transformers' ``Qwen3VLModel`` (``Qwen3VLMoeModel`` for ``qwen3_vl_moe``)."""
         if self.model_type == "qwen3_vl_moe":

@@ -26,6 +26,11 @@ isolated by their segment boundaries). Output keys (all torch tensors unless not
 - the family's image inputs (:meth:`vlmpack.models.base.ModelFamily.batch_image_inputs`; Qwen-VL:
   ``pixel_values`` float32 ``[P, D]``, ``image_grid_thw`` int64 ``[k, 3]``) in sample order and
   ``image_input_keys`` (their names), absent without images;
+- the family's video inputs (:meth:`vlmpack.models.base.ModelFamily.batch_video_inputs`; Qwen-VL:
+  ``pixel_values_videos`` float32 ``[P, D]``, ``video_grid_thw`` int64 ``[k, 3]``, Qwen2.5-VL also
+  ``second_per_grid_ts`` float32 ``[k]`` seconds) and ``video_input_keys``, absent without videos.
+  No ``mm_token_type_ids``: the per-sample mRoPE ``position_ids`` already hold what the model
+  would derive from them (``get_rope_index`` with 1 on image pads, 2 on video pads);
 - ``num_label_tokens`` (int), ``loss_weights`` float32 ``[1, T]`` with ``loss_weighting``;
 - ``sample_ids``, ``pack_keys`` (lists of str), ``num_samples`` (int).
 """
@@ -41,7 +46,7 @@ import numpy as np
 import torch
 
 from vlmpack.errors import ConfigError, PackMismatchError
-from vlmpack.models.base import ProcessedImages
+from vlmpack.models.base import ProcessedImages, ProcessedVideos
 from vlmpack.train.encode import IGNORE_INDEX, EncodedPack, PackEncoder
 from vlmpack.train.masks import LossWeighting, block_causal_mask, loss_weights, segments
 from vlmpack.train.rope import MRopeIndexer, RopeImpl
@@ -119,8 +124,14 @@ class PackCollator:
     def _pack_mrope(self, enc: EncodedPack) -> np.ndarray:
         splits = np.cumsum(enc.images_per_sample)[:-1]
         grids = np.split(enc.image_grid_thw, splits) if len(enc.lengths) else []
+        vgrids = vsecs = None
+        if len(enc.video_grid_thw):
+            vsplits = np.cumsum(enc.videos_per_sample)[:-1]
+            vgrids = np.split(enc.video_grid_thw, vsplits)
+            secs = enc.video_extra.get("second_per_grid_ts")
+            vsecs = None if secs is None else torch.tensor_split(secs, vsplits.tolist())
         try:
-            return self.rope.pack_positions(enc.input_ids, enc.lengths.tolist(), grids)
+            return self.rope.pack_positions(enc.input_ids, enc.lengths.tolist(), grids, vgrids, vsecs)
         except ValueError as e:
             raise PackMismatchError(f"pack {enc.key!r}: mRoPE positions: {e}") from None
 
@@ -158,7 +169,7 @@ class PackCollator:
         encs = list(encoded)
         if not encs:
             raise ValueError("collate() needs at least one encoded pack")
-        has_images = any(len(e.image_grid_thw) for e in encs)
+        has_images = any(len(e.image_grid_thw) or len(e.video_grid_thw) for e in encs)
         real_lengths = np.concatenate([e.lengths for e in encs])
         if self.placeholder_image and not has_images:
             encs.append(self.placeholder())
@@ -197,6 +208,12 @@ class PackCollator:
             images = self.family.batch_image_inputs(parts)
             out.update(images)
             out["image_input_keys"] = tuple(images)
+        vparts = [ProcessedVideos(e.pixel_values_videos, e.video_grid_thw, None, None, e.video_extra, [])
+                  for e in encs if e.pixel_values_videos is not None]
+        if vparts:
+            videos = self.family.batch_video_inputs(vparts)
+            out.update(videos)
+            out["video_input_keys"] = tuple(videos)
         valid = labels != IGNORE_INDEX
         out["num_label_tokens"] = int(valid.sum())
         if self.loss_weighting:
@@ -213,8 +230,9 @@ def model_inputs(batch: dict, attn_implementation: str | None = None, *,
     """The keyword arguments of a transformers model's ``forward`` from a collated batch.
 
     Always: ``input_ids``, ``labels``, ``position_ids`` (+ ``attention_mask`` and the family's image
-    inputs named by ``batch["image_input_keys"]``, e.g. ``pixel_values``, ``image_grid_thw``, when
-    present). transformers' ``eager`` attention *adds* a prepared 4D mask
+    and video inputs named by ``batch["image_input_keys"]`` / ``batch["video_input_keys"]``, e.g.
+    ``pixel_values``, ``image_grid_thw``, ``pixel_values_videos``, ``video_grid_thw``, when present).
+    transformers' ``eager`` attention *adds* a prepared 4D mask
     to the scores, so for ``"eager"`` the bool block mask becomes an additive ``mask_dtype`` mask
     (0 where allowed, ``finfo.min`` elsewhere); ``sdpa`` takes the bool mask as it is.
     ``use_cache=False`` always: transformers only detects packed sequences from ``position_ids``
@@ -223,7 +241,8 @@ def model_inputs(batch: dict, attn_implementation: str | None = None, *,
     transformers' varlen kwargs ``cu_seq_lens_q``/``cu_seq_lens_k`` (the padded ``cu_seqlens``, which
     cover every token) and ``max_length_q``/``max_length_k`` (Python ints).
     """
-    keys = ("input_ids", "labels", "position_ids", "attention_mask", *batch.get("image_input_keys", ()))
+    keys = ("input_ids", "labels", "position_ids", "attention_mask", *batch.get("image_input_keys", ()),
+            *batch.get("video_input_keys", ()))
     kw = {k: batch[k] for k in keys if k in batch}
     kw["use_cache"] = False
     mask = kw.get("attention_mask")

@@ -15,6 +15,9 @@ Accepted inputs (:func:`read_pack`):
 - a list of unpacked samples: :class:`vlmpack.records.Sample` (media read from ``path``) or
   dicts ``{"id", "messages", "images": [PIL | bytes | path, ...]}`` whose image parts carry
   ``"index"`` (canonical form) or ``"part"``.
+Videos (``{"type": "video"}`` parts; ``"videos": [...]`` in an unpacked dict) stay raw bytes, paths
+or file objects here; the family decodes their sampled frames
+(:meth:`~vlmpack.models.base.ModelFamily.process_videos`).
 Images are opened like transformers' ``load_image``: ``ImageOps.exif_transpose`` then
 ``convert("RGB")``.
 """
@@ -36,6 +39,7 @@ from PIL import Image, ImageOps
 from vlmpack.errors import ConfigError, MediaDecodeError, PackMismatchError
 from vlmpack.media.image import IMAGE_FORMATS, open_image_file
 from vlmpack.models.chatml import assistant_label_mask
+from vlmpack.train.videos import check_videos, expand_with_videos, process_pack_videos
 
 __all__ = ["IGNORE_INDEX", "EncodedPack", "PackEncoder", "PackInput", "PackItem", "assistant_label_mask",
            "open_image", "read_pack"]
@@ -56,6 +60,9 @@ class PackItem:
     recorded_tokens: int | None = None
     recorded_media: list[tuple[str, int]] | None = None  # (part, num_tokens) per image, in order
     special_tokens: str | None = None  # "split": special tokens in the text are plain text (pack JSON key)
+    videos: list = field(default_factory=list)  # (raw video, label for errors) in order of appearance
+    kinds: list[str] | None = None  # "image"/"video" per media item in order of appearance (None: images only)
+    recorded_videos: list[tuple[str, int]] | None = None  # (part, num_tokens) per video, in order
 
 
 @dataclass(slots=True)
@@ -84,6 +91,9 @@ class EncodedPack:
       pixel_values: float32 tensor from the image processor (Qwen-VL: ``[sum(t*h*w), C*tp*p*p]``), or None.
       mrope: int64 ``[3, T]`` per-sample mRoPE positions or None (filled by the collator).
       extra: the family's other model inputs for the images (e.g. ``image_grid_thw`` as a tensor).
+      video_grid_thw, videos_per_sample, pixel_values_videos, video_extra: the same for videos
+        (:class:`~vlmpack.models.base.ProcessedVideos`; ``video_extra`` e.g. ``video_grid_thw``,
+        ``second_per_grid_ts`` float32 ``[k]`` seconds per temporal patch for Qwen2.5-VL).
     """
 
     key: str
@@ -96,6 +106,10 @@ class EncodedPack:
     pixel_values: torch.Tensor | None = None
     mrope: np.ndarray | None = None
     extra: dict = field(default_factory=dict)
+    video_grid_thw: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), dtype=np.int64))
+    videos_per_sample: list[int] = field(default_factory=list)
+    pixel_values_videos: torch.Tensor | None = None
+    video_extra: dict = field(default_factory=dict)
 
     @property
     def num_tokens(self) -> int:
@@ -145,14 +159,11 @@ def open_image(obj: Any, *, where: str = "") -> Image.Image:
 
 
 def _image_parts_in_order(messages: Sequence[dict]) -> list[dict]:
-    out = []
-    for m in messages:
-        for p in m["content"]:
-            if p.get("type") == "video":
-                raise ConfigError("video samples are not supported by the vlmpack collator yet")
-            if p.get("type") == "image":
-                out.append(p)
-    return out
+    return [p for p in _media_parts_in_order(messages) if p["type"] == "image"]
+
+
+def _media_parts_in_order(messages: Sequence[dict]) -> list[dict]:
+    return [p for m in messages for p in m["content"] if p.get("type") in ("image", "video")]
 
 
 # ---------------------------------------------------------------------------------- inputs
@@ -198,16 +209,23 @@ def _from_pack_fields(key: str, samples: list[dict], media: list, parts: list[st
     by_part = dict(zip(parts, media))
     items = []
     for s in samples:
-        imgs, rec = [], []
+        imgs, rec, vids, rec_v = [], [], [], []
         media_tokens = {m.get("part"): m.get("num_tokens") for m in s.get("media", [])}
-        for p in _image_parts_in_order(s["messages"]):
+        parts_ = _media_parts_in_order(s["messages"])
+        for p in parts_:
             name = p.get("part")
-            rec.append((name, media_tokens.get(name)))
             if name not in by_part:
                 raise PackMismatchError(f"pack {key!r} sample {s.get('id')!r}: media part {name!r} is missing "
                                         f"(pack has {list(by_part)[:6]}); the shard is incomplete, re-pack it")
-            imgs.append(open_image(by_part[name], where=f"pack {key!r} sample {s.get('id')!r} part {name}"))
-        items.append(PackItem(str(s["id"]), s["messages"], imgs, s.get("num_tokens"), rec, s.get("special_tokens")))
+            where = f"pack {key!r} sample {s.get('id')!r} part {name}"
+            if p["type"] == "video":
+                rec_v.append((name, media_tokens.get(name)))
+                vids.append((by_part[name], where))
+                continue
+            rec.append((name, media_tokens.get(name)))
+            imgs.append(open_image(by_part[name], where=where))
+        items.append(PackItem(str(s["id"]), s["messages"], imgs, s.get("num_tokens"), rec, s.get("special_tokens"),
+                              vids, [p["type"] for p in parts_], rec_v))
     return PackInput(key, items, None if num_tokens is None else int(num_tokens),
                      None if seq_len is None else int(seq_len))
 
@@ -216,17 +234,26 @@ def _item_from_unpacked(s: Any) -> PackItem:
     if isinstance(s, PackItem):
         return s
     if hasattr(s, "messages") and hasattr(s, "media") and hasattr(s, "locator"):  # records.Sample
-        imgs = [open_image(m.path or m.ref, where=f"sample {s.id!r} media {i} ({m.ref})")
-                for i, m in enumerate(s.media)]
-        order = [p["index"] for p in _image_parts_in_order(s.messages)]
-        return PackItem(str(s.id), s.messages, [imgs[i] for i in order], s.num_tokens or None)
+        parts_ = _media_parts_in_order(s.messages)
+        imgs = [open_image(s.media[p["index"]].path or s.media[p["index"]].ref,
+                           where=f"sample {s.id!r} media {p['index']} ({s.media[p['index']].ref})")
+                for p in parts_ if p["type"] == "image"]
+        vids = [(s.media[p["index"]].path or s.media[p["index"]].ref, f"sample {s.id!r} media {p['index']}")
+                for p in parts_ if p["type"] == "video"]
+        return PackItem(str(s.id), s.messages, imgs, s.num_tokens or None, videos=vids,
+                        kinds=[p["type"] for p in parts_])
     if isinstance(s, dict) and "messages" in s:
-        raw = s.get("images", [])
-        imgs = []
-        for i, p in enumerate(_image_parts_in_order(s["messages"])):
-            idx = p.get("index", i)
-            imgs.append(open_image(raw[idx], where=f"sample {s.get('id')!r} image {idx}"))
-        return PackItem(str(s.get("id", "?")), s["messages"], imgs, s.get("num_tokens"))
+        imgs, vids, seen = [], [], {"image": 0, "video": 0}
+        parts_ = _media_parts_in_order(s["messages"])
+        for p in parts_:
+            idx = p.get("index", seen[p["type"]])
+            seen[p["type"]] += 1
+            if p["type"] == "video":
+                vids.append((s.get("videos", [])[idx], f"sample {s.get('id')!r} video {idx}"))
+            else:
+                imgs.append(open_image(s.get("images", [])[idx], where=f"sample {s.get('id')!r} image {idx}"))
+        return PackItem(str(s.get("id", "?")), s["messages"], imgs, s.get("num_tokens"), videos=vids,
+                        kinds=[p["type"] for p in parts_])
     raise ConfigError(f"cannot read an unpacked sample of type {type(s).__name__}; give records.Sample or "
                       "{'id', 'messages', 'images'}")
 
@@ -299,18 +326,23 @@ class PackEncoder:
         all_imgs = [im for it in pack.items for im in it.images]
         processed = f.process_images(all_imgs)
         pixel_values, grids, tokens_per_image = processed.pixel_values, processed.grids, processed.tokens
+        videos = process_pack_videos(f, [v for it in pack.items for v in it.videos])
         ids_list, labels_list, lengths, per_sample = [], [], [], []
-        gi = 0
+        gi = vi = 0
         for it, ids0 in zip(pack.items, raw_ids):
-            k = len(it.images)
+            k, kv = len(it.images), len(it.videos)
             if isinstance(ids0, _Expanded):  # pretokenized: pads already expanded
                 ids = ids0.ids.astype(np.int64)
             else:
                 ids0 = np.asarray(ids0, dtype=np.int32)
-                problem = f.check_ids(ids0, k, 0)
+                problem = f.check_ids(ids0, k, kv)
                 if problem:
                     raise PackMismatchError(f"pack {pack.key!r} sample {it.id!r}: {problem}")
-                ids = f.expand(ids0, tokens_per_image[gi:gi + k]).astype(np.int64)
+                if kv:
+                    ids = expand_with_videos(f, ids0, it, tokens_per_image[gi:gi + k], videos, vi).astype(np.int64)
+                else:
+                    ids = f.expand(ids0, tokens_per_image[gi:gi + k]).astype(np.int64)
+            check_videos(f, pack.key, it, ids, videos, vi, self.check_num_tokens)
             n_pad = int(np.count_nonzero(ids == f.image_token_id))
             n_feat = int(tokens_per_image[gi:gi + k].sum())
             if n_pad != n_feat:  # pretokenized ids vs features of the decoded images (or a family change)
@@ -327,7 +359,7 @@ class PackEncoder:
                     f"pack {pack.key!r} sample {it.id!r}: re-encoded to {len(ids)} tokens but the pack records "
                     f"{it.recorded_tokens}; the tokenizer/processor differ from those 'vlmpack pack' used "
                     "(pass the same --model directory or re-pack)")
-            gi += k
+            gi, vi = gi + k, vi + kv
             ids_list.append(ids)
             labels_list.append(self.labels_for(ids))
             lengths.append(len(ids))
@@ -340,4 +372,7 @@ class PackEncoder:
                            lengths=np.asarray(lengths, dtype=np.int64),
                            input_ids=np.concatenate(ids_list), labels=np.concatenate(labels_list),
                            image_grid_thw=grids, images_per_sample=per_sample, pixel_values=pixel_values,
-                           extra=processed.model_kwargs)
+                           extra=processed.model_kwargs, video_grid_thw=videos.grids,
+                           videos_per_sample=[len(it.videos) for it in pack.items],
+                           pixel_values_videos=videos.pixel_values, video_extra=videos.model_kwargs)
+

@@ -64,6 +64,8 @@ class MRopeIndexer:
         self.config = AutoConfig.from_pretrained(str(family.model_dir))
         self.merge = int(self.config.vision_config.spatial_merge_size)
         self.image_token_id = int(family.image_token_id if image_token_id is None else image_token_id)
+        vid = getattr(family, "video_token_id", None)
+        self.video_token_id = None if vid is None else int(vid)
         if impl not in ("transformers", "numpy"):
             raise ConfigError(f"rope_impl must be 'transformers' or 'numpy', got {impl!r}")
         self.impl = impl
@@ -75,29 +77,47 @@ class MRopeIndexer:
             self._self_check()
 
     # ------------------------------------------------------------------ one sample, transformers
-    def sample_positions_transformers(self, ids: np.ndarray, grids: np.ndarray) -> np.ndarray:
+    def sample_positions_transformers(self, ids: np.ndarray, grids: np.ndarray, video_grids=None,
+                                      second_per_grid_ts=None) -> np.ndarray:
         """int64 ``[3, n]`` positions of one sample from the model class's ``get_rope_index``.
 
-        ids: int ``[n]``; grids: int ``[k, 3]`` (t, h, w in patches) of the sample's images, in order.
+        ids: int ``[n]``; grids: int ``[k, 3]`` (t, h, w in patches) of the sample's images, in order;
+        video_grids: int ``[kv, 3]`` of its videos (or None); second_per_grid_ts: float32 ``[kv]``
+        seconds per temporal patch (Qwen2.5-VL's ``second_per_grid_ts``, None for the others).
+        ``mm_token_type_ids`` as the processors build them: 1 on image pads, 2 on video pads.
         """
         t_ids = torch.as_tensor(np.asarray(ids, dtype=np.int64))[None]
         mm = (t_ids == self.image_token_id).to(torch.int32)
+        kw = {}
+        if video_grids is not None and len(video_grids):
+            mm[t_ids == self.video_token_id] = 2
+            kw["video_grid_thw"] = torch.as_tensor(np.asarray(video_grids, dtype=np.int64)).reshape(-1, 3)
+            if second_per_grid_ts is not None:
+                kw["second_per_grid_ts"] = torch.as_tensor(second_per_grid_ts)
         grid_t = torch.as_tensor(np.asarray(grids, dtype=np.int64)).reshape(-1, 3) if len(grids) else None
-        pos, _ = self._shim.get_rope_index(t_ids, mm_token_type_ids=mm, image_grid_thw=grid_t)
+        pos, _ = self._shim.get_rope_index(t_ids, mm_token_type_ids=mm, image_grid_thw=grid_t, **kw)
         return pos[:, 0].numpy()
 
     # ------------------------------------------------------------------ whole pack
-    def pack_positions(self, ids: np.ndarray, lengths: Sequence[int], grids: Sequence[np.ndarray]) -> np.ndarray:
+    def pack_positions(self, ids: np.ndarray, lengths: Sequence[int], grids: Sequence[np.ndarray],
+                       video_grids: Sequence[np.ndarray] | None = None,
+                       video_seconds: Sequence | None = None) -> np.ndarray:
         """int64 ``[3, T]`` per-sample mRoPE positions of a packed row, concatenated.
 
         ids: int ``[T]`` = concatenated sample ids; lengths: tokens per sample (sum T); grids: per
-        sample an int ``[k_s, 3]`` array of its images' grids. Raises ``ValueError`` when a
-        sample's image-pad runs do not match its grids (the caller reports it as a pack error).
+        sample an int ``[k_s, 3]`` array of its images' grids; video_grids / video_seconds: the
+        same for its videos and their ``second_per_grid_ts`` (None: no videos / none taken). A
+        pack with videos always takes the ``"transformers"`` path (the numpy rule is images-only).
+        Raises ``ValueError`` when a sample's image-pad runs do not match its grids (the caller
+        reports it as a pack error).
         """
-        if self.impl == "transformers":
+        has_video = video_grids is not None and any(len(g) for g in video_grids)
+        if self.impl == "transformers" or has_video:
             out, start = [], 0
-            for n, g in zip(lengths, grids):
-                out.append(self.sample_positions_transformers(ids[start:start + n], g))
+            vg = video_grids if has_video else [None] * len(lengths)
+            vs = video_seconds if has_video and video_seconds is not None else [None] * len(lengths)
+            for n, g, v, sec in zip(lengths, grids, vg, vs):
+                out.append(self.sample_positions_transformers(ids[start:start + n], g, v, sec))
                 start += n
             return np.concatenate(out, axis=1) if out else np.zeros((3, 0), dtype=np.int64)
         return mrope_positions_numpy(ids, lengths, grids, self.image_token_id, self.merge)
