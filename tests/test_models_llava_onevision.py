@@ -8,15 +8,18 @@ The model directory is ``tools/demo_data/llava_onevision_dir.py`` 's (the Qwen2 
    for each, transformers' ``LlavaOnevisionProcessor.__call__`` (its chat template,
    ``LlavaOnevisionImageProcessorPil`` on the pixels decoded by ``load_image`` -> ``image_sizes`` ->
    ``_get_number_of_features``, its ``<image>`` expansion) gives the reference ``input_ids``; the
-   images are passed as one flat list, the single-image (anyres) path for every image, which is
-   the rule vlmpack implements (see :mod:`vlmpack.models.llava_onevision`). The recorded
+   sample's images are passed as one nested list, as ``apply_chat_template`` passes a
+   conversation's images: the anyres path for a single-image sample, the multi-image path
+   (``num_image_tokens + 1`` per image) for every image of a multi-image sample, the rule vlmpack
+   implements (see :mod:`vlmpack.models.llava_onevision`). The recorded
    ``num_tokens``, the recorded per-image tokens, ``family.encode`` and the collator's ids
    (``PackCollator`` over the real shards) must all equal it; the test stops at the first difference.
 2. A tiny random ``LlavaOnevisionForConditionalGeneration`` (SigLIP tower of 2 layers at the real
    384 px / patch 14, Qwen2 text model of 2 layers with the real vocabulary size) gives the same
    logits on a packed row (the collator's 4-D crop ``pixel_values``, ``image_sizes``,
-   ``batch_num_images``, 1-D positions restarting per sample) as on each sample run alone through
-   transformers' own path (the processor's ids and 5-D padded ``pixel_values``, no positions),
+   ``batch_num_images`` per sample, 1-D positions restarting per sample) as on each sample run
+   alone through transformers' own path (the processor's ids, 5-D padded ``pixel_values`` and
+   ``batch_num_images`` for the sample's images as one nested list, no positions),
    with ``sdpa`` and ``eager`` block masks and the mask-free position-ids path; a plain causal
    mask (negative control) differs. Logits are compared through the model's own ``lm_head`` in
    512-token chunks of the last hidden states (a float32 ``[T, 152000]`` logits row is 2-4 GB).
@@ -34,7 +37,7 @@ import torch
 from PIL import Image
 
 from vlmpack.config import load_config
-from vlmpack.models import load_model
+from vlmpack.models import MediaSize, load_model
 from vlmpack.pack.pipeline import run_pack
 from vlmpack.train import PackCollator, model_inputs
 from vlmpack.train.testing import demo_packs, read_packs
@@ -94,6 +97,11 @@ def test_family_is_registered(llava_ov_dir):
     proc = _processor(llava_ov_dir)
     for w, h in [(1, 1), (384, 14), (640, 480), (5000, 3), (3, 5000), (20000, 1), (2000, 2000), (100, 7000)]:
         assert fam.image_tokens(w, h) == proc._get_number_of_features(h, w, 384, 384), (w, h)
+        # an image of a multi-image sample: the processor's own multi-image branch
+        inputs = {"batch_num_images": [1, 2], "image_sizes": [[9, 9], [h, w], [h, w]]}
+        assert fam.media_tokens(MediaSize("image", w, h), sample_images=2) == fam.multi_image_tokens() \
+            == len(proc.replace_image_token(inputs, 1)) // len(proc.image_token) == 730, (w, h)
+        assert fam.media_tokens(MediaSize("image", w, h), sample_images=1) == fam.image_tokens(w, h)
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +157,7 @@ def test_every_image_sample_equals_llava_onevision_processor(full_pack, real_dat
                 continue
             images = _sample_images(raw, s)
             text = proc.apply_chat_template(_template_msgs(s), tokenize=False)
-            ref = proc(text=[text], images=images, return_tensors="np")  # flat list: every image anyres
+            ref = proc(text=[text], images=[images], return_tensors="np")  # nested: the sample's images
             want = ref["input_ids"][0]
             tokens = _runs(want, fam.image_token_id)
             where = f"sample {s['id']!r}"
@@ -159,6 +167,8 @@ def test_every_image_sample_equals_llava_onevision_processor(full_pack, real_dat
             got = fam.encode(s["messages"], tokens, s.get("special_tokens"))
             assert np.array_equal(got, want), where
             assert np.array_equal(batch["input_ids"][0, a:z].numpy(), want), where
+            if len(images) > 1:  # the multi-image path: the size does not matter
+                assert set(tokens) == {fam.multi_image_tokens()}, where
             compared += 1
             n_media += len(images)
             n_multi += len(images) > 1
@@ -167,6 +177,7 @@ def test_every_image_sample_equals_llava_onevision_processor(full_pack, real_dat
           f"{sorted({r['reason'] for r in rejected.values()})}")
     # every image sample of the set is either compared or rejected for a reason that is not a count
     assert compared + len(rejected) == len(image_lines) == 2937
+    assert n_multi >= 100  # both paths are compared
     assert compared >= 2900 and not {r["reason"] for r in rejected.values()} & {"overlong", "template_error"}
 
 
@@ -244,17 +255,19 @@ def _logit_diff(model, h: torch.Tensor, ref: torch.Tensor, chunk: int = 512) -> 
 
 def _alone(cache, model, pack) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``(input_ids, hidden states)`` of every sample of ``pack`` run alone through transformers' own
-    path: the processor's ids and 5-D padded ``pixel_values`` + ``image_sizes`` for the sample's
-    images, no positions, no mask."""
+    path: the processor's ids, 5-D padded ``pixel_values``, ``image_sizes`` and ``batch_num_images``
+    for the sample's images as one nested list (as ``apply_chat_template`` gives them), no
+    positions, no mask."""
     key = pack["__key__"]
     if key not in cache:
         proc, out = cache["proc"], []
         for s in json.loads(pack["json"])["samples"]:
             text = proc.apply_chat_template(_template_msgs(s), tokenize=False)
-            ref = proc(text=[text], images=_sample_images(pack, s), return_tensors="pt")
+            ref = proc(text=[text], images=[_sample_images(pack, s)], return_tensors="pt")
             out.append((ref["input_ids"][0], _hidden(model, input_ids=ref["input_ids"],
                                                     pixel_values=ref["pixel_values"],
-                                                    image_sizes=ref["image_sizes"])))
+                                                    image_sizes=ref["image_sizes"],
+                                                    batch_num_images=ref["batch_num_images"])))
         cache[key] = out
     return cache[key]
 

@@ -85,6 +85,7 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False) -> list[str]
             for s in samples:
                 sid = s.get("id")
                 media, media_tokens = s.get("media", []), []
+                n_images = sum(m.get("kind", "image") == "image" for m in media)
                 for m in media:
                     part = m.get("part")
                     referenced.append(part)
@@ -99,7 +100,8 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False) -> list[str]
                             problems.append(f"{where} sample {sid!r} part {part}: the bytes are {info.width}x"
                                             f"{info.height} pixels but {m.get('width')}x{m.get('height')} is recorded")
                         n = family.media_tokens(MediaSize(m.get("kind", "image"), info.width, info.height,
-                                                          info.duration_s, info.fps, info.frames))
+                                                          info.duration_s, info.fps, info.frames),
+                                               sample_images=n_images)
                     except (MediaError, MediaRuleError) as e:
                         problems.append(f"{where} sample {sid!r} part {part}: {e}")
                         n = int(m.get("num_tokens") or 0)

@@ -118,8 +118,10 @@ class ModelFamily(Protocol):
     def media_problem(self, kind: str, width: int, height: int) -> str | None:
         """A one-line reason when the processor refuses a ``kind`` item of that size, else None."""
 
-    def media_tokens(self, media: MediaSize) -> int:
-        """Media tokens of one item from its header; raises :class:`MediaRuleError`."""
+    def media_tokens(self, media: MediaSize, *, sample_images: int = 1) -> int:
+        """Media tokens of one item from its header; raises :class:`MediaRuleError`.
+        ``sample_images``: the number of images of the sample the item belongs to (LLaVA-OneVision
+        counts an image of a multi-image sample by another rule; the other families ignore it)."""
 
     def find_special_token(self, messages: Sequence[dict]) -> tuple[int, str] | None:
         """``(turn index, token)`` of the first refused special token in the user text, or None."""
@@ -146,8 +148,11 @@ class ModelFamily(Protocol):
     def rope_model_class(self) -> type:
         """The transformers model class whose ``get_rope_index`` defines mRoPE (``mrope`` only)."""
 
-    def process_images(self, images: list) -> ProcessedImages:
-        """Decoded PIL RGB images of one pack -> :class:`ProcessedImages` (the processor's own call)."""
+    def process_images(self, images: list, images_per_sample: Sequence[int] | None = None) -> ProcessedImages:
+        """Decoded PIL RGB images of one pack -> :class:`ProcessedImages` (the processor's own call).
+        ``images_per_sample``: how many of ``images`` each sample of the pack holds, in order (sum =
+        ``len(images)``; None: every image a sample of its own), for families whose pixels depend on
+        it (LLaVA-OneVision's multi-image path); the same rule as ``media_tokens(sample_images=)``."""
 
     def batch_image_inputs(self, parts: Sequence[ProcessedImages]) -> dict:
         """The model's image keyword arguments for a batch from the :meth:`process_images` outputs

@@ -157,9 +157,9 @@ class InternVLFamily(Qwen2VLFamily):
             raise MediaRuleError(f"invalid image size {width}x{height}")
         return self._image_tokens(int(width), int(height))
 
-    def media_tokens(self, media: MediaSize) -> int:
+    def media_tokens(self, media: MediaSize, *, sample_images: int = 1) -> int:
         """Media tokens (``<IMG_CONTEXT>`` copies) of one item; :class:`MediaRuleError` for videos
-        (not counted yet) and invalid sizes."""
+        (not counted yet) and invalid sizes; ``sample_images`` is ignored (every image is tiled alike)."""
         if media.kind != "image":
             raise MediaRuleError(f"{media.kind} token counting is not implemented for {self.name} yet")
         return self.image_tokens(media.width, media.height)
@@ -210,12 +210,12 @@ class InternVLFamily(Qwen2VLFamily):
         """InternVL has 1-D positions (``mrope`` is False); always raises :class:`ConfigError`."""
         raise ConfigError(f"{self.model_dir}: InternVL has 1-D positions, no mRoPE model class")
 
-    def process_images(self, images: list) -> ProcessedImages:
+    def process_images(self, images: list, images_per_sample: Sequence[int] | None = None) -> ProcessedImages:
         """The image processor's own call (with the processor's ``crop_to_patches=True``) on
         decoded PIL RGB images: float32 ``pixel_values`` ``[sum tiles, 3, H, W]`` (tiles of each
         image in order, its thumbnail last), ``grids`` int64 ``[k, 3]`` = ``(tiles, 1, 1)`` per image
         (so ``grids.prod(1).sum()`` is the number of ``pixel_values`` rows, as for Qwen-VL), tokens
-        ``tiles * image_seq_length``; no other model kwargs."""
+        ``tiles * image_seq_length``; no other model kwargs (``images_per_sample`` is ignored)."""
         import torch
 
         if not images:

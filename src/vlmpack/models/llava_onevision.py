@@ -17,11 +17,17 @@ image *header* (width, height after EXIF orientation), without pixels:
   newline token per row, plus ``num_image_tokens`` base features; minus 1 when
   ``vision_feature_select_strategy`` is ``"default"`` (a CLS feature dropped). The model packs its
   features with the same arithmetic (``LlavaOnevisionModel.pack_image_features``);
-- every image takes this single-image (anyres) path: the processor's and the model's rule for
-  images given as one flat list (``batch_num_images`` all 1). transformers' multi-image branch
-  (a conversation whose images are passed as one nested list, as ``apply_chat_template`` does:
-  ``num_image_tokens + 1`` tokens per image of a square-padded base crop) needs the number of
-  images of the *sample* in the media rule and is not implemented;
+- that anyres path is taken by the image of a single-image sample; every image of a sample with
+  several images takes transformers' multi-image path instead (``batch_num_images[i] > 1``, what
+  ``apply_chat_template`` and the processor give a conversation whose images are one nested list,
+  and what the checkpoints were trained with): the base crop alone, ``num_image_tokens + 1``
+  tokens (features + one newline; minus 1 for ``"default"``) —
+  ``LlavaOnevisionProcessor.replace_image_token`` (``is_multi_image``),
+  ``LlavaOnevisionImageProcessor`` (``need_patching``) and
+  ``LlavaOnevisionModel.get_image_features`` / ``pack_image_features`` (one patch: base + newline).
+  The rule needs the sample's image count (``media_tokens(sample_images=)``,
+  ``process_images(images_per_sample=)``); a pack's collator passes ``batch_num_images`` per
+  *sample*, so a packed row of several samples is processed as each sample alone;
 - positions are 1-D (``mrope`` False); labels by the ChatML scan of
   :func:`vlmpack.models.chatml.assistant_label_mask`; pixels from ``LlavaOnevisionImageProcessorPil``.
 
@@ -155,12 +161,21 @@ class LlavaOnevisionFamily(Qwen2VLFamily):
         time."""
         return None
 
-    def media_tokens(self, media: MediaSize) -> int:
-        """Media tokens of one image by :meth:`image_tokens`; :class:`MediaRuleError` for videos
-        (not counted yet)."""
+    def multi_image_tokens(self) -> int:
+        """``<image>`` tokens of any image of a sample with several images (the multi-image path):
+        ``num_image_tokens + 1`` (base features + one newline), minus 1 for the ``"default"``
+        strategy, as ``LlavaOnevisionProcessor.replace_image_token``; independent of the size."""
+        n = self.side * self.side + 1
+        return n - 1 if self.select_strategy == "default" else n
+
+    def media_tokens(self, media: MediaSize, *, sample_images: int = 1) -> int:
+        """Media tokens of one image: :meth:`image_tokens` (anyres) when its sample holds one image,
+        :meth:`multi_image_tokens` when it holds ``sample_images`` > 1 (see the module docstring).
+        :class:`MediaRuleError` for videos (not counted yet) and non-positive sizes."""
         if media.kind != "image":
             raise MediaRuleError(f"{media.kind} token counting is not implemented for {self.name} yet")
-        return self.image_tokens(media.width, media.height)
+        n = self.image_tokens(media.width, media.height)  # validates the size on both paths
+        return self.multi_image_tokens() if sample_images > 1 else n
 
     # ------------------------------------------------------------------ samples
     def check_ids(self, ids: np.ndarray, n_images: int, n_videos: int) -> str | None:
@@ -178,41 +193,56 @@ class LlavaOnevisionFamily(Qwen2VLFamily):
         """LLaVA-OneVision has 1-D positions (``mrope`` False): :class:`ConfigError`."""
         raise ConfigError(f"{self.model_dir}: {self.name} uses 1-D positions; there is no mRoPE model class")
 
-    def process_images(self, images: list) -> ProcessedImages:
-        """The image processor's own call on decoded PIL RGB images, each on the single-image path:
-        ``pixel_values`` float32 ``[sum P_i, 3, crop, crop]`` (image i's ``P_i`` crops, base crop
-        first, the processor's zero padding across images removed: the 4-D layout
-        ``LlavaOnevisionModel.get_image_features`` takes), grids int64 ``[k, 3]`` =
-        (``P_i``, grid rows, grid columns of crops), tokens per image, ``model_kwargs``
-        ``{"image_sizes": int64 [k, 2] (h, w)}``."""
+    def process_images(self, images: list, images_per_sample: Sequence[int] | None = None) -> ProcessedImages:
+        """The image processor's own call on decoded PIL RGB images, grouped per sample as the
+        processor groups a batch (``images_per_sample``; None: one image per sample): an image of a
+        single-image sample on the anyres path, every image of a multi-image sample on the base-crop
+        path (``need_patching``). ``pixel_values`` float32 ``[sum P_i, 3, crop, crop]`` (image i's
+        ``P_i`` crops, base crop first; ``P_i`` = 1 on the multi-image path; the processor's zero
+        padding across images removed: the 4-D layout ``LlavaOnevisionModel.get_image_features``
+        takes), grids int64 ``[k, 3]`` = (``P_i``, grid rows, grid columns of crops; (1, 0, 0) for
+        a base crop alone), tokens per image, ``model_kwargs`` ``{"image_sizes": int64 [k, 2]
+        (h, w), "batch_num_images": int64 [samples with images]}``. Raises ``ValueError`` when
+        ``images_per_sample`` does not sum to ``len(images)``."""
         import torch
+        from transformers.image_processing_utils import select_best_resolution
 
         if not images:
             return ProcessedImages(None, np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.int64), {})
-        out = self.image_processor(images=list(images), return_tensors="pt")
+        counts = [1] * len(images) if images_per_sample is None else [int(n) for n in images_per_sample if n]
+        if sum(counts) != len(images):
+            raise ValueError(f"images_per_sample sums to {sum(counts)} for {len(images)} images")
+        bounds = np.cumsum([0, *counts]).tolist()
+        nested = [list(images[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+        out = self.image_processor(images=nested, return_tensors="pt")
         sizes = out["image_sizes"].to(torch.int64)
-        grids, parts = [], []
-        from transformers.image_processing_utils import select_best_resolution
-
-        for pv, (h, w) in zip(out["pixel_values"], sizes.tolist()):
-            bh, bw = select_best_resolution([h, w], self.pinpoints)
-            gh, gw = bh // self.crop, bw // self.crop
-            grids.append((1 + gh * gw, gh, gw))
-            parts.append(pv[:1 + gh * gw])
-        tokens = np.array([self.image_tokens(w, h) for h, w in sizes.tolist()], dtype=np.int64)
-        return ProcessedImages(torch.cat(parts).to(torch.float32), np.asarray(grids, dtype=np.int64), tokens,
-                               {"image_sizes": sizes})
+        multi = [n > 1 for n in counts for _ in range(n)]
+        grids, parts, tokens = [], [], []
+        for pv, (h, w), is_multi in zip(out["pixel_values"], sizes.tolist(), multi):
+            if is_multi:
+                grids.append((1, 0, 0))
+                tokens.append(self.multi_image_tokens())
+            else:
+                bh, bw = select_best_resolution([h, w], self.pinpoints)
+                gh, gw = bh // self.crop, bw // self.crop
+                grids.append((1 + gh * gw, gh, gw))
+                tokens.append(self.image_tokens(w, h))
+            parts.append(pv[:grids[-1][0]])
+        return ProcessedImages(torch.cat(parts).to(torch.float32), np.asarray(grids, dtype=np.int64),
+                               np.asarray(tokens, dtype=np.int64),
+                               {"image_sizes": sizes, "batch_num_images": torch.tensor(counts, dtype=torch.int64)})
 
     def batch_image_inputs(self, parts: Sequence[ProcessedImages]) -> dict:
-        """``pixel_values`` float32 ``[sum P, 3, crop, crop]`` and ``image_sizes`` int64 ``[k, 2]``,
-        concatenated in order, and ``batch_num_images`` int64 ``[k]`` of ones (every image on the
-        single-image path, as counted): what ``LlavaOnevisionForConditionalGeneration.forward``
-        takes."""
+        """``pixel_values`` float32 ``[sum P, 3, crop, crop]``, ``image_sizes`` int64 ``[k, 2]`` and
+        ``batch_num_images`` int64 (images per *sample*, the samples of every pack in order),
+        concatenated in order: what ``LlavaOnevisionForConditionalGeneration.forward`` takes
+        (``get_image_features`` uses ``batch_num_images`` only to pick each image's path, so
+        per-sample counts make a packed row behave as its samples alone)."""
         import torch
 
-        sizes = torch.cat([p.model_kwargs["image_sizes"] for p in parts])
-        return {"pixel_values": torch.cat([p.pixel_values for p in parts], dim=0), "image_sizes": sizes,
-                "batch_num_images": torch.ones(len(sizes), dtype=torch.int64)}
+        return {"pixel_values": torch.cat([p.pixel_values for p in parts], dim=0),
+                "image_sizes": torch.cat([p.model_kwargs["image_sizes"] for p in parts]),
+                "batch_num_images": torch.cat([p.model_kwargs["batch_num_images"] for p in parts])}
 
     def placeholder(self) -> tuple[np.ndarray, list]:
         """``<image>*n`` for a black ``crop`` x 14 px strip (one grid crop, a one-row unpadded map:

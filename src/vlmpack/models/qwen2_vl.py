@@ -120,10 +120,10 @@ class Qwen2VLFamily:
             raise MediaRuleError(f"invalid image size {width}x{height}")
         return self._image_tokens(int(width), int(height))
 
-    def media_tokens(self, media: MediaSize) -> int:
+    def media_tokens(self, media: MediaSize, *, sample_images: int = 1) -> int:
         """Media tokens of one item (see :class:`MediaSize`): images by :meth:`image_tokens`,
-        videos by :meth:`video_tokens`. Raises :class:`MediaRuleError` for another kind and for
-        media the processor refuses."""
+        videos by :meth:`video_tokens` (``sample_images`` is ignored: Qwen-VL counts every image
+        alike). Raises :class:`MediaRuleError` for another kind and for media the processor refuses."""
         if media.kind == "video":
             return self.video_tokens(media)
         if media.kind != "image":
@@ -321,10 +321,10 @@ class Qwen2VLFamily:
         from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
         return Qwen2VLModel
 
-    def process_images(self, images: list) -> ProcessedImages:
+    def process_images(self, images: list, images_per_sample: Sequence[int] | None = None) -> ProcessedImages:
         """The image processor's own call on decoded PIL RGB images: float32 ``pixel_values``
         ``[sum(t*h*w), C*tp*p*p]``, ``image_grid_thw`` int64 ``[k, 3]``, tokens
-        ``t*h*w // merge_size**2`` per image."""
+        ``t*h*w // merge_size**2`` per image (``images_per_sample`` is ignored)."""
         import torch
 
         if not images:

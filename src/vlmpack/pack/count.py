@@ -132,9 +132,10 @@ def media_changed(files: list[tuple[str, int, int]]) -> str | None:
 
 
 def _count_media(family, sample: Sample) -> Rejection | None:
+    n_images = sum(m.kind == "image" for m in sample.media)
     for m in sample.media:
         try:
-            m.num_tokens = family.media_tokens(m)
+            m.num_tokens = family.media_tokens(m, sample_images=n_images)
         except MediaRuleError as e:
             return Rejection(sample.locator, "media_unsupported", f"{m.ref}: {e}", sample.id)
     return None

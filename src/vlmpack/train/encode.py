@@ -324,7 +324,7 @@ class PackEncoder:
                         "which would fake or cut a turn; pack with --special-tokens split (or drop the sample)")
             raw_ids = f.token_ids([it.messages for it in pack.items], [it.special_tokens for it in pack.items])
         all_imgs = [im for it in pack.items for im in it.images]
-        processed = f.process_images(all_imgs)
+        processed = f.process_images(all_imgs, [len(it.images) for it in pack.items])
         pixel_values, grids, tokens_per_image = processed.pixel_values, processed.grids, processed.tokens
         videos = process_pack_videos(f, [v for it in pack.items for v in it.videos])
         ids_list, labels_list, lengths, per_sample = [], [], [], []

@@ -30,7 +30,9 @@ def measure_item(family, item: PackItem) -> int:
     of the EXIF-oriented images. Raises :class:`vlmpack.models.MediaRuleError` for a size the
     processor refuses."""
     ids = family.token_ids([item.messages], [item.special_tokens])[0]
-    return family.num_tokens(ids, [family.media_tokens(MediaSize("image", im.width, im.height)) for im in item.images])
+    n = len(item.images)
+    return family.num_tokens(ids, [family.media_tokens(MediaSize("image", im.width, im.height), sample_images=n)
+                                   for im in item.images])
 
 
 def make_streaming_packer(capacity: int, buffer_size: int):
