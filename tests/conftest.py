@@ -66,6 +66,15 @@ def qwen3_vl_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def qwen3_5_dir() -> Path:
+    """The offline Qwen3.5 model directory (stand-ins: tools/demo_data/model_files/qwen3_5/SOURCES.md)."""
+    from demo_data.model_dirs import build_qwen3_5_model_dir
+
+    with cache_lock():
+        return build_qwen3_5_model_dir(CACHE / "qwen3_5")
+
+
+@pytest.fixture(scope="session")
 def internvl_dir() -> Path:
     """The offline InternVL3 (HF format) model directory (tools/demo_data/internvl_dir.py)."""
     from demo_data.internvl_dir import build_internvl_model_dir

@@ -61,15 +61,20 @@ def test_family_is_registered(qwen3_vl_dir):
     assert fam.render(msgs) == "<|im_start|>user\nhi<|im_end|>\n"
 
 
-def test_every_image_sample_equals_qwen3_vl_processor(tmp_path_factory, real_data, qwen3_vl_dir):
+@pytest.mark.parametrize("model_fixture", ["qwen3_vl_dir", "qwen3_5_dir"])
+def test_every_image_sample_equals_qwen3_vl_processor(request, tmp_path_factory, real_data, model_fixture):
+    """Qwen3-VL, and Qwen3.5 (transformers maps ``qwen3_5`` to the same ``Qwen3VLProcessor``; its
+    directory holds stand-in tokenizer and template, see tools/demo_data/model_files/qwen3_5)."""
     from transformers.image_utils import load_image
 
+    qwen3_vl_dir = request.getfixturevalue(model_fixture)
     out = tmp_path_factory.mktemp("q3count") / "packs"
     run_pack(load_config(input=[str(real_data / "real_sft.jsonl")], media_root=str(real_data),
                          model=str(qwen3_vl_dir), output=str(out), seq_len=200_000, workers=2, progress=False))
     proc = _processor(qwen3_vl_dir)
     fam = load_model(str(qwen3_vl_dir))
-    collator = PackCollator(qwen3_vl_dir, rope_impl="numpy")
+    # lengths only: the Gated DeltaNet layers of Qwen3.5 do not matter here (see test_models_qwen3_5.py)
+    collator = PackCollator(qwen3_vl_dir, rope_impl="numpy", allow_linear_attention_leak=True)
     lines = (real_data / "real_sft.jsonl").read_text().splitlines()
     image_lines = {i + 1 for i, x in enumerate(lines) if (r := json.loads(x)).get("images") or r.get("image")}
     rejected = {r["line"]: r for x in (out / "rejects.jsonl").read_text().splitlines()
@@ -99,7 +104,7 @@ def test_every_image_sample_equals_qwen3_vl_processor(tmp_path_factory, real_dat
             assert np.array_equal(batch["input_ids"][0, a:z].numpy(), want), where
             compared += 1
             n_media += len(images)
-    print(f"compared {compared} image samples ({n_media} images) with Qwen3VLProcessor; "
+    print(f"{fam.name}: compared {compared} image samples ({n_media} images) with Qwen3VLProcessor; "
           f"{len(rejected)} image samples rejected: {sorted({r['reason'] for r in rejected.values()})}")
     # every image sample of the set is either compared or rejected for a reason that is not a count
     assert compared + len(rejected) == len(image_lines) == 2937

@@ -18,7 +18,7 @@ from vlmpack.models.base import COUNTING_FILES, MediaRuleError, MediaSize, Model
 from vlmpack.models.internvl import InternVLFamily
 from vlmpack.models.llava_onevision import LlavaOnevisionFamily
 from vlmpack.models.qwen2_vl import Qwen2VLFamily
-from vlmpack.models.qwen3_vl import Qwen3VLFamily
+from vlmpack.models.qwen3_vl import Qwen3_5Family, Qwen3VLFamily
 
 __all__ = ["COUNTING_FILES", "FAMILIES", "MediaRuleError", "MediaSize", "ModelFamily", "ProcessedImages",
            "load_model", "model_type"]
@@ -29,6 +29,8 @@ FAMILIES: dict[str, type] = {
     "qwen2_5_vl": Qwen2VLFamily,
     "qwen3_vl": Qwen3VLFamily,
     "qwen3_vl_moe": Qwen3VLFamily,
+    "qwen3_5": Qwen3_5Family,
+    "qwen3_5_moe": Qwen3_5Family,
     "internvl": InternVLFamily,
     "llava_onevision": LlavaOnevisionFamily,
 }

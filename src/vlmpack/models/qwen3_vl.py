@@ -27,9 +27,20 @@ the model directory and is read from it:
   punctuation), which :meth:`Qwen3VLFamily.num_tokens` corrects from the ids. ``input_ids`` with
   video timestamps (:meth:`Qwen3VLFamily.expand`) are not built yet.
 
-Source: transformers 5.x ``models/qwen3_vl/processing_qwen3_vl.py`` and ``modeling_qwen3_vl.py``.
-Qwen3.5 (``qwen3_5``) uses the same processor class but its own tokenizer (248k vocabulary) and
-hybrid linear-attention text model; it is not registered until it has its own proof.
+Qwen3.5 (``qwen3_5``, ``qwen3_5_moe``): :class:`Qwen3_5Family`. transformers maps both to
+``Qwen3VLProcessor`` and ``Qwen2VLImageProcessor`` (``processing_auto`` / ``image_processing_auto``)
+and ``Qwen3_5Model.get_rope_index`` places image tokens by Qwen3-VL's rule, so counting, expansion,
+labels and mRoPE are Qwen3-VL's with the directory's own tokenizer (``Qwen3_5Tokenizer``, 248k
+vocabulary) and chat template. Its text model interleaves full-attention layers with Gated
+DeltaNet (linear-attention) layers; those respect sample boundaries only through the varlen
+kernels of flash-linear-attention (``cu_seq_lens_q``): transformers' torch fallback
+(``torch_chunk_gated_delta_rule`` and the causal conv1d before it) ignores them and carries state
+from one sample into the next, so ``PackCollator`` refuses such a model directory without a
+``flash_attention_*`` backend and flash-linear-attention, unless ``allow_linear_attention_leak``
+is set (see :meth:`Qwen3_5Family.linear_attention_layers`).
+
+Source: transformers 5.x ``models/qwen3_vl/processing_qwen3_vl.py`` and ``modeling_qwen3_vl.py``,
+``models/qwen3_5/modeling_qwen3_5.py`` and ``models/qwen3_5_moe/modeling_qwen3_5_moe.py``.
 """
 
 from __future__ import annotations
@@ -173,6 +184,38 @@ class Qwen3VLFamily(Qwen2VLFamily):
             return Qwen3VLMoeModel
         from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
         return Qwen3VLModel
+
+
+
+class Qwen3_5Family(Qwen3VLFamily):
+    """Qwen3.5 (``qwen3_5``, ``qwen3_5_moe``): :class:`Qwen3VLFamily`'s rules (the same processor
+    classes) with the Qwen3.5 model classes for mRoPE; see the module docstring for the Gated
+    DeltaNet layers."""
+
+    name = "qwen3_5"
+
+    def linear_attention_layers(self) -> list[int]:
+        """Indices of the text model's Gated DeltaNet layers: ``layer_types`` of ``config.json``'s
+        ``text_config`` as transformers' ``Qwen3_5TextConfig`` / ``Qwen3_5MoeTextConfig`` fills
+        it (a missing list: every layer but each ``full_attention_interval``-th)."""
+        import json
+        from pathlib import Path
+
+        text = dict(json.loads((Path(self.model_dir) / "config.json").read_text()).get("text_config") or {})
+        if self.model_type == "qwen3_5_moe":
+            from transformers.models.qwen3_5_moe.configuration_qwen3_5_moe import Qwen3_5MoeTextConfig as Cfg
+        else:
+            from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig as Cfg
+        text.pop("model_type", None)
+        return [i for i, t in enumerate(Cfg(**text).layer_types) if t == "linear_attention"]
+
+    def rope_model_class(self) -> type:
+        """transformers' ``Qwen3_5Model`` (``Qwen3_5MoeModel`` for ``qwen3_5_moe``)."""
+        if self.model_type == "qwen3_5_moe":
+            from transformers.models.qwen3_5_moe.modeling_qwen3_5_moe import Qwen3_5MoeModel
+            return Qwen3_5MoeModel
+        from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5Model
+        return Qwen3_5Model
 
 
 def _smart_resize3(num_frames: int, height: int, width: int, temporal_factor: int, factor: int,

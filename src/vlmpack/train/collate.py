@@ -76,8 +76,15 @@ class PackCollator:
       placeholder_image: add a minimal image (its own segment, labels -100) to batches without
         images, so every rank runs the vision tower (FSDP / ZeRO-3), as NeMo does.
       check_num_tokens: compare re-encoded lengths with the pack's recorded counts.
+      allow_linear_attention_leak: build batches for a model with linear-attention layers (Qwen3.5's
+        Gated DeltaNet, :meth:`vlmpack.models.qwen3_vl.Qwen3_5Family.linear_attention_layers`)
+        although they will not see the sample boundaries: without it such a model needs a
+        ``flash_attention_*`` backend and flash-linear-attention installed (transformers then
+        passes ``cu_seq_lens_q`` to its varlen kernel); transformers' torch fallback carries the
+        recurrent and conv state across samples (a packed row then trains unlike its samples).
 
-    Raises :class:`ConfigError` for inconsistent options.
+    Raises :class:`ConfigError` for inconsistent options and for a model with linear-attention
+    layers that would mix packed samples (see ``allow_linear_attention_leak``).
     """
 
     def __init__(self, model_dir: str | Path, *, mrope: bool | None = None,
@@ -85,7 +92,7 @@ class PackCollator:
                  attn_implementation: str = "flash_attention_2", dense_mask: bool = False,
                  pad_to_multiple_of: int | None = None, position_start: int = 0,
                  loss_weighting: LossWeighting | None = None, placeholder_image: bool = False,
-                 check_num_tokens: bool = True):
+                 check_num_tokens: bool = True, allow_linear_attention_leak: bool = False):
         from vlmpack.models import load_model
 
         self.model_dir = str(model_dir)
@@ -97,6 +104,8 @@ class PackCollator:
         if dense_mask and attn_implementation not in DENSE_MASK_IMPLS:
             raise ConfigError(f"dense_mask=True needs attn_implementation in {DENSE_MASK_IMPLS}, got "
                               f"{attn_implementation!r}; varlen kernels take cu_seqlens instead")
+        if not allow_linear_attention_leak:
+            _check_linear_attention(self.family, attn_implementation)
         if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
             raise ConfigError(f"pad_to_multiple_of must be >= 1, got {pad_to_multiple_of}")
         if loss_weighting not in (None, "token", "sample"):
@@ -223,6 +232,26 @@ class PackCollator:
         out["pack_keys"] = [e.key for e in encs if e.sample_ids]
         out["num_samples"] = int(len(real_lengths))
         return out
+
+
+def _check_linear_attention(family, attn_implementation: str) -> None:
+    """:class:`ConfigError` when ``family``'s model has linear-attention layers that a packed row
+    would leak through: any backend but ``flash_attention_*``, or flash-linear-attention (``fla``)
+    not installed (transformers' ``chunk_gated_delta_rule`` then falls back to
+    ``torch_chunk_gated_delta_rule``, which ignores ``cu_seqlens``)."""
+    import importlib.util
+
+    layers = getattr(family, "linear_attention_layers", lambda: [])()
+    if not layers:
+        return
+    if attn_implementation.startswith("flash_attention") and importlib.util.find_spec("fla") is not None:
+        return
+    raise ConfigError(
+        f"{family.model_dir}: {len(layers)} linear-attention layers (Gated DeltaNet) see packed samples as one "
+        f"sequence with attn_implementation={attn_implementation!r}"
+        + ("" if importlib.util.find_spec("fla") else " and without flash-linear-attention")
+        + "; use attn_implementation='flash_attention_2' with flash-linear-attention installed (its varlen "
+        "kernel takes cu_seq_lens_q), or pass allow_linear_attention_leak=True")
 
 
 def model_inputs(batch: dict, attn_implementation: str | None = None, *,

@@ -95,6 +95,30 @@ def tiny_qwen3_vl(model_dir: str | Path, *, attn_implementation: str = "sdpa", s
     return model_cls(cfg).float().eval()
 
 
+def tiny_qwen3_5(model_dir: str | Path, *, attn_implementation: str = "sdpa", seed: int = 0,
+                 layer_types: tuple[str, ...] = ("full_attention", "full_attention")):
+    """A random ``Qwen3_5ForConditionalGeneration``: text hidden 64, one layer per ``layer_types``
+    entry (``"full_attention"`` or ``"linear_attention"``: Gated DeltaNet, 2 key / 4 value heads of
+    16), head_dim 16, interleaved mRoPE [2, 3, 3]; vision depth 2, hidden 32, patch 16, merge 2;
+    float32, eval mode. Token ids from ``model_dir``'s config."""
+    import torch
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    torch.manual_seed(seed)
+    text = dict(vocab_size=_vocab_size(model_dir), hidden_size=64, intermediate_size=128,
+                num_hidden_layers=len(layer_types), layer_types=list(layer_types), num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, linear_key_head_dim=16, linear_value_head_dim=16,
+                linear_num_key_heads=2, linear_num_value_heads=4, max_position_embeddings=32768,
+                rope_parameters={"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [2, 3, 3],
+                                 "mrope_interleaved": True, "partial_rotary_factor": 1.0})
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=16,
+                  spatial_merge_size=2, temporal_patch_size=2, in_channels=3, num_position_embeddings=144)
+    cfg = Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=True, **_token_ids(model_dir))
+    for c in (cfg, cfg.text_config, cfg.vision_config):
+        c._attn_implementation = attn_implementation
+    return Qwen3_5ForConditionalGeneration(cfg).float().eval()
+
+
 def demo_packs(real_data: str | Path, model_dir: str | Path, *, seq_len: int = 1024, n_lines: int = 300,
                group_by_kind: bool = True, out: str | Path | None = None, **kw) -> Path:
     """Run ``vlmpack pack`` on the first ``n_lines`` records of ``real_data/real_sft.jsonl``.
