@@ -390,3 +390,37 @@ def test_negative_control_plain_causal_mask_differs(outputs, dirs, tiny, name):
     cu = batch["cu_seqlens"].tolist()
     assert (logits[:cu[1]] - alone[0]).abs().max().item() < ATOL
     assert (logits[cu[1]:cu[2]] - alone[1]).abs().max().item() > 1e-3
+
+
+# ----------------------------------------------------------------------------- --pretokenize with videos
+@pytest.mark.parametrize("name", ["qwen2_5_vl", "qwen3_vl"])
+def test_pretokenized_video_packs_equal_the_collated_ids(outputs, dirs, jsonl, real_data, tmp_path, name):
+    """``--pretokenize``: each pack's ``input_ids.npy`` (Qwen3-VL: with the timestamp text, laid out
+    from the headers of the video bytes written) equals, sample by sample, the ids the collator
+    builds from the same samples packed without it (checked against the processor above)."""
+    import io
+
+    from vlmpack.train.testing import read_packs
+
+    out = tmp_path / "pre"
+    run_pack(load_config(input=[str(jsonl)], media_root=str(real_data), model=str(dirs[name]), output=str(out),
+                         seq_len=SEQ_LEN, workers=1, progress=False, allow_absolute_media=True, pretokenize=True))
+    collator = PackCollator(dirs[name], attn_implementation="sdpa", rope_impl="numpy")
+    want = {}
+    for raw in read_packs(outputs[(name, False)]):
+        batch = collator(raw)
+        cu = batch["cu_seqlens"].tolist()
+        for sid, a, z in zip(batch["sample_ids"], cu[:-1], cu[1:]):
+            want[sid] = batch["input_ids"][0, a:z].numpy()
+    n_video = 0
+    for raw in read_packs(out):
+        meta = json.loads(raw["json"])
+        ids = np.load(io.BytesIO(raw["input_ids.npy"]))
+        assert len(ids) == meta["num_tokens"]
+        bounds = np.cumsum([0] + [s["num_tokens"] for s in meta["samples"]])
+        for s, a, z in zip(meta["samples"], bounds[:-1], bounds[1:]):
+            assert np.array_equal(ids[a:z], want[s["id"]]), (name, s["id"])
+            n_video += any(m["kind"] == "video" for m in s["media"])
+        batch = collator(raw)  # the collator takes the pretokenized ids as they are
+        assert np.array_equal(batch["input_ids"][0].numpy(), ids)
+    assert n_video == len(VIDEOS) + 3

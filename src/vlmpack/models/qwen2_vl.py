@@ -358,6 +358,10 @@ class Qwen2VLFamily:
 
         return batch_qwen_video_inputs(parts)
 
+    def video_layout(self, media: MediaSize) -> None:
+        """None: Qwen2-VL / Qwen2.5-VL videos need no layout beyond their token count."""
+        return None
+
     def expand_videos(self, ids: np.ndarray, media_tokens: Sequence[int], layouts: Sequence,
                       special_tokens: str | None = None) -> np.ndarray:
         """:meth:`expand`: Qwen2-VL / Qwen2.5-VL expand a ``<|video_pad|>`` like an image pad."""

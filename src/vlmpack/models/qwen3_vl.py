@@ -168,6 +168,14 @@ class Qwen3VLFamily(Qwen2VLFamily):
             raise MediaRuleError("Qwen3-VL video input_ids (timestamp text) are not built yet")
         return super().expand(ids, media_tokens)
 
+    def video_layout(self, media: MediaSize) -> tuple[list[str], int]:
+        """``(timestamp text per temporal group, pads per group)`` of one video from its header:
+        what :meth:`expand_videos` needs (:meth:`video_timestamps` of the ``t`` groups of
+        :meth:`video_grid`, ``h * w // merge**2``). Raises :class:`MediaRuleError`."""
+        t, h, w = self.video_grid(media)
+        merge = int(self.video_config["merge_size"])
+        return self.video_timestamps(media)[:t], h * w // merge ** 2
+
     def expand_videos(self, ids: np.ndarray, media_tokens: Sequence[int], layouts: Sequence,
                       special_tokens: str | None = None) -> np.ndarray:
         """``input_ids`` with the videos' timestamp text, as ``Qwen3VLProcessor`` builds them:

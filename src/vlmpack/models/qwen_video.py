@@ -226,8 +226,7 @@ def process_qwen_videos(family, videos: Sequence) -> ProcessedVideos:
         features.append(t * gh * gw // merge ** 2)
         sampled_fps = len(idx) / head.frames * head.fps if head.fps else 24.0  # VideoMetadata.sampled_fps
         seconds.append(tp / sampled_fps)
-        layouts.append((family.video_timestamps(media)[:t], gh * gw // merge ** 2)
-                       if _is_qwen3(family) else None)
+        layouts.append(family.video_layout(media) if _is_qwen3(family) else None)
     g = np.asarray(grids, dtype=np.int64).reshape(-1, 3)
     kwargs = {"video_grid_thw": torch.from_numpy(g)}
     if getattr(family, "model_type", "") == "qwen2_5_vl":

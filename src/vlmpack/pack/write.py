@@ -151,13 +151,33 @@ def build_pack(records: list[dict], seq_len: int) -> tuple[dict, list[tuple]]:
     return {"format": FORMAT, "seq_len": seq_len, "num_tokens": total, "samples": samples}, media_parts
 
 
-def pack_input_ids(model_dir: str, records: list[dict], obj: dict, key: str) -> bytes:
+def _sample_input_ids(family, rec: dict, sample: dict, parts: dict[str, bytes]) -> np.ndarray:
+    """One sample's ids: the family's ``encode``; with videos, ``expand_videos`` with each video's
+    layout (Qwen3-VL: the timestamp text) from the header of the bytes being written."""
+    tokens = [m["num_tokens"] for m in rec["media"]]
+    if not any(m["kind"] == "video" for m in rec["media"]):
+        return family.encode(rec["messages"], tokens, rec.get("special_tokens"))
+    from vlmpack.media.probe import probe_bytes
+    from vlmpack.models import MediaSize
+
+    layouts = []
+    for m in sample["media"]:
+        if m["kind"] == "video":
+            info = probe_bytes(parts[m["part"]], "video", name=m["part"])
+            layouts.append(family.video_layout(MediaSize("video", info.width, info.height, info.duration_s,
+                                                         info.fps, info.frames)))
+    ids = family.token_ids([rec["messages"]], [rec.get("special_tokens")])[0]
+    return family.expand_videos(np.asarray(ids, dtype=np.int64), tokens, layouts, rec.get("special_tokens"))
+
+
+def pack_input_ids(model_dir: str, records: list[dict], obj: dict, key: str,
+                   parts: dict[str, bytes] | None = None) -> bytes:
     """The ``input_ids.npy`` part of a pack: int32 ``[T]``, the samples' ids concatenated in order,
-    each equal to :meth:`vlmpack.models.qwen2_vl.Qwen2VLFamily.encode` (what the collator would
-    tokenize). Raises ``RuntimeError`` when T differs from the counted ``num_tokens``."""
+    each equal to the family's ``encode`` (what the collator would tokenize; a sample with videos:
+    ``expand_videos`` with the layouts read from the video ``parts`` being written, part name ->
+    bytes). Raises ``RuntimeError`` when T differs from the counted ``num_tokens``."""
     family = load_model(model_dir)
-    ids = np.concatenate([family.encode(r["messages"], [m["num_tokens"] for m in r["media"]], r.get("special_tokens"))
-                          for r in records])
+    ids = np.concatenate([_sample_input_ids(family, r, s, parts or {}) for r, s in zip(records, obj["samples"])])
     if len(ids) != obj["num_tokens"]:
         raise RuntimeError(f"pack {key}: encoded {len(ids)} tokens but counted {obj['num_tokens']}")
     buf = io.BytesIO()
@@ -205,10 +225,13 @@ def write_shard(task: ShardTask) -> ShardResult:
                     obj, media = build_pack(records, task.seq_len)
                     key = pack_key(task.first_pack + j)
                     entries = [(f"{key}.json", json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode())]
+                    parts = {}
                     for part_name, src, nbytes, mtime in media:
-                        entries.append((f"{key}.{part_name}", _read_media(src, nbytes, mtime)))
+                        parts[part_name] = _read_media(src, nbytes, mtime)
+                        entries.append((f"{key}.{part_name}", parts[part_name]))
                     if task.model_dir is not None:
-                        entries.append((f"{key}.input_ids.npy", pack_input_ids(task.model_dir, records, obj, key)))
+                        entries.append((f"{key}.input_ids.npy",
+                                        pack_input_ids(task.model_dir, records, obj, key, parts)))
                     offsets.append(tf.offset)
                     for name, data in sorted(entries):
                         tf.addfile(_tarinfo(name, len(data)), io.BytesIO(data))

@@ -11,7 +11,7 @@ Accepted inputs (:func:`read_pack`):
   ``SampleDecoder(image_decode="pil")``);
 - a dict with the same fields (``samples``, ``media``, ``media_parts``, optional ``__key__``,
   ``seq_len``, ``num_tokens``), media as PIL images or raw bytes;
-- a raw WebDataset dict (``{"__key__", "json": bytes | dict, "img0.png": bytes, ...}``);
+- a raw WebDataset dict (``{"__key__", "json": bytes | dict, "img0.png": bytes, "vid1.mp4": bytes, ...}``);
 - a list of unpacked samples: :class:`vlmpack.records.Sample` (media read from ``path``) or
   dicts ``{"id", "messages", "images": [PIL | bytes | path, ...]}`` whose image parts carry
   ``"index"`` (canonical form) or ``"part"``.
@@ -27,6 +27,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,7 +179,8 @@ def read_pack(obj: Any) -> PackInput:
         if "samples" not in d and "json" in d:
             meta = d["json"]
             meta = json.loads(meta) if isinstance(meta, (bytes, bytearray, str)) else meta
-            parts = sorted((k for k in d if k.startswith("img")), key=lambda k: int(k[3:].split(".")[0]))
+            # media parts: img<N>.<ext> / vid<N>.<ext>, N counting over both (pack.write.build_pack)
+            parts = sorted((k for k in d if re.match(r"(img|vid)\d+\.", k)), key=lambda k: int(k[3:].split(".")[0]))
             d = {**meta, "__key__": d.get("__key__", "?"), "media": [d[p] for p in parts], "media_parts": parts,
                  "input_ids": d.get("input_ids.npy")}
         key, samples = str(d.get("__key__", d.get("key", "?"))), d["samples"]
