@@ -9,7 +9,9 @@ then the media check levels over every distinct image of the demo set (cold cach
 ``header``, the old ``verify`` (PIL ``Image.verify()``: PNG chunk CRCs, no pixels; what vlmpack
 did before the default check had to match the loader), the default ``verify`` (accepts exactly
 what PIL's ``load()`` decodes, :func:`vlmpack.media.image.check_decodes`) and ``decode`` (full
-``load()``). Target: default <= 1.5x old verify. ``--media-only`` prints only that table.
+``load()``). Target: default <= 1.5x old verify. ``--media-only`` prints only that table. Then the
+video counting table (``bench/bench_video.py``): video samples/s counted from the container header
+against a full decode, and their ratio; ``--video-only`` prints only that table.
 
 ``--parquet-rss`` (alone): memory on a large Parquet input. Builds once, cached under
 ``~/.cache/vlmpack/bench/parquet/``, a ``--parquet-gb`` GB Parquet file of the demo rows repeated
@@ -38,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # the demo builders, outside the wheel
 
+from bench_video import video_count_table  # noqa: E402
 from demo_data import build_demo_data, build_qwen2_5_vl_model_dir  # noqa: E402
 
 from vlmpack.config import load_config
@@ -302,6 +305,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--formats-only", action="store_true", help="print only the per-input-format table")
     ap.add_argument("--media-only", action="store_true", help="only the media check table")
+    ap.add_argument("--video-only", action="store_true",
+                    help="only the video counting table: header vs full decode (bench/bench_video.py)")
     ap.add_argument("--parquet-rss", action="store_true", help="only the Parquet input size vs memory table")
     ap.add_argument("--parquet-gb", type=float, default=2.0, help="size of the large Parquet input (GB)")
     ap.add_argument("--row-group-rows", type=int, default=500, help="rows per row group of the Parquet inputs")
@@ -310,6 +315,9 @@ def main() -> None:
     data = build_demo_data(args.data)
     if args.media_only:
         media_check_table(data, args.repeat)
+        return
+    if args.video_only:
+        video_count_table(data, args.repeat)
         return
     model_dir = build_qwen2_5_vl_model_dir(CACHE / "model")
     if args.formats_only:
@@ -373,6 +381,7 @@ def main() -> None:
     for name, n, sec in rows:
         print(f"| {name:<44} | {n:>8,} | {sec:>8.3f} | {n / sec:>10,.0f} |")
     media_check_table(data, args.repeat)
+    video_count_table(data, args.repeat)
     format_table(data, model_dir, args)
 
 
