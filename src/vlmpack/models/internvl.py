@@ -28,15 +28,31 @@ The rule matched is transformers' ``InternVLProcessor.__call__`` (``processing_i
 Training rules: labels by the ChatML scan (the template is ChatML with no default system turn),
 1-D positions (no mRoPE: the language model is a plain Qwen2/Qwen3 decoder), pixels from
 ``GotOcr2ImageProcessorPil``'s own call (float32 ``[sum tiles, 3, 448, 448]``; the model takes only
-``pixel_values``, the tiles of all images concatenated in order). Videos (``<video>``, frames of one
-tile each) are not counted yet.
+``pixel_values``, the tiles of all images concatenated in order).
+
+Videos (``InternVLProcessor.replace_video_token`` with ``InternVLVideoProcessor``): the chat template
+writes one ``<video>`` (the tokenizer's ``video_token``, a special added token) per video; the
+video processor keeps ``F`` frames (every frame by default, ``do_sample_frames`` False; else its
+``sample_frames``: :func:`vlmpack.models.frames_rule.internvl_frame_indices`, from the header's
+frame count and average fps; settings from the model directory in transformers' order,
+:func:`vlmpack.models.frames_rule.frame_settings`), each resized to one tile, and the processor
+replaces ``<video>`` with ``"\n".join(f"Frame{i}: <img>" + "<IMG_CONTEXT>" * image_seq_length +
+"</img>" for i in 1..F)``. That text is tokenized with the rest, so a video's media tokens
+(:meth:`InternVLFamily.video_tokens`) are the replacement tokenized alone: ``F *
+(image_seq_length + 2)`` plus the tokens of ``"Frame1: "`` and of each ``"\nFrame{i}: "``
+(between ``</img>`` and ``<img>``, special tokens, so each is tokenized on its own), and
+:meth:`InternVLFamily.num_tokens` adds what ``"Frame1: "`` changes when it joins the text right
+before the video (back to the previous added token) into one piece. The model takes the frames as
+``pixel_values`` tiles, interleaved with the images' tiles in text order (``InternVLProcessor.__call__``);
+the collator does not build that yet (:meth:`InternVLFamily.process_videos` raises
+:class:`ConfigError`).
 
 Proven on an InternVL3-1B-hf directory (``tests/test_models_internvl.py``); InternVL3.5 ``-HF``
 directories with the GOT-OCR2 processor run the same code but are not tested here, and a
 directory with another image processor is refused (:class:`ConfigError`).
 
-Source: transformers 5.x ``models/internvl/processing_internvl.py``, ``modeling_internvl.py`` and
-``models/got_ocr2/image_processing_pil_got_ocr2.py``.
+Source: transformers 5.x ``models/internvl/processing_internvl.py``, ``video_processing_internvl.py``,
+``modeling_internvl.py`` and ``models/got_ocr2/image_processing_pil_got_ocr2.py``.
 """
 
 from __future__ import annotations
@@ -50,7 +66,8 @@ from pathlib import Path
 import numpy as np
 
 from vlmpack.errors import ConfigError
-from vlmpack.models.base import COUNTING_FILES, MediaRuleError, MediaSize, ProcessedImages
+from vlmpack.models.base import COUNTING_FILES, MediaRuleError, MediaSize, ProcessedImages, ProcessedVideos
+from vlmpack.models.frames_rule import SAMPLING_DEFAULTS, frame_settings, internvl_frame_indices
 from vlmpack.models.qwen2_vl import Qwen2VLFamily, load_chat_tokenizer
 from vlmpack.models.special_tokens import special_token_pattern, special_token_strings
 
@@ -62,6 +79,8 @@ __all__ = ["InternVLFamily"]
 DEFAULT_IMAGE_SEQ_LENGTH = 256
 DEFAULT_TOKENS = {"start_image_token": "<img>", "end_image_token": "</img>",
                   "context_image_token": "<IMG_CONTEXT>", "video_token": "<video>"}
+#: ``InternVLVideoProcessor``'s sampling defaults (class attributes, ``video_processing_internvl.py``).
+VIDEO_DEFAULTS = {**SAMPLING_DEFAULTS, "initial_shift": True}
 
 
 class InternVLFamily(Qwen2VLFamily):
@@ -116,6 +135,8 @@ class InternVLFamily(Qwen2VLFamily):
                               f"{self.context_image_token} ({ids(self.context_image_token)})")
         self.start_image_token_id = int(ids(names["start_image_token"]))
         self.end_image_token_id = int(ids(names["end_image_token"]))
+        self.video_token = names["video_token"]
+        self.video_token_id = int(ids(self.video_token))
         self.im_start_id = int(ids("<|im_start|>"))
         self.im_end_id = int(ids("<|im_end|>"))
         self.pad_token_id = int(tok.pad_token_id if tok.pad_token_id is not None else self.im_end_id)
@@ -125,6 +146,8 @@ class InternVLFamily(Qwen2VLFamily):
                                            key=lambda s: (-len(s), s)))
         self._special_re = special_token_pattern(self.special_tokens)
         self._image_tokens = lru_cache(maxsize=65536)(self._image_tokens_uncached)
+        self._frames = lru_cache(maxsize=65536)(self._frames_uncached)
+        self._text_lens: dict[str, int] = {}
 
     def _check_vision_config(self, cfg: dict) -> None:
         """``image_seq_length`` must be what the vision tower gives per tile: (image_size /
@@ -158,11 +181,58 @@ class InternVLFamily(Qwen2VLFamily):
         return self._image_tokens(int(width), int(height))
 
     def media_tokens(self, media: MediaSize, *, sample_images: int = 1) -> int:
-        """Media tokens (``<IMG_CONTEXT>`` copies) of one item; :class:`MediaRuleError` for videos
-        (not counted yet) and invalid sizes; ``sample_images`` is ignored (every image is tiled alike)."""
+        """Media tokens of one item: an image's ``<IMG_CONTEXT>`` copies (:meth:`image_tokens`), a
+        video's replacement tokens (:meth:`video_tokens`); ``sample_images`` is ignored (every image
+        is tiled alike). Raises :class:`MediaRuleError` for another kind and what the rules refuse."""
+        if media.kind == "video":
+            return self.video_tokens(media)
         if media.kind != "image":
-            raise MediaRuleError(f"{media.kind} token counting is not implemented for {self.name} yet")
+            raise MediaRuleError(f"{media.kind} token counting is not implemented for {self.name}")
         return self.image_tokens(media.width, media.height)
+
+    # ------------------------------------------------------------------ video rule
+    @property
+    def video_config(self) -> dict:
+        """``do_sample_frames``, ``num_frames``, ``fps``, ``initial_shift`` of the model directory's
+        video processor (:func:`vlmpack.models.frames_rule.frame_settings` over :data:`VIDEO_DEFAULTS`)."""
+        cfg = self.__dict__.get("_video_config")
+        if cfg is None:
+            cfg = self.__dict__["_video_config"] = frame_settings(self.model_dir, VIDEO_DEFAULTS)
+        return cfg
+
+    def _frames_uncached(self, frames: int, fps: float | None) -> int:
+        return len(internvl_frame_indices(frames, fps, self.video_config))
+
+    def video_frames(self, frames: int, fps: float | None) -> int:
+        """Frames ``InternVLVideoProcessor`` keeps of a ``frames``-frame video at average ``fps``
+        (:func:`vlmpack.models.frames_rule.internvl_frame_indices`). Raises :class:`MediaRuleError`."""
+        return self._frames(int(frames or 0), fps)
+
+    def _text_len(self, text: str) -> int:
+        n = self._text_lens.get(text)
+        if n is None:
+            n = self._text_lens[text] = len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return n
+
+    @staticmethod
+    def frame_prefix(i: int) -> str:
+        """The text before frame ``i`` (from 0) in ``InternVLProcessor.replace_video_token``:
+        ``"Frame1: "``, then ``"\\nFrame{i + 1}: "`` (the ``"\\n"`` join)."""
+        return f"Frame{i + 1}: " if i == 0 else f"\nFrame{i + 1}: "
+
+    def video_layout(self, media: MediaSize) -> int:
+        """What :meth:`expand_videos` needs of a video beyond its token count: its kept frames ``F``."""
+        if media.width <= 0 or media.height <= 0:
+            raise MediaRuleError(f"invalid video size {media.width}x{media.height}")
+        return self.video_frames(int(media.frames or 0), media.fps)
+
+    def video_tokens(self, media: MediaSize) -> int:
+        """Tokens of a video's replacement text tokenized alone: ``F * (image_seq_length + 2)`` +
+        the frame prefixes (:meth:`frame_prefix`), ``F`` = :meth:`video_layout`. The frames are
+        resized to one tile whatever their size, so only the frame count matters. Raises
+        :class:`MediaRuleError` (no frames, a size of 0, a sampling the processor refuses)."""
+        f = self.video_layout(media)
+        return f * (self.image_seq_length + 2) + sum(self._text_len(self.frame_prefix(i)) for i in range(f))
 
     def media_problem(self, kind: str, width: int, height: int) -> str | None:
         """None: GOT-OCR2's tiling takes any positive size (every aspect ratio maps to a grid)."""
@@ -171,19 +241,55 @@ class InternVLFamily(Qwen2VLFamily):
     # ------------------------------------------------------------------ samples
     def check_ids(self, ids: np.ndarray, n_images: int, n_videos: int) -> str | None:
         """A one-line problem when the rendered ids do not hold exactly one ``<IMG_CONTEXT>`` per
-        image and no ``<img>``/``</img>`` (the expansion adds those), or when the sample has
-        videos (not counted), else ``None``."""
+        image, one ``<video>`` per video and no ``<img>``/``</img>`` (the expansion adds those), else
+        ``None``."""
         got = int(np.count_nonzero(ids == self.image_token_id))
+        vids = int(np.count_nonzero(ids == self.video_token_id))
         starts = int(np.count_nonzero((ids == self.start_image_token_id) | (ids == self.end_image_token_id)))
-        if (got, starts, n_videos) != (n_images, 0, 0):
-            return (f"rendered text holds {got} {self.context_image_token} and {starts} <img>/</img> for {n_images} "
-                    f"images and {n_videos} videos")
+        if (got, starts, vids) != (n_images, 0, n_videos):
+            return (f"rendered text holds {got} {self.context_image_token}, {vids} {self.video_token} and {starts} "
+                    f"<img>/</img> for {n_images} images and {n_videos} videos")
         return None
 
+    def _segment(self, ids: np.ndarray, p: int, floor: int = 0) -> int:
+        """Start of the text piece that ends at ``ids[p]``: after the previous added token (the
+        tokenizer splits the text at added tokens and tokenizes each piece alone), ``>= floor``."""
+        added = self.__dict__.get("_added_ids")
+        if added is None:
+            added = self.__dict__["_added_ids"] = frozenset(int(k) for k in self.tokenizer.added_tokens_decoder)
+        seg = p
+        while seg > floor and int(ids[seg - 1]) not in added:
+            seg -= 1
+        return seg
+
+    def _join_correction(self, ids: np.ndarray, p: int) -> int:
+        """Tokens that ``"Frame1: "`` adds beyond its own when tokenized after the text right
+        before the ``<video>`` at ``ids[p]``: ``len(tok(s + "Frame1: ")) - len(tok(s)) -
+        len(tok("Frame1: "))``, ``s`` decoded from the ids since the previous added token."""
+        seg = self._segment(ids, p)
+        if seg == p:
+            return 0
+        s = self.tokenizer.decode(ids[seg:p].tolist(), clean_up_tokenization_spaces=False)
+        first = self.frame_prefix(0)
+        return self._text_len(s + first) - (p - seg) - self._text_len(first)
+
     def num_tokens(self, ids: np.ndarray, media_tokens: Sequence[int]) -> int:
-        """``len(ids) + sum(n_i + 1)``: the length of :meth:`expand` (each ``<IMG_CONTEXT>`` becomes
-        ``<img>`` + ``n_i`` copies + ``</img>``)."""
-        return int(len(ids) + sum(int(n) + 1 for n in media_tokens))
+        """The length of the processor's ``input_ids``: ``len(ids) + sum(n_i + 1)`` over images (each
+        ``<IMG_CONTEXT>`` becomes ``<img>`` + ``n_i`` copies + ``</img>``) ``+ sum(n_j - 1)`` over
+        videos (each ``<video>`` becomes its ``n_j`` replacement tokens) plus each video's join
+        correction (see the module docstring). ``media_tokens``: per media item in order of
+        appearance; ids without ``<video>`` take the images-only formula."""
+        ids = np.asarray(ids)
+        vids = np.flatnonzero(ids == self.video_token_id)
+        if not len(vids):
+            return int(len(ids) + sum(int(n) + 1 for n in media_tokens))
+        pos = np.flatnonzero((ids == self.image_token_id) | (ids == self.video_token_id))
+        if len(pos) != len(media_tokens):
+            raise ValueError(f"{len(pos)} media placeholders in the ids for {len(media_tokens)} media items")
+        n = len(ids)
+        for p, k in zip(pos.tolist(), media_tokens):
+            n += int(k) - 1 + (self._join_correction(ids, p) if ids[p] == self.video_token_id else 2)
+        return int(n)
 
     def expand(self, ids: np.ndarray, media_tokens: Sequence[int]) -> np.ndarray:
         """``input_ids`` with the i-th ``<IMG_CONTEXT>`` replaced by ``<img>``, ``media_tokens[i]``
@@ -193,6 +299,8 @@ class InternVLFamily(Qwen2VLFamily):
         appearance. Returns int32 ``[t + sum(media_tokens) + len(media_tokens)]``; raises
         ``ValueError`` when the ids hold another number of ``<IMG_CONTEXT>``."""
         ids = np.asarray(ids, dtype=np.int32)
+        if np.any(ids == self.video_token_id):
+            raise MediaRuleError("InternVL ids with videos are built by expand_videos (frame layouts needed)")
         pads = np.flatnonzero(ids == self.image_token_id)
         if len(pads) != len(media_tokens):
             raise ValueError(f"{len(pads)} {self.context_image_token} in the ids for {len(media_tokens)} images")
@@ -204,6 +312,45 @@ class InternVLFamily(Qwen2VLFamily):
             last = p + 1
         parts.append(ids[last:])
         return np.concatenate(parts)
+
+    def expand_videos(self, ids: np.ndarray, media_tokens: Sequence[int], layouts: Sequence,
+                      special_tokens: str | None = None) -> np.ndarray:
+        """int32 ``input_ids`` as ``InternVLProcessor`` builds them for ids with images and videos:
+        an image as in :meth:`expand`; the j-th ``<video>`` replaced by ``layouts[j]`` = ``F`` frames
+        (:meth:`video_layout`), each ``<img>`` + ``image_seq_length`` ``<IMG_CONTEXT>`` + ``</img>``
+        after its tokenized prefix, the first prefix tokenized together with the text before the
+        video (decoded back to the previous added token; ``special_tokens="split"``: with
+        ``split_special_tokens``, as that text was). Length :meth:`num_tokens`. Raises
+        ``ValueError`` when placeholders, media and layouts disagree."""
+        ids = np.asarray(ids, dtype=np.int64)
+        pos = np.flatnonzero((ids == self.image_token_id) | (ids == self.video_token_id))
+        if len(pos) != len(media_tokens):
+            raise ValueError(f"{len(pos)} media placeholders in the ids for {len(media_tokens)} media items")
+        tok = self.tokenizer
+
+        def encode(text: str) -> list[int]:
+            return tok(text, add_special_tokens=False, split_special_tokens=special_tokens == "split")["input_ids"]
+
+        frame = [self.start_image_token_id] + [self.image_token_id] * self.image_seq_length + [self.end_image_token_id]
+        out: list = []
+        prev, vi = 0, 0
+        for p, n in zip(pos.tolist(), media_tokens):
+            if ids[p] == self.image_token_id:
+                out += [ids[prev:p], [self.start_image_token_id], [self.image_token_id] * int(n),
+                        [self.end_image_token_id]]
+                prev = p + 1
+                continue
+            if vi >= len(layouts) or not layouts[vi]:
+                raise ValueError(f"no frame layout for video {vi}")
+            seg = self._segment(ids, p, prev)
+            text = tok.decode(ids[seg:p].tolist(), clean_up_tokenization_spaces=False) if seg < p else ""
+            out += [ids[prev:seg], encode(text + self.frame_prefix(0)), frame]
+            for i in range(1, int(layouts[vi])):
+                out += [encode(self.frame_prefix(i)), frame]
+            vi += 1
+            prev = p + 1
+        out.append(ids[prev:])
+        return np.concatenate([np.asarray(x, dtype=np.int64) for x in out]).astype(np.int32)
 
     # ------------------------------------------------------------------ training
     def rope_model_class(self) -> type:
@@ -231,6 +378,12 @@ class InternVLFamily(Qwen2VLFamily):
         import torch
 
         return {"pixel_values": torch.cat([p.pixel_values for p in parts], dim=0)}
+
+    def process_videos(self, videos: Sequence) -> ProcessedVideos:
+        """Not built yet: :class:`ConfigError` (InternVL takes video frames as ``pixel_values`` tiles
+        interleaved with the image tiles in text order, which the collator does not assemble)."""
+        raise ConfigError(f"{self.model_dir}: the internvl collator cannot train on videos yet (frames as "
+                          "pixel_values tiles interleaved with image tiles are not built); pack without videos")
 
     def placeholder(self) -> tuple[np.ndarray, list]:
         """``<img><IMG_CONTEXT>*image_seq_length</img>`` for a black image of one tile."""

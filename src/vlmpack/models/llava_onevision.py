@@ -28,6 +28,16 @@ image *header* (width, height after EXIF orientation), without pixels:
   The rule needs the sample's image count (``media_tokens(sample_images=)``,
   ``process_images(images_per_sample=)``); a pack's collator passes ``batch_num_images`` per
   *sample*, so a packed row of several samples is processed as each sample alone;
+- videos: the chat template writes one ``<video>`` per video (after the turn's images); the video
+  processor (``LlavaOnevisionVideoProcessor``) keeps ``F`` frames (every frame by default,
+  ``do_sample_frames`` False; else ``BaseVideoProcessor.sample_frames``:
+  :func:`vlmpack.models.frames_rule.default_frame_indices`, from the header's frame count and
+  average fps), each resized to ``size`` (384 x 384) whatever its size, and
+  ``LlavaOnevisionProcessor.replace_video_token`` expands ``<video>`` to ``F * ceil(side / 2)**2 +
+  1`` copies (features 2x2-pooled per frame, one newline; no -1 for the ``"default"`` strategy
+  there), so ``len(input_ids) = len(tokenizer(rendered)) + sum(n_i - 1)`` over images and videos
+  alike. The collator does not build video pixels yet (:meth:`LlavaOnevisionFamily.process_videos`
+  raises :class:`ConfigError`);
 - positions are 1-D (``mrope`` False); labels by the ChatML scan of
   :func:`vlmpack.models.chatml.assistant_label_mask`; pixels from ``LlavaOnevisionImageProcessorPil``.
 
@@ -35,9 +45,12 @@ Values read from the model directory: ``preprocessor_config.json`` (``size``,
 ``image_grid_pinpoints``), ``processor_config.json`` (``num_image_tokens``,
 ``vision_feature_select_strategy``, ``vision_aspect_ratio``; missing values: the processor's
 defaults, ``num_image_tokens`` from ``config.json``'s ``vision_config`` ``(image_size //
-patch_size)**2``), ``config.json`` (``image_token_index``, ``video_token_index``).
+patch_size)**2``), ``config.json`` (``image_token_index``, ``video_token_index``), the video processor
+settings (``do_sample_frames``, ``num_frames``, ``fps``) in transformers' order
+(:func:`vlmpack.models.frames_rule.frame_settings`).
 Source: transformers 5.x ``models/llava_onevision/processing_llava_onevision.py``,
-``image_processing_pil_llava_onevision.py`` and ``modeling_llava_onevision.py``.
+``image_processing_pil_llava_onevision.py``, ``video_processing_llava_onevision.py``,
+``video_processing_utils.py`` / ``video_utils.py`` and ``modeling_llava_onevision.py``.
 """
 
 from __future__ import annotations
@@ -51,7 +64,8 @@ from pathlib import Path
 import numpy as np
 
 from vlmpack.errors import ConfigError
-from vlmpack.models.base import COUNTING_FILES, MediaRuleError, MediaSize, ProcessedImages
+from vlmpack.models.base import COUNTING_FILES, MediaRuleError, MediaSize, ProcessedImages, ProcessedVideos
+from vlmpack.models.frames_rule import SAMPLING_DEFAULTS, default_frame_indices, frame_settings
 from vlmpack.models.qwen2_vl import Qwen2VLFamily, load_chat_tokenizer
 from vlmpack.models.special_tokens import special_token_pattern, special_token_strings
 
@@ -157,8 +171,8 @@ class LlavaOnevisionFamily(Qwen2VLFamily):
 
     def media_problem(self, kind: str, width: int, height: int) -> str | None:
         """None: the LLaVA-OneVision image processor takes every image size (anyres picks a grid
-        for any aspect ratio; checked on 1x1, 20000x1 and 1x20000); videos are refused at counting
-        time."""
+        for any aspect ratio; checked on 1x1, 20000x1 and 1x20000); videos: every frame is resized
+        to ``size``."""
         return None
 
     def multi_image_tokens(self) -> int:
@@ -170,12 +184,68 @@ class LlavaOnevisionFamily(Qwen2VLFamily):
 
     def media_tokens(self, media: MediaSize, *, sample_images: int = 1) -> int:
         """Media tokens of one image: :meth:`image_tokens` (anyres) when its sample holds one image,
-        :meth:`multi_image_tokens` when it holds ``sample_images`` > 1 (see the module docstring).
-        :class:`MediaRuleError` for videos (not counted yet) and non-positive sizes."""
+        :meth:`multi_image_tokens` when it holds ``sample_images`` > 1 (see the module docstring);
+        of a video: :meth:`video_tokens` (``sample_images`` is ignored: ``batch_num_images`` counts
+        images only). :class:`MediaRuleError` for another kind, non-positive sizes and videos the
+        processor cannot sample."""
+        if media.kind == "video":
+            return self.video_tokens(media)
         if media.kind != "image":
-            raise MediaRuleError(f"{media.kind} token counting is not implemented for {self.name} yet")
+            raise MediaRuleError(f"{media.kind} token counting is not implemented for {self.name}")
         n = self.image_tokens(media.width, media.height)  # validates the size on both paths
         return self.multi_image_tokens() if sample_images > 1 else n
+
+    # ------------------------------------------------------------------ video rule
+    @property
+    def video_config(self) -> dict:
+        """``do_sample_frames``, ``num_frames``, ``fps`` of the model directory's video processor
+        (:func:`vlmpack.models.frames_rule.frame_settings` over ``LlavaOnevisionVideoProcessor``'s
+        defaults: no sampling)."""
+        cfg = self.__dict__.get("_video_config")
+        if cfg is None:
+            cfg = self.__dict__["_video_config"] = frame_settings(self.model_dir, SAMPLING_DEFAULTS)
+        return cfg
+
+    def video_frames(self, frames: int, fps: float | None) -> int:
+        """Frames ``LlavaOnevisionVideoProcessor`` keeps of a ``frames``-frame video at average
+        ``fps`` (:func:`vlmpack.models.frames_rule.default_frame_indices`). Raises
+        :class:`MediaRuleError`."""
+        return len(default_frame_indices(int(frames or 0), fps, self.video_config))
+
+    def video_tokens(self, media: MediaSize) -> int:
+        """``<video>`` tokens of a video: ``F * ceil(side / 2)**2 + 1`` (``F`` =
+        :meth:`video_frames`, ``side = int(sqrt(num_image_tokens))``), as
+        ``LlavaOnevisionProcessor.replace_video_token`` (and ``_get_num_multimodal_tokens(
+        video_sizes=...)``); independent of the frame size (every frame is resized to ``size``).
+        Raises :class:`MediaRuleError` for a size of 0 or a sampling the processor refuses."""
+        if media.width <= 0 or media.height <= 0:
+            raise MediaRuleError(f"invalid video size {media.width}x{media.height}")
+        pooled = math.ceil(self.side / 2)
+        return self.video_frames(int(media.frames or 0), media.fps) * pooled * pooled + 1
+
+    def video_layout(self, media: MediaSize) -> None:
+        """None: a ``<video>`` expands to its token count alone."""
+        return None
+
+    def expand_videos(self, ids: np.ndarray, media_tokens: Sequence[int], layouts: Sequence,
+                      special_tokens: str | None = None) -> np.ndarray:
+        """:meth:`expand` (every ``<image>`` / ``<video>`` repeated ``media_tokens[i]`` times in
+        order of the ids) for a sample whose media are all videos or all images. The template writes
+        a turn's images before its videos whatever their order in the turn, so a list of media
+        tokens in content order is not in ids order for a sample with both: such a sample raises
+        ``ValueError`` (its count, a sum, is exact; its ``input_ids`` are not built here)."""
+        ids = np.asarray(ids)
+        has_img = bool(np.any(ids == self.image_token_id))
+        if has_img and np.any(ids == self.video_token_id):
+            raise ValueError("LLaVA-OneVision input_ids of a sample with both images and videos are not built "
+                             "(the template reorders them)")
+        return self.expand(ids, media_tokens)
+
+    def process_videos(self, videos: Sequence) -> ProcessedVideos:
+        """Not built yet: :class:`ConfigError` (``pixel_values_videos`` of frames resized to
+        ``size`` are not produced by the collator for this family)."""
+        raise ConfigError(f"{self.model_dir}: the llava_onevision collator cannot train on videos yet "
+                          "(pixel_values_videos are not built); pack without videos")
 
     # ------------------------------------------------------------------ samples
     def check_ids(self, ids: np.ndarray, n_images: int, n_videos: int) -> str | None:
