@@ -12,10 +12,14 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from multiprocessing import get_context
 
+from tqdm import tqdm
+
+from vlmpack import signals
 from vlmpack.errors import ConfigError
 from vlmpack.models import load_model
 
@@ -32,12 +36,20 @@ class InlineExecutor(Executor):
         return fut
 
 
+#: Ray re-runs a task whose worker process died this many times before the run fails.
+MAX_RETRIES = 3
+
+
 class RayExecutor(Executor):
     """Runs each task as a Ray task (``ray.remote(fn).remote(...)``), on the cluster at
     ``address`` (``None``: start or join a local Ray; ``"auto"``: the running cluster).
 
     ``num_cpus`` limits a local Ray started here. Ray stays initialised after ``shutdown`` (it
-    belongs to the user's session). Raises :class:`ConfigError` when ray is not installed.
+    belongs to the user's session). A task whose worker dies (a SIGKILL, an OOM kill, a lost node)
+    is re-run by Ray up to :data:`MAX_RETRIES` times (``ray.remote(max_retries=...)``); tasks are
+    pure functions of their input range and write shards through ``.tmp`` + rename, so a re-run
+    gives the same bytes (``tests/test_ray_cluster.py``). Raises :class:`ConfigError` when ray
+    is not installed.
     """
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None):
@@ -54,16 +66,18 @@ class RayExecutor(Executor):
     def submit(self, fn, /, *args, **kwargs) -> Future:
         remote = self._remote.get(fn)
         if remote is None:
-            remote = self._remote[fn] = self._ray.remote(fn)
+            remote = self._remote[fn] = self._ray.remote(max_retries=MAX_RETRIES)(fn)
         return remote.remote(*args, **kwargs).future()
 
 
-def make_executor(kind: str, workers: int, model_dir: str, ray_address: str | None = None) -> Executor:
+def make_executor(kind: str, workers: int, model_dir: str, ray_address: str | None = None, *,
+                  preload: bool = True) -> Executor:
     """The executor for a run.
 
     ``kind="local"``: in-process for ``workers <= 1``, else a pool of ``workers`` processes; on
-    Linux the model is loaded once here and the workers are forked with it (tokenizer parallelism
-    is off, so forking is safe), elsewhere they spawn. Pool workers ignore SIGINT (the parent
+    Linux with ``preload`` the model is loaded once here and the workers are forked with it
+    (tokenizer parallelism is off, so forking is safe; ``preload=False`` for tasks that need no
+    model, e.g. writing shards without ``--pretokenize``), elsewhere they spawn. Pool workers ignore SIGINT (the parent
     stops them) and, on Linux, die with their parent (``PR_SET_PDEATHSIG``), so killing the
     parent, even with SIGKILL, leaves no worker behind. ``kind="ray"``: :class:`RayExecutor`.
     """
@@ -72,7 +86,8 @@ def make_executor(kind: str, workers: int, model_dir: str, ray_address: str | No
     if workers <= 1:
         return InlineExecutor()
     if sys.platform.startswith("linux"):
-        load_model(model_dir)
+        if preload:
+            load_model(model_dir)
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"), initializer=_worker_init)
     else:
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_worker_init)
@@ -129,13 +144,43 @@ def abort_executor(pool: Executor) -> None:
 
 
 @contextmanager
-def guarded_executor(kind: str, workers: int, model_dir: str, ray_address: str | None = None):
+def guarded_executor(kind: str, workers: int, model_dir: str, ray_address: str | None = None, *,
+                     preload: bool = True):
     """:func:`make_executor` as a context manager that waits for the pool on success and kills it
     (:func:`abort_executor`) on any exception, ``KeyboardInterrupt`` and SIGTERM included."""
-    pool = make_executor(kind, workers, model_dir, ray_address)
+    pool = make_executor(kind, workers, model_dir, ray_address, preload=preload)
     try:
         yield pool
     except BaseException:
         abort_executor(pool)
         raise
     pool.shutdown(wait=True)
+
+
+def run_tasks(pool: Executor, fn: Callable, tasks: list, *, done: Callable, desc: str, weights: list[int], unit: str,
+              show: bool) -> None:
+    """Run ``fn`` over ``tasks`` on ``pool`` with a progress bar (``weights[i]``: the progress of
+    task i, in ``unit``); ``done(task, result)`` is called in the calling process as each task
+    finishes, in submission order among tasks finished together (so its result is saved at once and
+    a killed run does not redo it). Checks :func:`vlmpack.signals.check` at least every
+    :data:`vlmpack.signals.POLL_S` seconds; a task's exception is raised here."""
+    with tqdm(total=sum(weights), desc=desc, unit=unit, unit_scale=True, disable=not show, leave=False) as bar:
+
+        def finish(i: int, fut) -> None:
+            done(tasks[i], fut.result())
+            bar.update(weights[i])
+
+        pending = {}
+        for i, t in enumerate(tasks):
+            signals.check()
+            fut = pool.submit(fn, t)
+            if fut.done():  # the in-process executor runs the task inside submit()
+                finish(i, fut)
+            else:
+                pending[fut] = i
+        while pending:
+            signals.check()
+            finished, _ = wait(pending, timeout=signals.POLL_S, return_when=FIRST_COMPLETED)
+            for fut in sorted(finished, key=pending.__getitem__):
+                finish(pending.pop(fut), fut)
+        signals.check()
