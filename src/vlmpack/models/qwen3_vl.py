@@ -25,7 +25,8 @@ the model directory and is read from it:
   counts that whole replacement minus the two vision tokens already in the rendered ids; the first
   timestamp's ``"<"`` can merge with the text before the video into one pre-token (after a space or
   punctuation), which :meth:`Qwen3VLFamily.num_tokens` corrects from the ids. ``input_ids`` with
-  video timestamps (:meth:`Qwen3VLFamily.expand`) are not built yet.
+  the timestamp text: :meth:`Qwen3VLFamily.expand_videos` with each video's
+  :meth:`Qwen3VLFamily.video_layout` (:meth:`Qwen3VLFamily.expand` alone refuses videos).
 
 Qwen3.5 (``qwen3_5``, ``qwen3_5_moe``): :class:`Qwen3_5Family`. transformers maps both to
 ``Qwen3VLProcessor`` and ``Qwen2VLImageProcessor`` (``processing_auto`` / ``image_processing_auto``)
