@@ -91,10 +91,32 @@ def _task_processes(prefix: str) -> dict[int, int]:
     return found
 
 
-def _watch(prefix: str, seen: dict, stop: threading.Event) -> None:
+def _watch(prefix: str, seen: dict, stop: threading.Event, kill: bool = False) -> None:
+    """Record ``{pid: parent pid}`` of the Ray workers seen running a ``prefix`` task until ``stop``;
+    ``kill``: SIGKILL the first one seen, then stop watching."""
     while not stop.is_set():
-        seen.update(_task_processes(prefix))
+        for pid, ppid in _task_processes(prefix).items():
+            seen[pid] = ppid
+            if kill:
+                os.kill(pid, signal.SIGKILL)
+                return
         time.sleep(0.02)
+
+
+def _ray_pack(cluster, inputs, real_data, model_dir, out: Path, *, kill: bool = False) -> tuple[dict, dict]:
+    """``run_pack`` with ``--executor ray`` on ``cluster`` while :func:`_watch` watches the counting
+    tasks; returns (report, the workers seen: pid -> parent pid)."""
+    seen: dict[int, int] = {}
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch, args=("run_task", seen, stop, kill), daemon=True)
+    watcher.start()
+    try:
+        report = run_pack(_cfg(inputs, real_data, model_dir, out, workers=2, executor="ray",
+                               ray_address=cluster.address))
+    finally:
+        stop.set()
+        watcher.join()
+    return report, seen
 
 
 def _is_raylet(pid: int) -> bool:
@@ -107,16 +129,7 @@ def _is_raylet(pid: int) -> bool:
 def test_ray_cluster_gives_the_local_bytes(cluster, local, inputs, real_data, model_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "TASK_BYTES", TASK_BYTES)
     out = tmp_path / "ray"
-    seen: dict[int, int] = {}
-    stop = threading.Event()
-    watcher = threading.Thread(target=_watch, args=("run_task", seen, stop), daemon=True)
-    watcher.start()
-    try:
-        report = run_pack(_cfg(inputs, real_data, model_dir, out, workers=2, executor="ray",
-                               ray_address=cluster.address))
-    finally:
-        stop.set()
-        watcher.join()
+    report, seen = _ray_pack(cluster, inputs, real_data, model_dir, out)
     assert len([n for n in ray.nodes() if n["Alive"]]) == 2
     local_out, local_report = local
     assert _output_bytes(out) == _output_bytes(local_out) and any(k.endswith(".tar") for k in _output_bytes(out))
@@ -127,30 +140,11 @@ def test_ray_cluster_gives_the_local_bytes(cluster, local, inputs, real_data, mo
     assert len(raylets) == 2, f"counting tasks ran under {len(raylets)} raylet(s): {seen}"
 
 
-def _kill_first_task(prefix: str, killed: list, stop: threading.Event) -> None:
-    """SIGKILL the first Ray worker seen running a ``prefix`` task."""
-    while not stop.is_set() and not killed:
-        for pid in _task_processes(prefix):
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-            return
-        time.sleep(0.02)
-
-
 def test_a_killed_ray_worker_is_retried_to_the_same_bytes(cluster, local, inputs, real_data, model_dir, tmp_path,
                                                           monkeypatch):
     monkeypatch.setattr(pipeline, "TASK_BYTES", TASK_BYTES)
     out = tmp_path / "ray-killed"
-    killed: list[int] = []
-    stop = threading.Event()
-    killer = threading.Thread(target=_kill_first_task, args=("run_task", killed, stop), daemon=True)
-    killer.start()
-    try:
-        report = run_pack(_cfg(inputs, real_data, model_dir, out, workers=2, executor="ray",
-                               ray_address=cluster.address))
-    finally:
-        stop.set()
-        killer.join()
+    report, killed = _ray_pack(cluster, inputs, real_data, model_dir, out, kill=True)
     assert killed, "no Ray worker was seen running a counting task"
     assert _output_bytes(out) == _output_bytes(local[0])
     assert report["samples_packed"] == local[1]["samples_packed"]
