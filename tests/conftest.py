@@ -24,6 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 CACHE = Path(os.environ.get("VLMPACK_TEST_CACHE", Path.home() / ".cache" / "vlmpack" / "test"))
 
+# Each test counts into its own OUT only: the shared count cache of `vlmpack pack` / `vlmpack plan`
+# (vlmpack.pack.stages.count_cache_dir) is off unless a test passes cache_dir / --cache-dir itself;
+# CLI subprocesses inherit it.
+os.environ["VLMPACK_CACHE"] = "off"
+
 
 @contextlib.contextmanager
 def cache_lock():

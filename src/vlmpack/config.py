@@ -24,7 +24,8 @@ from vlmpack import __version__
 from vlmpack.errors import ConfigError, VlmpackError
 
 #: Options that change neither the plan nor the bytes written (left out of the fingerprint).
-_NOT_FINGERPRINTED = {"workers", "overwrite", "progress", "output", "executor", "ray_address", "max_reject_fraction"}
+_NOT_FINGERPRINTED = {"workers", "overwrite", "progress", "output", "executor", "ray_address", "max_reject_fraction",
+                      "cache_dir"}
 
 
 class PackConfig(BaseModel):
@@ -74,6 +75,8 @@ class PackConfig(BaseModel):
     ray_address: str | None = Field(None, description="Ray cluster address ('auto' = the running one)")
     overwrite: bool = False
     progress: bool = True
+    cache_dir: str | None = Field(None, description="shared count cache (vlmpack.pack.stages.count_cache_dir): "
+                                  "default $VLMPACK_CACHE, else ~/.cache/vlmpack/counts; 'off': counts in OUT only")
 
     @field_validator("input", mode="before")
     @classmethod

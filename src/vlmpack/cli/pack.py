@@ -73,6 +73,9 @@ def pack_command(
     overwrite: Optional[bool] = _opt("overwrite", "--overwrite/--no-overwrite",
                                      help="replace an output written with another config"),
     progress: Optional[bool] = _opt("progress", "--progress/--no-progress", help="progress bars on stderr"),
+    cache_dir: Optional[str] = _opt("cache_dir", "--cache-dir", help="count cache shared with other outputs and "
+                                    "`vlmpack plan --input` ('off': counts stay in OUT only)",
+                                    default="$VLMPACK_CACHE, else ~/.cache/vlmpack/counts"),
 ) -> None:
     """Read, validate, count, plan and write packed shards + Energon metadata + report."""
     from vlmpack.config import load_config
@@ -89,7 +92,8 @@ def pack_command(
                       special_tokens=special_tokens, max_reject_fraction=max_reject_fraction,
                       max_packs_per_shard=max_packs_per_shard,
                       max_shard_bytes=max_shard_bytes, workers=workers, num_nodes=num_nodes, node_rank=node_rank,
-                      executor=executor, ray_address=ray_address, overwrite=overwrite, progress=progress)
+                      executor=executor, ray_address=ray_address, overwrite=overwrite, progress=progress,
+                      cache_dir=cache_dir)
     report = run_pack(cfg)
     table = Table(title=f"vlmpack pack -> {cfg.output}", show_header=False)
     for label, value in summary_lines(report):

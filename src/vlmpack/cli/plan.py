@@ -1,19 +1,26 @@
-"""The ``vlmpack plan`` command: pre-flight bin-packing table (see :mod:`vlmpack.pack.preflight`)."""
+"""The ``vlmpack plan`` command: pre-flight bin-packing table (see :mod:`vlmpack.pack.preflight`).
+
+Counts come from a finished ``pack`` (``SOURCE``: its OUT dir or manifest), a lengths file, or the
+inputs and model themselves (``--input`` + ``--model``, no ``SOURCE``): then they are counted
+through ``pack``'s count stage and cache (:func:`vlmpack.pack.measure.count_inputs`), writing no
+shard, and a later ``vlmpack pack`` with the same count options reuses them.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 import typer
 
-from vlmpack.errors import VlmpackError
+from vlmpack.errors import ConfigError, VlmpackError
 from vlmpack.packing import ALGORITHMS
 
 
 def plan_command(
-    source: Path = typer.Argument(..., help="OUT dir of a `pack` run, its manifest.parquet, or a lengths file "
-                                  "(.npy or one integer per line)."),
+    source: Optional[Path] = typer.Argument(None, help="OUT dir of a `pack` run, its manifest.parquet, or a lengths "
+                                            "file (.npy or one integer per line); or none, with --input and --model."),
     seq_len: list[int] = typer.Option([8192], "--seq-len", "-L", help="Pack capacity in tokens; repeat to compare."),
     algorithm: str = typer.Option("bfd", "--algorithm", help=f"One of {', '.join(ALGORITHMS)}."),
     max_samples_per_pack: int | None = typer.Option(None, "--max-samples-per-pack"),
@@ -32,12 +39,42 @@ def plan_command(
     max_drop: float = typer.Option(0.001, "--max-drop", help="Share of samples (a fraction) the recommended L may "
                                    "drop as overlong: the smallest L planned with fewer drops is recommended."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON instead of a table."),
+    config: Optional[Path] = typer.Option(None, "--config", help="A `vlmpack pack` YAML: its input and counting "
+                                          "options (flags below override it); implies counting from the inputs."),
+    input: Optional[list[str]] = typer.Option(None, "--input", "-i", help="Count these inputs (as `pack --input`; "
+                                              "repeatable) instead of reading SOURCE; needs --model."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model directory whose rules count the inputs."),
+    media_root: Optional[str] = typer.Option(None, "--media-root", help="As `pack --media-root`."),
+    schema: Optional[str] = typer.Option(None, "--schema", help="As `pack --schema`."),
+    input_format: Optional[str] = typer.Option(None, "--input-format", help="As `pack --input-format`."),
+    text_key: Optional[str] = typer.Option(None, "--text-key", help="As `pack --text-key`."),
+    allow_absolute_media: Optional[bool] = typer.Option(None, "--allow-absolute-media/--no-allow-absolute-media",
+                                                        help="As `pack`."),
+    media_lmdb: Optional[list[str]] = typer.Option(None, "--media-lmdb", help="As `pack --media-lmdb`."),
+    media_check: Optional[str] = typer.Option(None, "--media-check", help="As `pack --media-check`."),
+    special_tokens: Optional[str] = typer.Option(None, "--special-tokens", help="As `pack --special-tokens`."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-j", help="Counting processes (default: CPU cores)."),
+    cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help="Count cache shared with `pack` (default: "
+                                            "$VLMPACK_CACHE, else ~/.cache/vlmpack/counts; 'off': none)."),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Progress bars on stderr."),
 ) -> None:
     """Pre-flight: how the dataset would pack for each --seq-len (writes no shards), and which L to pick."""
     from vlmpack.pack import preflight
 
+    counting = config is not None or bool(input) or model is not None
     try:
-        data = preflight.load_plan_input(source)
+        if counting and source is not None:
+            raise ConfigError(f"give either SOURCE ({source}) or --input/--model/--config, not both")
+        if counting:
+            data = _count(config, input=input or None, model=model, media_root=media_root, schema=schema,
+                          input_format=input_format, text_key=text_key, allow_absolute_media=allow_absolute_media,
+                          media_lmdb=media_lmdb or None, media_check=media_check, special_tokens=special_tokens,
+                          workers=workers, cache_dir=cache_dir, progress=progress)
+        elif source is None:
+            raise ConfigError("nothing to plan: give SOURCE (a pack OUT dir, manifest or lengths file) or "
+                              "--input ... --model DIR")
+        else:
+            data = preflight.load_plan_input(source)
         user = [int(x) for x in seq_len]
         rows, _plans = preflight.plan_table(
             data, preflight.sweep_lengths(data, user, grid=sweep or plot is not None), algorithm=algorithm,
@@ -65,3 +102,26 @@ def plan_command(
             typer.echo(f"error: cannot write --plot {plot} ({exc.strerror or exc}); choose a writable path", err=True)
             raise typer.Exit(2) from exc
         typer.echo(f"wrote {plot}", err=True)
+
+
+def _count(config: Path | None, **overrides):
+    """Count the inputs of ``overrides`` (+ ``config``) through the count stage and its cache;
+    returns the :class:`vlmpack.pack.preflight.PlanInput`. One line on stderr says what was read,
+    rejected and reused. Raises :class:`ConfigError` / :class:`vlmpack.errors.InputError`."""
+    from vlmpack.config import load_config
+    from vlmpack.pack.measure import count_inputs
+    from vlmpack.pack.preflight import plan_input_from_table
+
+    if not overrides.get("input") and config is None:
+        raise ConfigError("--input is needed to count (or a --config with input:), e.g. --input data.jsonl")
+    if not overrides.get("model") and config is None:
+        raise ConfigError("--model is needed to count the inputs, e.g. --model /models/Qwen2.5-VL-7B-Instruct")
+    # plan writes no OUT: the config's required output is a placeholder, never written
+    cfg = load_config(config, output=".", **overrides)
+    counted = count_inputs(cfg)
+    u = counted.reuse
+    where = counted.store if counted.store is not None else "nowhere (cache off)"
+    typer.echo(f"counted {counted.stats.records:,} records: {counted.manifest.num_rows:,} samples, "
+               f"{len(counted.rejections):,} rejected; {u['count_tasks_reused']}/{u['count_tasks']} count tasks "
+               f"reused; counts kept in {where}", err=True)
+    return plan_input_from_table(counted.manifest, ", ".join(cfg.input))

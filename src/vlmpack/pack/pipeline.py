@@ -1,178 +1,57 @@
 """The main job, ``vlmpack pack``: read -> validate -> count -> plan -> write -> metadata -> report.
 
 Every stage leaves its result in the run directory ``OUT/.vlmpack/`` (the source of truth; all
-files written atomically, see :mod:`vlmpack.pack.rundir`; an unreadable one counts as missing):
+files written atomically, see :mod:`vlmpack.pack.rundir`; an unreadable one counts as missing),
+keyed by the stage's own inputs (:mod:`vlmpack.pack.stages`: count, plan and write keys):
 
 - ``config.json``: the config and its fingerprint; a run with another fingerprint is refused
-  (:class:`RunDirError`) unless ``overwrite`` is set. ``lock``: the lock of a running run.
-- ``records/part-<task>.jsonl`` + ``part-<task>.result.pkl``: per measure task, the canonical
-  accepted samples and the task's arrays/rejections, with the size and mtime of every media file
-  counted (a finished task is not run again unless one of its media files changed since);
+  (:class:`RunDirError`) unless ``overwrite`` is set, which keeps the stage files below (each is
+  reused only under its own key). ``lock``: the lock of a running run.
+- ``records/``: the count store (:mod:`vlmpack.pack.measure`): per count task the canonical
+  accepted samples and the task's arrays/rejections, for the count key in ``records/count.json``;
+  shared through the count cache (``--cache-dir``), so another ``OUT`` or ``vlmpack plan --input``
+  does not count again;
 - ``manifest.parquet``: one row per valid, unique sample (id, id kind, tokens, media, locator,
   where its record is); ``plan.npz``: the :class:`vlmpack.packing.PackPlan`; ``stages.json``:
-  the manifest digest they were made for;
+  the plan key they were made for (another ``--seq-len``, algorithm or constraint: planned again);
 - ``outputs.json``: the shard names this run writes (what ``--overwrite`` may delete);
-  ``shards/<name>.json``: a marker per finished shard (sha256, counts, manifest digest).
+  ``shards/<name>.json``: a marker per finished shard (sha256, counts, write key);
+  ``figures.pkl``: the report's PNGs and the digest of what they show.
 
-So a killed run started again skips what is done and produces the same bytes.
+So a killed run started again skips what is done and produces the same bytes, and a finished run
+started again loads no model (no pool is started when no task is left).
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import io
 import logging
-import pickle
 import time
 from collections import Counter
-from concurrent.futures import FIRST_COMPLETED, Executor, wait
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
-from vlmpack import signals
 from vlmpack.config import PackConfig
 from vlmpack.energon.meta import write_metadata
 from vlmpack.errors import OverlongError, RunFailedError
-from vlmpack.pack.count import MeasureResult, MeasureTask, media_changed, part_path, run_task
-from vlmpack.pack.executors import guarded_executor
+from vlmpack.pack.count import MeasureResult
+from vlmpack.pack.executors import guarded_executor, run_tasks
+from vlmpack.pack.measure import build_manifest, count_stage, locator, manifest_digest, media_digest, read_stats
 from vlmpack.pack.nodes import InputRange, check_node_output, model_fingerprint, node_ranges, node_record, shard_prefix
 from vlmpack.pack.report import build_report, write_report_html
-from vlmpack.pack.rundir import RUN_DIR, atomic_write, json_bytes, prepare_output, read_json, read_pickle, unlock_output
+from vlmpack.pack.rundir import RUN_DIR, atomic_write, json_bytes, prepare_output, read_json, unlock_output
+from vlmpack.pack.stages import TASK_BYTES, count_cache_dir, count_key, count_payload, plan_key, write_key
 from vlmpack.pack.write import ShardResult, ShardTask, assign_shards, estimate_pack_bytes, write_shard
 from vlmpack.packing import PackPlan, plan_packs
-from vlmpack.records import ID_KINDS, Locator, ReadStats, Rejection
-from vlmpack.sources import get_source, resolve_format
+from vlmpack.records import Rejection
 
 log = logging.getLogger(__name__)
 
-TASK_BYTES = 2 << 20  # input bytes per measure task (fixed: the output must not depend on workers)
 __all__ = ["RUN_DIR", "build_manifest", "make_plan", "manifest_digest", "run_pack"]
-
-
-def _run_all(pool: Executor, fn, tasks: list, *, done, desc: str, weights: list[int], unit: str, show: bool) -> None:
-    """Run ``fn`` over ``tasks`` with a progress bar; ``done(task, result)`` is called as each task
-    finishes (so its result is saved at once and a killed run does not redo it)."""
-    with tqdm(total=sum(weights), desc=desc, unit=unit, unit_scale=True, disable=not show, leave=False) as bar:
-
-        def finish(i: int, fut) -> None:
-            done(tasks[i], fut.result())
-            bar.update(weights[i])
-
-        pending = {}
-        for i, t in enumerate(tasks):
-            signals.check()
-            fut = pool.submit(fn, t)
-            if fut.done():  # the in-process executor runs the task inside submit()
-                finish(i, fut)
-            else:
-                pending[fut] = i
-        while pending:
-            signals.check()
-            finished, _ = wait(pending, timeout=signals.POLL_S, return_when=FIRST_COMPLETED)
-            for fut in sorted(finished, key=pending.__getitem__):
-                finish(pending.pop(fut), fut)
-        signals.check()
-
-
-# ---------------------------------------------------------------------------------------- measure
-def _measure(cfg: PackConfig, run: Path, pool: Executor, reuse: dict,
-             ranges: list[InputRange]) -> list[MeasureResult]:
-    tasks, weights = [], []
-    for fi, path, fmt, start, end, first_line, nbytes in ranges:
-        tasks.append(MeasureTask(len(tasks), fi, path, start, end, first_line, cfg.input_schema,
-                                 str(cfg.media_root), cfg.allow_absolute_media, cfg.media_check,
-                                 str(cfg.model), str(run / "records"), cfg.special_tokens, fmt,
-                                 tuple(sorted(cfg.media_lmdb.items())), cfg.text_key))
-        weights.append(nbytes)
-    results: list[MeasureResult | None] = [None] * len(tasks)
-    todo = []
-    for t in tasks:
-        done = read_pickle(run / "records" / f"part-{t.index:06d}.result.pkl")
-        if not isinstance(done, MeasureResult) or not part_path(run / "records", t.index).is_file():
-            todo.append(t)  # not run, or its result is unreadable (a crash at the wrong moment): redo
-            continue
-        changed = media_changed(done.media_files)
-        if changed is not None:
-            log.warning("media file %s changed since it was counted; counting task %d again", changed, t.index)
-            todo.append(t)
-            continue
-        results[t.index] = done
-    reuse.update(count_tasks=len(tasks), count_tasks_reused=len(tasks) - len(todo))
-
-    def save(t: MeasureTask, r: MeasureResult) -> None:
-        atomic_write(run / "records" / f"part-{t.index:06d}.result.pkl", pickle.dumps(r))
-        results[t.index] = r
-
-    _run_all(pool, run_task, todo, done=save, desc="count", weights=[weights[t.index] for t in todo], unit="B",
-             show=cfg.progress)
-    return results  # type: ignore[return-value]
-
-
-def build_manifest(cfg: PackConfig, results: list[MeasureResult]) -> tuple[pa.Table, list[Rejection]]:
-    """Concatenate the task results into the manifest (valid, unique samples in input order)
-    and the list of rejections, duplicates included. Ids are compared as ``(id_kind, id)``
-    (:data:`vlmpack.records.ID_KINDS`); the first occurrence in input order is kept."""
-    ids = [i for r in results for i in r.ids]
-
-    def cat(arrays: list[np.ndarray], dtype=np.int64) -> np.ndarray:
-        return np.concatenate(arrays) if arrays else np.zeros(0, dtype)
-
-    names = ("num_tokens", "media_tokens", "num_media", "kind", "media_bytes", "line", "offset",
-             "rec_offset", "rec_len")
-    cols = {k: cat([getattr(r, k) for r in results]) for k in names}
-    id_kind = cat([r.id_kind if len(r.id_kind) == len(r.ids) else np.zeros(len(r.ids), np.int8) for r in results],
-                  np.int8).astype(np.int8)
-    label_tokens = cat([lt if len(lt := getattr(r, "label_tokens", ())) == len(r.ids) else np.full(len(r.ids), -1)
-                        for r in results]).astype(np.int32)  # -1: counted by an older vlmpack
-    file_idx = cat([np.full(len(r.ids), r.file_idx, np.int32) for r in results]).astype(np.int32)
-    part = cat([np.full(len(r.ids), r.index, np.int32) for r in results]).astype(np.int32)
-    rejections = [x for r in results for x in r.rejections]
-    first_seen: dict[tuple[int, str], int] = {}
-    dups = []
-    for i, (sid, k) in enumerate(zip(ids, id_kind.tolist())):
-        f = first_seen.setdefault((k, sid), i)
-        if f == i:
-            continue
-        dups.append(i)
-        loc = _locator(cfg, file_idx[i], int(cols["line"][i]), int(cols["offset"][i]))
-        first = str(_locator(cfg, file_idx[f], int(cols["line"][f]), 0))
-        rejections.append(Rejection(loc, "duplicate_id", f"{ID_KINDS[k]} id {sid!r} first seen at {first}", sid))
-    keep = np.ones(len(ids), dtype=bool)
-    keep[np.asarray(dups, dtype=np.int64)] = False
-    table = pa.table({
-        "id": pa.array([i for i, k in zip(ids, keep.tolist()) if k], pa.string()),
-        "id_kind": id_kind[keep],
-        "num_tokens": cols["num_tokens"][keep].astype(np.int32),
-        "media_tokens": cols["media_tokens"][keep].astype(np.int32),
-        "label_tokens": label_tokens[keep],
-        "num_media": cols["num_media"][keep].astype(np.int16),
-        "kind": cols["kind"][keep].astype(np.int8),
-        "media_bytes": cols["media_bytes"][keep].astype(np.int64),
-        "file_idx": file_idx[keep], "line": cols["line"][keep].astype(np.int64),
-        "offset": cols["offset"][keep].astype(np.int64), "part": part[keep],
-        "rec_offset": cols["rec_offset"][keep].astype(np.int64), "rec_len": cols["rec_len"][keep].astype(np.int64),
-    })
-    return table, rejections
-
-
-def manifest_digest(manifest: pa.Table) -> str:
-    """sha256 (hex) of the manifest's content: the key of the plan and of the shard markers, so a
-    resume whose counts changed (media edited since) plans and writes again."""
-    h = hashlib.sha256()
-    for name in manifest.column_names:
-        col = manifest.column(name)
-        if pa.types.is_string(col.type):
-            h.update("\n".join(col.to_pylist()).encode("utf-8", "surrogatepass"))
-        else:
-            h.update(np.ascontiguousarray(col.to_numpy()).tobytes())
-        h.update(name.encode())
-    return h.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------- plan
@@ -187,17 +66,6 @@ def make_plan(cfg: PackConfig, manifest: pa.Table) -> PackPlan:
                       pad_to_multiple_of=cfg.pad_to_multiple_of, seed=cfg.seed)
 
 
-def _locator(cfg: PackConfig, file_idx: int, number: int, offset: int) -> Locator:
-    """The locator of a manifest row (its file's format decides what ``number`` counts)."""
-    path = cfg.input[file_idx]
-    return Locator(path, number, offset, None, _unit(path, cfg.input_format))
-
-
-@functools.lru_cache(maxsize=1024)
-def _unit(path: str, input_format: str) -> str:
-    return get_source(resolve_format(path, input_format)).unit
-
-
 def _overlong_rejections(cfg: PackConfig, manifest: pa.Table, plan: PackPlan) -> list[Rejection]:
     out = []
     ids, ntok = manifest.column("id"), manifest.column("num_tokens")
@@ -205,7 +73,7 @@ def _overlong_rejections(cfg: PackConfig, manifest: pa.Table, plan: PackPlan) ->
     media_n, media_tok = manifest.column("num_media"), manifest.column("media_tokens")
     for i in plan.overlong.tolist():
         n = ntok[i].as_py()
-        loc = _locator(cfg, fidx[i].as_py(), line[i].as_py(), off[i].as_py())
+        loc = locator(cfg, fidx[i].as_py(), line[i].as_py(), off[i].as_py())
         if n > cfg.seq_len:
             why = f"{n} tokens > --seq-len {cfg.seq_len}"
         else:  # fits in tokens, but not alone in a pack under a media budget or the padding rule
@@ -238,10 +106,10 @@ def _shard_tasks(cfg: PackConfig, run: Path, manifest: pa.Table, plan: PackPlan)
     return tasks
 
 
-def _write(cfg: PackConfig, run: Path, tasks: list[ShardTask], pool: Executor, key: str,
-           reuse: dict) -> list[ShardResult]:
-    """Write the shards not yet done for the manifest ``key`` (a marker of another key, or an
-    unreadable one, counts as not done)."""
+def _write(cfg: PackConfig, run: Path, tasks: list[ShardTask], key: str, reuse: dict) -> list[ShardResult]:
+    """Write the shards not yet done for the write ``key`` (a marker of another key, or an
+    unreadable one, counts as not done); a pool is started only when a shard is left (it loads the
+    model only for ``--pretokenize``)."""
     out = Path(cfg.output)
     names = {t.name for t in tasks}
     for p in out.glob("*.tmp"):  # leftovers of a killed run (only vlmpack's own names)
@@ -252,7 +120,7 @@ def _write(cfg: PackConfig, run: Path, tasks: list[ShardTask], pool: Executor, k
     for t in tasks:
         marker = read_json(run / "shards" / (t.name + ".json"))
         try:
-            ok = (isinstance(marker, dict) and marker.get("manifest") == key and (out / t.name).is_file()
+            ok = (isinstance(marker, dict) and marker.get("write") == key and (out / t.name).is_file()
                   and (out / (t.name + ".idx")).is_file())
             results[t.index] = ShardResult(**marker["result"]) if ok else None
             if ok and (out / t.name).stat().st_size != results[t.index].nbytes:  # cut or replaced since
@@ -264,19 +132,23 @@ def _write(cfg: PackConfig, run: Path, tasks: list[ShardTask], pool: Executor, k
     reuse.update(shards=len(tasks), shards_reused=len(tasks) - len(todo))
 
     def save(t: ShardTask, r: ShardResult) -> None:
-        atomic_write(run / "shards" / (t.name + ".json"), json_bytes({"manifest": key, "result": asdict(r)}))
+        atomic_write(run / "shards" / (t.name + ".json"), json_bytes({"write": key, "result": asdict(r)}))
         results[t.index] = r
 
-    _run_all(pool, write_shard, todo, done=save, desc="write", weights=[len(t.packs) for t in todo], unit="pack",
-             show=cfg.progress)
+    if todo:
+        with guarded_executor(cfg.executor, cfg.workers, str(cfg.model), cfg.ray_address,
+                              preload=cfg.pretokenize) as pool:
+            run_tasks(pool, write_shard, todo, done=save, desc="write", weights=[len(t.packs) for t in todo],
+                      unit="pack", show=cfg.progress)
     return results  # type: ignore[return-value]
 
 
 def _plan(cfg: PackConfig, run: Path, manifest: pa.Table, key: str, reuse: dict) -> PackPlan:
-    """The plan of ``manifest`` (``key`` = its digest), reused from the run dir when it was made
-    for the same manifest, else made and saved (manifest, plan, then the stage record)."""
+    """The plan of ``manifest`` (``key``: its plan key, :func:`vlmpack.pack.stages.plan_key`), reused
+    from the run dir when it was made for the same key, else made and saved (manifest, plan, then
+    the stage record)."""
     stages = read_json(run / "stages.json")
-    if isinstance(stages, dict) and stages.get("manifest") == key:
+    if isinstance(stages, dict) and stages.get("plan") == key:
         try:
             plan = PackPlan.from_npz(run / "plan.npz")
             reuse["plan_reused"] = True
@@ -291,7 +163,7 @@ def _plan(cfg: PackConfig, run: Path, manifest: pa.Table, key: str, reuse: dict)
     npz = io.BytesIO()
     plan.to_npz(npz)
     atomic_write(run / "plan.npz", npz.getvalue())
-    atomic_write(run / "stages.json", json_bytes({"manifest": key}))
+    atomic_write(run / "stages.json", json_bytes({"plan": key}))
     return plan
 
 
@@ -302,19 +174,10 @@ def _write_rejects(cfg: PackConfig, rejections: list[Rejection]) -> None:
                  b"".join(json_bytes(r.to_dict()) + b"\n" for r in rejections))
 
 
-def _read_stats(results: list[MeasureResult]) -> ReadStats:
-    stats = ReadStats()
-    for r in results:
-        stats.lines += r.stats.lines
-        stats.blank += r.stats.blank
-        stats.records += r.stats.records
-    return stats
-
-
 def _reject_gate(cfg: PackConfig, fingerprint: str, results: list[MeasureResult], rejections: list[Rejection]) -> None:
     """Stop after counting (before planning and writing) when more than ``max_reject_fraction``
     of the records were rejected: rejects.jsonl and a report of the counting stage are written."""
-    records = _read_stats(results).records
+    records = read_stats(results).records
     if not records or len(rejections) <= cfg.max_reject_fraction * records:
         return
     _write_rejects(cfg, rejections)
@@ -357,27 +220,29 @@ def run_pack(cfg: PackConfig) -> dict:
 def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: list[InputRange],
          tasks_total: int) -> dict:
     timings: dict[str, float] = {}
-    reuse: dict = {}  # what a resumed run took from the run directory instead of redoing it
-    with guarded_executor(cfg.executor, cfg.workers, str(cfg.model), cfg.ray_address) as pool:
-        t = time.perf_counter()
-        results = _measure(cfg, run, pool, reuse, ranges)
-        timings["measure"] = time.perf_counter() - t
-        t = time.perf_counter()
-        manifest, rejections = build_manifest(cfg, results)
-        _reject_gate(cfg, fingerprint, results, rejections)
-        key = manifest_digest(manifest)
-        plan = _plan(cfg, run, manifest, key, reuse)
-        rejections += _overlong_rejections(cfg, manifest, plan)
-        timings["plan"] = time.perf_counter() - t
-        t = time.perf_counter()
-        tasks = _shard_tasks(cfg, run, manifest, plan)
-        atomic_write(run / "outputs.json", json_bytes({"shards": [x.name for x in tasks]}))
-        shards = _write(cfg, run, tasks, pool, key, reuse)
-        timings["write"] = time.perf_counter() - t
+    reuse: dict = {}  # what a resumed run took from the run directory (or the count cache) instead of redoing it
+    keys = {"count": count_key(cfg, payload)}
+    t = time.perf_counter()
+    results = count_stage(cfg, run / "records", ranges, keys["count"], reuse, cache=count_cache_dir(cfg),
+                          payload=count_payload(cfg, payload))
+    timings["measure"] = time.perf_counter() - t
+    t = time.perf_counter()
+    manifest, rejections = build_manifest(cfg, results)
+    _reject_gate(cfg, fingerprint, results, rejections)
+    keys["plan"] = plan_key(cfg, manifest_digest(manifest))
+    plan = _plan(cfg, run, manifest, keys["plan"], reuse)
+    rejections += _overlong_rejections(cfg, manifest, plan)
+    timings["plan"] = time.perf_counter() - t
+    t = time.perf_counter()
+    keys["write"] = write_key(cfg, keys["count"], keys["plan"], media_digest(results))
+    tasks = _shard_tasks(cfg, run, manifest, plan)
+    atomic_write(run / "outputs.json", json_bytes({"shards": [x.name for x in tasks]}))
+    shards = _write(cfg, run, tasks, keys["write"], reuse)
+    timings["write"] = time.perf_counter() - t
     if shards:
         write_metadata(cfg.output, {s.name: s.num_packs for s in shards})
     _write_rejects(cfg, rejections)
-    stats = _read_stats(results)
+    stats = read_stats(results)
     timings["worker_read_validate"] = sum(r.seconds_read for r in results)
     timings["worker_count"] = sum(r.seconds_count for r in results)
     records_by_file = np.bincount([r.file_idx for r in results], [r.stats.records for r in results],
@@ -387,8 +252,10 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
     report["reused"] = reuse
     report["model_fingerprint"] = model_fingerprint(payload)
     report["nodes"] = node_record(cfg, payload, tasks_total, len(ranges))
+    report["stage_keys"] = keys
     atomic_write(Path(cfg.output) / "report.json", json_bytes(report, indent=1))
-    write_report_html(cfg, manifest, plan, report)  # OUT/report.html: figures + key numbers (no shard re-read)
+    # OUT/report.html: figures + key numbers (no shard re-read; PNGs reused while what they show is the same)
+    write_report_html(cfg, manifest, plan, report, png_cache=run / "figures.pkl")
     if not report["samples_packed"]:
         raise RunFailedError(f"no sample was packed ({report['records_read']:,} records read, "
                              f"{report['rejected']:,} rejected, {report['dropped_overlong']:,} overlong); "

@@ -1,8 +1,10 @@
 """Pre-flight planning (``vlmpack plan``): how a choice of ``seq_len`` would pack, writing no shards.
 
 Input: the counted manifest of a ``pack`` run (``OUT/.vlmpack/manifest.parquet`` with columns
-``num_tokens``, ``media_tokens``, ``num_media``, ``kind``), that parquet file, or a lengths file
-(``.npy`` integer array, or text with one integer per line). For each ``seq_len`` it reports
+``num_tokens``, ``media_tokens``, ``num_media``, ``kind``), that parquet file, a lengths file
+(``.npy`` integer array, or text with one integer per line), or the inputs and model themselves
+(``vlmpack plan --input ... --model ...``: counted through the count stage and its cache,
+:func:`vlmpack.pack.measure.count_inputs`, so a later ``pack`` does not count again). For each ``seq_len`` it reports
 samples, overlong (count, %, tokens lost, per kind), packs, the lower bounds L1 = ceil(sum/L) and L2
 (Martello–Toth), utilization, samples per pack and media tokens per pack (p50/p99/max, media tokens
 also per kind). :func:`sweep_lengths` adds a geometric grid of L so that :func:`plot` draws curves
@@ -64,17 +66,7 @@ def load_plan_input(source: str | Path) -> PlanInput:
             table = pq.read_table(path)
         except Exception as exc:  # pyarrow raises several types
             raise InputError(f"{path}: cannot read parquet ({exc}); pass a manifest written by `vlmpack pack`") from exc
-        if "num_tokens" not in table.column_names:
-            raise InputError(f"{path} has no num_tokens column; pass the manifest of a `vlmpack pack` run")
-        n = table.num_rows
-
-        def col(name: str) -> np.ndarray:
-            if name in table.column_names:
-                return table.column(name).to_numpy(zero_copy_only=False).astype(np.int64)
-            return np.zeros(n, dtype=np.int64)
-
-        has_media = "media_tokens" in table.column_names
-        return PlanInput(col("num_tokens"), col("num_media"), col("media_tokens"), col("kind"), str(path), has_media)
+        return plan_input_from_table(table, str(path))
     try:
         if path.suffix == ".npy":
             lengths = np.load(path, allow_pickle=False)
@@ -87,6 +79,24 @@ def load_plan_input(source: str | Path) -> PlanInput:
         raise InputError(f"{path}: expected a 1-D integer array, got {lengths.dtype} {lengths.shape}")
     z = np.zeros(lengths.size, dtype=np.int64)
     return PlanInput(lengths.astype(np.int64), z, z.copy(), z.copy(), str(path), False)
+
+
+def plan_input_from_table(table: Any, source: str) -> PlanInput:
+    """The :class:`PlanInput` of a manifest table (``pyarrow.Table`` with int ``num_tokens`` and
+    optionally ``media_tokens``, ``num_media``, ``kind``; missing media columns read as zeros):
+    a parquet file's, or the one :func:`vlmpack.pack.measure.count_inputs` builds. ``source`` names
+    it in the plot. Raises :class:`InputError` when ``num_tokens`` is missing."""
+    if "num_tokens" not in table.column_names:
+        raise InputError(f"{source} has no num_tokens column; pass the manifest of a `vlmpack pack` run")
+    n = table.num_rows
+
+    def col(name: str) -> np.ndarray:
+        if name in table.column_names:
+            return table.column(name).to_numpy(zero_copy_only=False).astype(np.int64)
+        return np.zeros(n, dtype=np.int64)
+
+    has_media = "media_tokens" in table.column_names
+    return PlanInput(col("num_tokens"), col("num_media"), col("media_tokens"), col("kind"), source, has_media)
 
 
 def _pct(a: np.ndarray) -> tuple[float, float, int]:

@@ -182,12 +182,16 @@ def _table(rows: list[tuple[str, str]], head: tuple[str, ...] = ()) -> str:
     return f"<table>{th}{body}</table>"
 
 
-def report_html(report: dict, pngs: dict[str, bytes], title: str = "vlmpack pack report") -> bytes:
+def report_html(report: dict, pngs: dict[str, bytes], title: str = "vlmpack pack report",
+                captions: dict[str, str] | None = None) -> bytes:
     """``report.html`` as UTF-8 bytes: the key numbers (:func:`summary_lines` plus overlong tokens),
     the per-source table and every PNG of ``pngs`` (name -> bytes, captioned from
-    :data:`vlmpack.pack.figures.REPORT_FIGURES`) as a base64 ``<img>``; no external resource."""
-    from vlmpack.pack.figures import REPORT_FIGURES
+    :data:`vlmpack.pack.figures.REPORT_FIGURES`, or ``captions``: name -> caption) as a base64
+    ``<img>``; no external resource."""
+    if captions is None:
+        from vlmpack.pack.figures import REPORT_FIGURES
 
+        captions = {name: caption for name, caption, _ in REPORT_FIGURES}
     r = report
     key = summary_lines(r)
     over = r.get("overlong_tokens", 0)
@@ -197,7 +201,6 @@ def report_html(report: dict, pngs: dict[str, bytes], title: str = "vlmpack pack
     key.insert(1, ("seq_len (L)", f"{r['seq_len']:,} tokens; algorithm {r['algorithm']}"))
     src = [(s["file"], f"{s['records_read']:,}", f"{s['samples_packed']:,}", f"{s['rejected']:,}",
             f"{s['dropped_overlong']:,}", f"{s['tokens']:,}") for s in r.get("sources", [])]
-    captions = {name: caption for name, caption, _ in REPORT_FIGURES}
     figs = "".join(
         f'<figure id="fig-{html.escape(name)}"><img alt="{html.escape(captions.get(name, name))}" '
         f'src="data:image/png;base64,{base64.b64encode(png).decode()}">'
@@ -218,12 +221,38 @@ figure{{display:inline-block;margin:0.5em}}img{{max-width:100%}}figcaption{{colo
     return doc.encode("utf-8")
 
 
-def write_report_html(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, report: dict) -> Path:
+def write_report_html(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, report: dict,
+                      png_cache: Path | None = None) -> Path:
     """Render the figures of the run and write ``OUT/report.html`` atomically; returns its path.
-    Raises ``OSError`` (disk full, read-only, ...)."""
-    from vlmpack.pack.figures import report_pngs
+
+    ``png_cache``: a file keeping the PNGs with the sha256 of the data they show
+    (:func:`report_data`); while that is unchanged (a resume with nothing new, another shard size)
+    the PNGs are taken from it instead of drawn again (matplotlib is not even imported), so a
+    finished run started again costs no plotting. Raises ``OSError`` (disk full, read-only, ...)."""
+    import hashlib
+    import pickle
+
+    from vlmpack.pack.rundir import read_pickle
 
     path = Path(cfg.output) / REPORT_HTML
-    pngs = report_pngs(report_data(cfg, manifest, plan, report))
-    atomic_write(path, report_html(report, pngs, f"vlmpack pack report: {display_path(str(cfg.output))}"))
+    h = hashlib.sha256()  # what report_data() holds, without importing matplotlib
+    for name in ("num_tokens", "kind", "media_tokens"):
+        h.update(manifest.column(name).to_numpy().astype(np.int64).tobytes())
+    for arr in (plan.overlong, plan.offsets, plan.order, plan.pack_tokens):
+        h.update(np.asarray(arr, dtype=np.int64).tobytes() + b"|")
+    h.update(pickle.dumps((cfg.seq_len, report.get("rejected_by_reason"), report.get("dropped_overlong"),
+                           report.get("sources")), protocol=4))
+    digest = h.hexdigest()
+    cached = read_pickle(png_cache) if png_cache is not None else None
+    if (isinstance(cached, dict) and cached.get("digest") == digest and isinstance(cached.get("pngs"), dict)
+            and isinstance(cached.get("captions"), dict)):
+        pngs, captions = cached["pngs"], cached["captions"]
+    else:
+        from vlmpack.pack.figures import REPORT_FIGURES, report_pngs
+
+        pngs = report_pngs(report_data(cfg, manifest, plan, report))
+        captions = {name: caption for name, caption, _ in REPORT_FIGURES}
+        if png_cache is not None:
+            atomic_write(png_cache, pickle.dumps({"digest": digest, "pngs": pngs, "captions": captions}, protocol=4))
+    atomic_write(path, report_html(report, pngs, f"vlmpack pack report: {display_path(str(cfg.output))}", captions))
     return path

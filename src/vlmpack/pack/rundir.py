@@ -12,7 +12,37 @@ Rules (so that a run directory survives a kill, a full disk or a second run at a
 - :func:`prepare_output` refuses a non-empty ``OUT`` that holds no vlmpack run record, even with
   ``--overwrite``; with ``--overwrite`` it deletes only what the run record says vlmpack wrote
   (:data:`OWNED` + the shards listed in ``.vlmpack/outputs.json``, ``.nv-meta/.info.json`` and
-  the shard markers).
+  the shard markers) and keeps the stage files :data:`STAGE_FILES` (counts, manifest, plan,
+  figures), which the next run reuses only under their own stage key.
+
+Stage keys (:mod:`vlmpack.pack.stages`): each stage is keyed by its own inputs, so a change re-runs
+that stage and the ones after it only.
+
+======== =========================================================== ==========================
+stage    key (sha256 of)                                             kept in
+======== =========================================================== ==========================
+count    vlmpack version, task size, inputs (path, size, mtime),     ``records/`` (stamp
+         model dir + its counting files' sha256, ``input_format``,   ``records/count.json``)
+         ``schema``, ``text_key``, ``media_root``, ``media_lmdb``,   and the count cache
+         ``allow_absolute_media``, ``media_check``,                  ``<cache-dir>/<key>/``
+         ``special_tokens`` (+ ``num_nodes``/``node_rank`` if > 1);
+         each task also re-checks its media files' size + mtime
+plan     manifest digest (the counts), ``seq_len``, ``algorithm``,   ``plan.npz``,
+         ``max_samples_per_pack``, ``max_media_per_pack``,           ``manifest.parquet``
+         ``max_media_tokens_per_pack``, ``group_by_kind``,           (key in ``stages.json``)
+         ``pad_to_multiple_of``, ``seed``, ``overlong``
+write    count key, plan key, media files as counted,                ``shards/<name>.json``
+         ``pretokenize``, ``max_packs_per_shard``,                   markers + the shards
+         ``max_shard_bytes``, ``shard_prefix``, ``num_nodes``,
+         ``node_rank``
+(none)   ``output``, ``workers``, ``executor``, ``ray_address``,     -
+         ``overwrite``, ``progress``, ``max_reject_fraction``,
+         ``cache_dir``
+======== =========================================================== ==========================
+
+``config.json`` keeps the fingerprint of the whole config (every keyed option): a run on an
+``OUT`` made with other options needs ``--overwrite``, which then re-plans and rewrites without
+counting when only plan or write options changed.
 """
 
 from __future__ import annotations
@@ -29,6 +59,8 @@ from vlmpack.errors import RunDirError
 RUN_DIR = ".vlmpack"
 #: Files and folders of ``OUT`` that belong to vlmpack besides the shards.
 OWNED = ("rejects.jsonl", "report.json", "report.html", ".nv-meta")
+#: Files and folders of ``OUT/.vlmpack`` that ``--overwrite`` keeps: each is reused only under its stage key.
+STAGE_FILES = ("records", "manifest.parquet", "plan.npz", "stages.json", "figures.pkl")
 _LOCK = "lock"
 _held: dict[str, int] = {}  # OUT -> fd of its lock file, for the life of the process
 
@@ -185,8 +217,9 @@ def prepare_output(out: Path, fingerprint: str, payload: dict, *, overwrite: boo
 
 
 def clear_output(out: Path) -> None:
-    """Delete what vlmpack wrote in ``out`` (keeping the lock file): its shards and their
-    ``.idx``/``.tmp``, :data:`OWNED` and the run directory's content."""
+    """Delete what vlmpack wrote in ``out`` (keeping the lock file and the stage files
+    :data:`STAGE_FILES`): its shards and their ``.idx``/``.tmp``, :data:`OWNED` and the rest of
+    the run directory (config record, shard markers, outputs list)."""
     for name in written_shards(out):
         for p in (out / name, out / (name + ".idx"), out / (name + ".tmp"), out / (name + ".idx.tmp")):
             if p.is_file() or p.is_symlink():
@@ -200,7 +233,7 @@ def clear_output(out: Path) -> None:
     run = out / RUN_DIR
     if run.is_dir():
         for p in run.iterdir():
-            if p.name == _LOCK:
+            if p.name == _LOCK or p.name in STAGE_FILES:
                 continue
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
 

@@ -1,0 +1,346 @@
+"""Count stage of ``vlmpack pack`` and ``vlmpack plan --input``: every count task runs once per count key.
+
+A *store* is a folder holding the count tasks' outputs for one count key
+(:func:`vlmpack.pack.stages.count_key`): per task ``part-<task>.jsonl`` (the canonical accepted
+records, read back by the writer) and ``part-<task>.result.pkl`` (its
+:class:`~vlmpack.pack.count.MeasureResult`), plus ``count.json`` naming the key it holds. Two
+stores exist:
+
+- the run's own, ``OUT/.vlmpack/records/`` (resume; kept by ``--overwrite``, so another
+  ``--seq-len`` re-plans without counting): a store stamped with another key is emptied first;
+- the shared cache ``<cache root>/<count key>/`` (:func:`vlmpack.pack.stages.count_cache_dir`),
+  filled by ``vlmpack plan --input`` and by every ``pack`` (hard links when on the same file
+  system, else copies), read by both: a ``pack`` into a new ``OUT`` takes its finished tasks from
+  there instead of counting. Writers of a cache store hold its ``lock`` (``flock``); ``pack``
+  publishes only when it gets the lock at once, ``plan`` waits for it.
+
+A task's output is reused when both files are readable and consistent (the part file has the size
+the result's offsets say) and none of its media files changed since (size + mtime,
+:func:`vlmpack.pack.count.media_changed`); otherwise the task is counted again. Files are written
+with :func:`vlmpack.pack.rundir.atomic_write` (the part first: a result file marks a task done), so
+a kill at any point leaves stores that the next run can use.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import hashlib
+import logging
+import os
+import pickle
+import tempfile
+import time
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from vlmpack import signals
+from vlmpack.config import PackConfig
+from vlmpack.pack import count as count_mod
+from vlmpack.pack.count import MeasureResult, MeasureTask, media_changed, part_path
+from vlmpack.pack.executors import guarded_executor, run_tasks
+from vlmpack.pack.nodes import InputRange, node_ranges
+from vlmpack.pack.rundir import atomic_write, fsync_dir, json_bytes, read_json, read_pickle
+from vlmpack.pack.stages import TASK_BYTES, count_cache_dir, count_key, count_payload
+from vlmpack.records import ID_KINDS, Locator, ReadStats, Rejection
+from vlmpack.sources import get_source, resolve_format
+
+log = logging.getLogger(__name__)
+
+STAMP = "count.json"  # the count key a store holds
+
+
+def result_path(store: Path, index: int) -> Path:
+    """The result file of task ``index`` in ``store``."""
+    return store / f"part-{index:06d}.result.pkl"
+
+
+def claim_store(store: Path, key: str, payload: dict | None = None) -> None:
+    """Make ``store`` hold count key ``key``: create it; when its stamp names another key (or none),
+    delete its task files (``part-*``, vlmpack's own names) and then write the stamp (with
+    ``payload``, for people). Raises ``OSError`` when the folder cannot be written."""
+    store.mkdir(parents=True, exist_ok=True)
+    stamp = read_json(store / STAMP)
+    if isinstance(stamp, dict) and stamp.get("count_key") == key:
+        return
+    for p in store.glob("part-*"):
+        p.unlink()
+    atomic_write(store / STAMP, json_bytes({"count_key": key, **({"payload": payload} if payload else {})},
+                                           indent=1, sort_keys=True))
+
+
+def load_result(store: Path, task: MeasureTask) -> MeasureResult | None:
+    """The finished output of ``task`` in ``store``, or ``None`` when missing, unreadable,
+    inconsistent (part file size) or counted from media that changed since."""
+    r = read_pickle(result_path(store, task.index))
+    if not isinstance(r, MeasureResult) or r.index != task.index or r.file_idx != task.file_idx:
+        return None
+    try:
+        size = part_path(store, task.index).stat().st_size
+    except OSError:
+        return None
+    if size != (int(r.rec_offset[-1] + r.rec_len[-1]) + 1 if len(r.rec_len) else 0):
+        return None
+    changed = media_changed(r.media_files)
+    if changed is not None:
+        log.warning("media file %s changed since it was counted; counting task %d again", changed, task.index)
+        return None
+    return r
+
+
+def copy_task(src: Path, dst: Path, index: int) -> None:
+    """Put task ``index``'s files of store ``src`` into store ``dst``: a hard link (no copy) where
+    both are on one file system, else a copy; each file appears atomically, the part first.
+    Raises ``OSError`` (disk full, read-only, ...)."""
+    for name in (part_path(src, index).name, result_path(src, index).name):
+        tmp = dst / (name + ".link.tmp")
+        try:
+            tmp.unlink(missing_ok=True)
+            os.link(src / name, tmp)
+        except OSError:  # another file system, or links not allowed
+            atomic_write(dst / name, (src / name).read_bytes())
+            continue
+        os.replace(tmp, dst / name)
+        fsync_dir(dst)
+
+
+@contextmanager
+def store_lock(store: Path, *, wait: bool):
+    """Hold the exclusive ``flock`` of ``store/lock`` for the block; yields ``True`` when held and
+    ``False`` when another process holds it and ``wait`` is false (with ``wait``: polls every
+    :data:`vlmpack.signals.POLL_S` seconds, so an interrupt still stops it). The lock goes with the
+    process, also on SIGKILL. Raises ``OSError`` when the folder cannot be created."""
+    import fcntl
+
+    store.mkdir(parents=True, exist_ok=True)
+    fd = os.open(store / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        said = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+                if not wait:
+                    yield False
+                    return
+                if not said:
+                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                    log.warning("waiting for the count cache %s (in use by pid %s)", store, holder)
+                    said = True
+                signals.check()
+                time.sleep(signals.POLL_S)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield True
+    finally:
+        os.close(fd)
+
+
+def _tasks(cfg: PackConfig, store: Path, ranges: list[InputRange]) -> list[MeasureTask]:
+    return [MeasureTask(i, fi, path, start, end, first, cfg.input_schema, str(cfg.media_root),
+                        cfg.allow_absolute_media, cfg.media_check, str(cfg.model), str(store), cfg.special_tokens,
+                        fmt, tuple(sorted(cfg.media_lmdb.items())), cfg.text_key)
+            for i, (fi, path, fmt, start, end, first, _) in enumerate(ranges)]
+
+
+def count_stage(cfg: PackConfig, store: Path, ranges: list[InputRange], key: str, reuse: dict, *,
+                cache: Path | None = None, payload: dict | None = None) -> list[MeasureResult]:
+    """The results of every count task of ``ranges`` for count key ``key``, in task order.
+
+    Reused from ``store`` (emptied first when it holds another key), else taken from the cache
+    store ``cache/<key>`` when given, else counted into ``store`` (a pool is started, and the model
+    loaded, only then). With ``cache``, every task done in ``store`` is also published there when its
+    lock is free. ``reuse`` gets ``count_tasks``, ``count_tasks_reused`` (not counted by this run)
+    and ``count_tasks_from_cache``. Problems with the cache are logged and ignored. Raises what the
+    tasks raise (:class:`vlmpack.errors.InputError`, :class:`vlmpack.errors.ConfigError`) and
+    ``OSError`` for ``store``.
+    """
+    claim_store(store, key, payload)
+    tasks = _tasks(cfg, store, ranges)
+    results: list[MeasureResult | None] = [None] * len(tasks)
+    with ExitStack() as stack:
+        shared, publish = None, False
+        if cache is not None:
+            try:
+                held = stack.enter_context(store_lock(cache / key, wait=False))
+                shared = cache / key
+                if held:
+                    claim_store(shared, key, payload)
+                    publish = True
+                else:
+                    log.info("count cache %s is in use by another run; reading it, not publishing to it", shared)
+            except OSError as e:
+                log.warning("count cache %s cannot be used (%s); counting without it", cache, e.strerror or e)
+                shared, publish = None, False
+        todo, from_cache = [], 0
+        for t in tasks:
+            r = load_result(store, t)
+            if r is None and shared is not None and (r := load_result(shared, t)) is not None:
+                copy_task(shared, store, t.index)
+                from_cache += 1
+            if r is None:
+                todo.append(t)
+            results[t.index] = r
+        reuse.update(count_tasks=len(tasks), count_tasks_reused=len(tasks) - len(todo),
+                     count_tasks_from_cache=from_cache)
+
+        def share(index: int, fresh: bool) -> None:
+            nonlocal publish
+            if publish and (fresh or not result_path(shared, index).is_file()):
+                try:
+                    copy_task(store, shared, index)
+                except OSError as e:
+                    log.warning("cannot publish counts to %s (%s); going on without", shared, e.strerror or e)
+                    publish = False
+
+        def save(t: MeasureTask, r: MeasureResult) -> None:
+            atomic_write(result_path(store, t.index), pickle.dumps(r))
+            results[t.index] = r
+            share(t.index, fresh=True)  # replaces a stale entry (media changed since)
+
+        if todo:
+            weights = [r.nbytes for r in ranges]
+            with guarded_executor(cfg.executor, cfg.workers, str(cfg.model), cfg.ray_address) as pool:
+                run_tasks(pool, count_mod.run_task, todo, done=save, desc="count",
+                          weights=[weights[t.index] for t in todo], unit="B", show=cfg.progress)
+        for t in tasks:  # counted before the cache existed, or while it was busy
+            share(t.index, fresh=False)
+    return results  # type: ignore[return-value]
+
+
+def media_digest(results: list[MeasureResult]) -> str:
+    """sha256 (hex) of every task's media files as counted (reference, size, mtime), in task order."""
+    h = hashlib.sha256()
+    for r in results:
+        h.update(repr(r.media_files).encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+def build_manifest(cfg: PackConfig, results: list[MeasureResult]) -> tuple[pa.Table, list[Rejection]]:
+    """Concatenate the task results into the manifest (valid, unique samples in input order)
+    and the list of rejections, duplicates included. Ids are compared as ``(id_kind, id)``
+    (:data:`vlmpack.records.ID_KINDS`); the first occurrence in input order is kept."""
+    ids = [i for r in results for i in r.ids]
+
+    def cat(arrays: list[np.ndarray], dtype=np.int64) -> np.ndarray:
+        return np.concatenate(arrays) if arrays else np.zeros(0, dtype)
+
+    names = ("num_tokens", "media_tokens", "num_media", "kind", "media_bytes", "line", "offset",
+             "rec_offset", "rec_len")
+    cols = {k: cat([getattr(r, k) for r in results]) for k in names}
+    id_kind = cat([r.id_kind if len(r.id_kind) == len(r.ids) else np.zeros(len(r.ids), np.int8) for r in results],
+                  np.int8).astype(np.int8)
+    label_tokens = cat([lt if len(lt := getattr(r, "label_tokens", ())) == len(r.ids) else np.full(len(r.ids), -1)
+                        for r in results]).astype(np.int32)  # -1: counted by an older vlmpack
+    file_idx = cat([np.full(len(r.ids), r.file_idx, np.int32) for r in results]).astype(np.int32)
+    part = cat([np.full(len(r.ids), r.index, np.int32) for r in results]).astype(np.int32)
+    rejections = [x for r in results for x in r.rejections]
+    first_seen: dict[tuple[int, str], int] = {}
+    dups = []
+    for i, (sid, k) in enumerate(zip(ids, id_kind.tolist())):
+        f = first_seen.setdefault((k, sid), i)
+        if f == i:
+            continue
+        dups.append(i)
+        loc = locator(cfg, file_idx[i], int(cols["line"][i]), int(cols["offset"][i]))
+        first = str(locator(cfg, file_idx[f], int(cols["line"][f]), 0))
+        rejections.append(Rejection(loc, "duplicate_id", f"{ID_KINDS[k]} id {sid!r} first seen at {first}", sid))
+    keep = np.ones(len(ids), dtype=bool)
+    keep[np.asarray(dups, dtype=np.int64)] = False
+    table = pa.table({
+        "id": pa.array([i for i, k in zip(ids, keep.tolist()) if k], pa.string()),
+        "id_kind": id_kind[keep],
+        "num_tokens": cols["num_tokens"][keep].astype(np.int32),
+        "media_tokens": cols["media_tokens"][keep].astype(np.int32),
+        "label_tokens": label_tokens[keep],
+        "num_media": cols["num_media"][keep].astype(np.int16),
+        "kind": cols["kind"][keep].astype(np.int8),
+        "media_bytes": cols["media_bytes"][keep].astype(np.int64),
+        "file_idx": file_idx[keep], "line": cols["line"][keep].astype(np.int64),
+        "offset": cols["offset"][keep].astype(np.int64), "part": part[keep],
+        "rec_offset": cols["rec_offset"][keep].astype(np.int64), "rec_len": cols["rec_len"][keep].astype(np.int64),
+    })
+    return table, rejections
+
+
+def manifest_digest(manifest: pa.Table) -> str:
+    """sha256 (hex) of the manifest's content: with the plan options, the key of the plan
+    (:func:`vlmpack.pack.stages.plan_key`), so a resume whose counts changed (media edited since)
+    plans and writes again."""
+    h = hashlib.sha256()
+    for name in manifest.column_names:
+        col = manifest.column(name)
+        if pa.types.is_string(col.type):
+            h.update("\n".join(col.to_pylist()).encode("utf-8", "surrogatepass"))
+        else:
+            h.update(np.ascontiguousarray(col.to_numpy()).tobytes())
+        h.update(name.encode())
+    return h.hexdigest()
+
+
+def locator(cfg: PackConfig, file_idx: int, number: int, offset: int) -> Locator:
+    """The locator of a manifest row (its file's format decides what ``number`` counts)."""
+    path = cfg.input[file_idx]
+    return Locator(path, number, offset, None, _unit(path, cfg.input_format))
+
+
+@functools.lru_cache(maxsize=1024)
+def _unit(path: str, input_format: str) -> str:
+    return get_source(resolve_format(path, input_format)).unit
+
+
+def read_stats(results: list[MeasureResult]) -> ReadStats:
+    """Records, lines and blank lines read over all tasks."""
+    stats = ReadStats()
+    for r in results:
+        stats.lines += r.stats.lines
+        stats.blank += r.stats.blank
+        stats.records += r.stats.records
+    return stats
+
+
+@dataclass
+class Counted:
+    """What :func:`count_inputs` gives: the manifest (valid unique samples), the rejections, the
+    records read, the count key, where the counts are kept (``None``: a temporary folder, gone)
+    and what was reused (``count_tasks``, ``count_tasks_reused``, ``count_tasks_from_cache``)."""
+
+    manifest: pa.Table
+    rejections: list[Rejection]
+    stats: ReadStats
+    key: str
+    store: Path | None
+    reuse: dict
+
+
+def count_inputs(cfg: PackConfig) -> Counted:
+    """Count ``cfg``'s inputs with its model through the count stage, writing no ``OUT``: the
+    counts go to (and come from) the cache store ``<cache root>/<count key>/`` under its lock, or
+    to a temporary folder when the cache is off or cannot be created. The pre-flight of
+    ``vlmpack plan --input``; a later ``vlmpack pack`` with the same count options reuses them.
+    Raises :class:`vlmpack.errors.ConfigError` / :class:`vlmpack.errors.InputError` (model, inputs)."""
+    payload = cfg.fingerprint_payload()
+    ranges, _ = node_ranges(cfg, TASK_BYTES)
+    key = count_key(cfg, payload)
+    root = count_cache_dir(cfg)
+    reuse: dict = {}
+    with ExitStack() as stack:
+        store = None
+        if root is not None:
+            try:
+                stack.enter_context(store_lock(root / key, wait=True))
+                store = root / key
+            except OSError as e:
+                log.warning("count cache %s cannot be used (%s); counting into a temporary folder", root,
+                            e.strerror or e)
+        where = store or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="vlmpack-count-")))
+        results = count_stage(cfg, where, ranges, key, reuse, payload=count_payload(cfg, payload))
+    manifest, rejections = build_manifest(cfg, results)
+    return Counted(manifest, rejections, read_stats(results), key, store, reuse)
