@@ -304,39 +304,51 @@ def test_whole_samples_equal_the_processor_text(corpus, families, processors, in
     assert checked == 4 * len(BEFORE) * 3
 
 
-def test_collator_refuses_these_videos(families):
-    """The collator's ``process_videos`` refuses both families' videos with a one-line ConfigError."""
-    for n in ("internvl", "llava"):
-        with pytest.raises(ConfigError) as e:
-            families[n].process_videos([b"not used"])
-        assert "\n" not in str(e.value) and "cannot train on videos" in str(e.value)
-
-
 # ----------------------------------------------------------------------------- 3. pack + verify
 @pytest.mark.parametrize("name", ["internvl", "llava_n8"])
 def test_pack_and_verify_the_demo_videos(real_data, dirs, families, name, tmp_path):
-    """``vlmpack pack`` of the demo's video JSONL: every video counted (none rejected), each
-    sample's ``num_tokens`` == the family's count from the header; ``vlmpack verify`` passes."""
+    """``vlmpack pack --pretokenize`` of the demo's video JSONL: every video counted (none
+    rejected), each sample's ``num_tokens`` == the family's count from the header, the written
+    ``input_ids`` == the family's ``expand_videos`` (== the processor's, test above); ``vlmpack
+    verify`` passes; the collator refuses the packs' videos with a one-line ConfigError (their
+    pixels are not built)."""
+    import io
+
+    from vlmpack.train import PackCollator
+
     src = real_data / "real_sft_video.jsonl"
     rows = [json.loads(x) for x in src.read_text().splitlines()]
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, "-m", "vlmpack", "pack", "-i", str(src), "--model", str(dirs[name]), "-o",
-                        str(out), "--seq-len", "131072", "--media-root", str(real_data), "-j", "1", "--no-progress"],
+                        str(out), "--seq-len", "131072", "--media-root", str(real_data), "-j", "1", "--no-progress",
+                        "--pretokenize"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     assert report["samples_by_kind"]["video"] == len(rows), report.get("rejections_by_reason")
     fam = families[name]
-    want = {}
-    for row in rows:
-        h = probe_video(str(real_data / row["videos"][0]))
-        n_vid = fam.media_tokens(MediaSize("video", h.width, h.height, h.duration_s, h.fps, h.frames))
-        text = row["conversations"][0]["value"].replace("<video>\n", "")
-        msgs = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": text}]},
-                {"role": "assistant", "content": [{"type": "text", "text": row["conversations"][1]["value"]}]}]
-        want[row["id"]] = fam.num_tokens(np.asarray(fam.token_ids([msgs], [None])[0]), [n_vid])
-    got = {s["id"]: s["num_tokens"] for raw in read_packs(out) for s in json.loads(raw["json"])["samples"]}
-    assert got == want, (got, want)
+    packs = list(read_packs(out))
+    seen = []
+    for raw in packs:
+        expected = []
+        for s in json.loads(raw["json"])["samples"]:
+            tokens, layouts = [], []
+            for m in s["media"]:
+                h = probe_video(raw[m["part"]], m["part"])
+                media = MediaSize("video", h.width, h.height, h.duration_s, h.fps, h.frames)
+                tokens.append(fam.media_tokens(media))
+                layouts.append(fam.video_layout(media))
+            assert [m["num_tokens"] for m in s["media"]] == tokens, s["id"]
+            ids = np.asarray(fam.token_ids([s["messages"]], [None])[0])
+            assert fam.num_tokens(ids, tokens) == s["num_tokens"], s["id"]
+            expected.append(fam.expand_videos(ids, tokens, layouts))
+            seen.append(s["id"])
+        written = np.load(io.BytesIO(raw["input_ids.npy"]))
+        assert written.tolist() == np.concatenate(expected).tolist(), raw["__key__"]
+    assert sorted(seen) == sorted(r["id"] for r in rows)
     r = subprocess.run([sys.executable, "-m", "vlmpack", "verify", str(out), "--workers", "1"],
                        capture_output=True, text=True)
     assert r.returncode == 0 and "verify passed" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    with pytest.raises(ConfigError) as e:
+        PackCollator(str(dirs[name]))(packs[0])
+    assert "\n" not in str(e.value) and "cannot train on videos" in str(e.value), e.value
