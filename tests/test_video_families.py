@@ -255,8 +255,9 @@ BEFORE = ["", "Watch this clip ", "Watch:", "clip...", "1. ", "x  ", "(see)", "æ
 
 def test_whole_samples_equal_the_processor_text(corpus, families, processors, internvl_sample_frames, real_data):
     """Whole conversations (text before the video that ends in nothing, a letter, a space,
-    punctuation, a digit, CJK; a second video; an image): the family's ``num_tokens`` and
-    ``expand_videos`` == the processor's ``input_ids``; ``check_ids`` holds."""
+    punctuation, a digit, CJK; a second video; an image after the videos, which LLaVA-OneVision's
+    template renders first): the family's ``num_tokens`` and ``expand_videos`` (media tokens and
+    kinds in content order) == the processor's ``input_ids``; ``check_ids`` holds."""
     from PIL import Image
 
     ivl_sample, ivl_defaults = internvl_sample_frames
@@ -295,11 +296,9 @@ def test_whole_samples_equal_the_processor_text(corpus, families, processors, in
                     tokens.append(fam.media_tokens(MediaSize("image", *img.size)))
                 assert fam.num_tokens(ids, tokens) == len(ref), (n, before, two, with_image)
                 layouts = [fam.video_layout(m) for m in media]
-                if with_image and SETTINGS[n][0] == "llava_onevision":
-                    with pytest.raises(ValueError):
-                        fam.expand_videos(ids, tokens, layouts)
-                else:
-                    assert fam.expand_videos(ids, tokens, layouts).tolist() == ref, (n, before, two, with_image)
+                kinds = ["video"] * len(vids) + ["image"] * int(with_image)  # content order
+                got = fam.expand_videos(ids, tokens, layouts, kinds=kinds)
+                assert got.tolist() == ref, (n, before, two, with_image)
                 checked += 1
     assert checked == 4 * len(BEFORE) * 3
 

@@ -173,9 +173,12 @@ class ModelFamily(Protocol):
         Qwen2.5-VL, ``second_per_grid_ts``)."""
 
     def expand_videos(self, ids: np.ndarray, media_tokens: Sequence[int], layouts: Sequence,
-                      special_tokens: str | None = None) -> np.ndarray:
+                      special_tokens: str | None = None, kinds: Sequence[str] | None = None) -> np.ndarray:
         """:meth:`expand` for unexpanded ids that hold videos: int32 ``input_ids`` of length
-        :meth:`num_tokens`, ``layouts`` the videos' :attr:`ProcessedVideos.layouts` in order."""
+        :meth:`num_tokens`, ``layouts`` the videos' :attr:`ProcessedVideos.layouts` in order,
+        ``media_tokens`` and ``kinds`` (``"image"`` / ``"video"``) per media item in order of
+        appearance in the content (a family whose template renders media in another order, e.g.
+        LLaVA-OneVision's images before videos in a turn, needs ``kinds``; the others ignore it)."""
 
     def placeholder(self) -> tuple[np.ndarray, list]:
         """``(ids int64 [n], [PIL image])``: a minimal image segment for text-only batches."""

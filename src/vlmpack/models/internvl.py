@@ -314,7 +314,7 @@ class InternVLFamily(Qwen2VLFamily):
         return np.concatenate(parts)
 
     def expand_videos(self, ids: np.ndarray, media_tokens: Sequence[int], layouts: Sequence,
-                      special_tokens: str | None = None) -> np.ndarray:
+                      special_tokens: str | None = None, kinds: Sequence[str] | None = None) -> np.ndarray:
         """int32 ``input_ids`` as ``InternVLProcessor`` builds them for ids with images and videos:
         an image as in :meth:`expand`; the j-th ``<video>`` replaced by ``layouts[j]`` = ``F`` frames
         (:meth:`video_layout`), each ``<img>`` + ``image_seq_length`` ``<IMG_CONTEXT>`` + ``</img>``

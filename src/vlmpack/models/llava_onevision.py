@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -228,18 +229,26 @@ class LlavaOnevisionFamily(Qwen2VLFamily):
         return None
 
     def expand_videos(self, ids: np.ndarray, media_tokens: Sequence[int], layouts: Sequence,
-                      special_tokens: str | None = None) -> np.ndarray:
-        """:meth:`expand` (every ``<image>`` / ``<video>`` repeated ``media_tokens[i]`` times in
-        order of the ids) for a sample whose media are all videos or all images. The template writes
-        a turn's images before its videos whatever their order in the turn, so a list of media
-        tokens in content order is not in ids order for a sample with both: such a sample raises
-        ``ValueError`` (its count, a sum, is exact; its ``input_ids`` are not built here)."""
+                      special_tokens: str | None = None, kinds: Sequence[str] | None = None) -> np.ndarray:
+        """:meth:`expand` with the media in the order the template renders them: a turn's images
+        come before its videos (``chat_template.json``), so the i-th ``<image>`` of the ids takes the
+        i-th image of ``media_tokens`` and the j-th ``<video>`` the j-th video, ``kinds`` telling
+        which is which (content order; None: ``media_tokens`` already in ids order). Raises
+        ``ValueError`` when placeholders and media disagree."""
         ids = np.asarray(ids)
-        has_img = bool(np.any(ids == self.image_token_id))
-        if has_img and np.any(ids == self.video_token_id):
-            raise ValueError("LLaVA-OneVision input_ids of a sample with both images and videos are not built "
-                             "(the template reorders them)")
-        return self.expand(ids, media_tokens)
+        if kinds is None:
+            return self.expand(ids, media_tokens)
+        if len(kinds) != len(media_tokens):
+            raise ValueError(f"{len(kinds)} media kinds for {len(media_tokens)} media items")
+        queues = {k: iter([n for n, kk in zip(media_tokens, kinds) if kk == k]) for k in ("image", "video")}
+        pads = ids[(ids == self.image_token_id) | (ids == self.video_token_id)]
+        try:
+            ordered = [next(queues["image" if p == self.image_token_id else "video"]) for p in pads.tolist()]
+        except StopIteration:
+            raise ValueError(f"the ids hold more placeholders of a kind than {dict(Counter(kinds))}") from None
+        if len(ordered) != len(media_tokens):
+            raise ValueError(f"{len(ordered)} media placeholders in the ids for {len(media_tokens)} media items")
+        return self.expand(ids, ordered)
 
     def process_videos(self, videos: Sequence) -> ProcessedVideos:
         """Not built yet: :class:`ConfigError` (``pixel_values_videos`` of frames resized to

@@ -363,7 +363,7 @@ class Qwen2VLFamily:
         return None
 
     def expand_videos(self, ids: np.ndarray, media_tokens: Sequence[int], layouts: Sequence,
-                      special_tokens: str | None = None) -> np.ndarray:
+                      special_tokens: str | None = None, kinds: Sequence[str] | None = None) -> np.ndarray:
         """:meth:`expand`: Qwen2-VL / Qwen2.5-VL expand a ``<|video_pad|>`` like an image pad."""
         return self.expand(ids, media_tokens)
 

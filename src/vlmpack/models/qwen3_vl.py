@@ -178,7 +178,7 @@ class Qwen3VLFamily(Qwen2VLFamily):
         return self.video_timestamps(media)[:t], h * w // merge ** 2
 
     def expand_videos(self, ids: np.ndarray, media_tokens: Sequence[int], layouts: Sequence,
-                      special_tokens: str | None = None) -> np.ndarray:
+                      special_tokens: str | None = None, kinds: Sequence[str] | None = None) -> np.ndarray:
         """``input_ids`` with the videos' timestamp text, as ``Qwen3VLProcessor`` builds them:
         :func:`vlmpack.models.qwen_video.expand_qwen3_videos` (``layouts`` from
         :meth:`process_videos`)."""

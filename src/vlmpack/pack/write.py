@@ -167,7 +167,8 @@ def _sample_input_ids(family, rec: dict, sample: dict, parts: dict[str, bytes]) 
             layouts.append(family.video_layout(MediaSize("video", info.width, info.height, info.duration_s,
                                                          info.fps, info.frames)))
     ids = family.token_ids([rec["messages"]], [rec.get("special_tokens")])[0]
-    return family.expand_videos(np.asarray(ids, dtype=np.int64), tokens, layouts, rec.get("special_tokens"))
+    return family.expand_videos(np.asarray(ids, dtype=np.int64), tokens, layouts, rec.get("special_tokens"),
+                                kinds=[m["kind"] for m in rec["media"]])
 
 
 def pack_input_ids(model_dir: str, records: list[dict], obj: dict, key: str,

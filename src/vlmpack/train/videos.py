@@ -31,7 +31,7 @@ def expand_with_videos(f, ids0: np.ndarray, it, image_tokens: np.ndarray, videos
     kinds = it.kinds or ["image"] * len(it.images)
     img, vid = iter(image_tokens.tolist()), iter(videos.tokens[vi:vi + len(it.videos)].tolist())
     tokens = [next(vid) if k == "video" else next(img) for k in kinds]
-    return f.expand_videos(ids0, tokens, videos.layouts[vi:vi + len(it.videos)], it.special_tokens)
+    return f.expand_videos(ids0, tokens, videos.layouts[vi:vi + len(it.videos)], it.special_tokens, kinds=kinds)
 
 
 def check_videos(f, key: str, it, ids: np.ndarray, videos: ProcessedVideos, vi: int,
