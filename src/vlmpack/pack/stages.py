@@ -4,7 +4,9 @@ Each stage is keyed by its own inputs only (the table of which option belongs to
 :mod:`vlmpack.pack.rundir`), so a change re-runs that stage and the ones after it, never the ones
 before:
 
-- count key (:func:`count_key`): sha256 of the vlmpack version, :data:`TASK_BYTES`, the inputs'
+- count key (:func:`count_key`): sha256 of the vlmpack version, the source of the counting code
+  (:func:`counting_code_digest`: a rule fixed between releases must not reuse cached counts),
+  :data:`TASK_BYTES`, the inputs'
   identity (absolute path, size in bytes, mtime in ns), the model directory (absolute path and the
   sha256 of each counting file, ``ModelFamily.counting_files``) and :data:`COUNT_OPTIONS`. The
   identity of each media file is checked per task at reuse time instead (size + mtime, see
@@ -19,6 +21,7 @@ are shared between output directories and ``vlmpack plan --input`` (``--cache-di
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -49,6 +52,29 @@ def _digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+#: Parts of the vlmpack package whose code does not decide counts or canonical records (all the
+#: other ``.py`` files are hashed into the count key): the training side, the CLI, Energon loading,
+#: planning, writing, reports and the output checks.
+COUNTING_CODE_EXCLUDE = ("train", "cli", "energon", "packing", "pack/write.py", "pack/report.py",
+                         "pack/figures.py", "pack/preflight.py", "check.py", "check_blend.py", "verify.py",
+                         "inspection.py")
+
+
+@functools.lru_cache(maxsize=1)
+def counting_code_digest() -> str:
+    """sha256 (hex) of the installed vlmpack source that counts (every ``.py`` file of the package
+    outside :data:`COUNTING_CODE_EXCLUDE`, by relative path and bytes). Raises ``OSError`` only
+    when the package's own files cannot be read."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        rel = f.relative_to(root)
+        if rel.parts[0] in COUNTING_CODE_EXCLUDE or rel.as_posix() in COUNTING_CODE_EXCLUDE:
+            continue
+        h.update(str(rel).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def count_payload(cfg: PackConfig, payload: dict) -> dict:
     """What the count key hashes: from ``payload`` (:meth:`PackConfig.fingerprint_payload`, so the
     model files are hashed once) the inputs' identity and the model files, plus :data:`COUNT_OPTIONS`
@@ -58,7 +84,8 @@ def count_payload(cfg: PackConfig, payload: dict) -> dict:
     count_opts = {k: opts.get("schema" if k == "input_schema" else k) for k in COUNT_OPTIONS}
     if cfg.num_nodes > 1:
         count_opts.update(num_nodes=cfg.num_nodes, node_rank=cfg.node_rank)
-    return {"vlmpack": __version__, "stage": "count", "task_bytes": TASK_BYTES, "options": count_opts,
+    return {"vlmpack": __version__, "code": counting_code_digest(), "stage": "count", "task_bytes": TASK_BYTES,
+            "options": count_opts,
             "inputs": payload["inputs"], "model_files": payload["model_files"]}
 
 
