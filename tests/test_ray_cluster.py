@@ -25,7 +25,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from vlmpack.config import load_config  # noqa: E402
-from vlmpack.pack import pipeline  # noqa: E402
+from vlmpack.pack import stages  # noqa: E402
 from vlmpack.pack.pipeline import run_pack  # noqa: E402
 
 TASK_BYTES = 256 << 10
@@ -68,7 +68,7 @@ def _output_bytes(out: Path) -> dict[str, str]:
 def local(inputs, real_data, model_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("local") / "out"
     mp = pytest.MonkeyPatch()
-    mp.setattr(pipeline, "TASK_BYTES", TASK_BYTES)
+    mp.setattr(stages, "TASK_BYTES", TASK_BYTES)
     try:
         report = run_pack(_cfg(inputs, real_data, model_dir, out, workers=2))
     finally:
@@ -127,7 +127,7 @@ def _is_raylet(pid: int) -> bool:
 
 
 def test_ray_cluster_gives_the_local_bytes(cluster, local, inputs, real_data, model_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(pipeline, "TASK_BYTES", TASK_BYTES)
+    monkeypatch.setattr(stages, "TASK_BYTES", TASK_BYTES)
     out = tmp_path / "ray"
     report, seen = _ray_pack(cluster, inputs, real_data, model_dir, out)
     assert len([n for n in ray.nodes() if n["Alive"]]) == 2
@@ -142,7 +142,7 @@ def test_ray_cluster_gives_the_local_bytes(cluster, local, inputs, real_data, mo
 
 def test_a_killed_ray_worker_is_retried_to_the_same_bytes(cluster, local, inputs, real_data, model_dir, tmp_path,
                                                           monkeypatch):
-    monkeypatch.setattr(pipeline, "TASK_BYTES", TASK_BYTES)
+    monkeypatch.setattr(stages, "TASK_BYTES", TASK_BYTES)
     out = tmp_path / "ray-killed"
     report, killed = _ray_pack(cluster, inputs, real_data, model_dir, out, kill=True)
     assert killed, "no Ray worker was seen running a counting task"

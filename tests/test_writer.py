@@ -135,6 +135,7 @@ def test_model_dir_fixture_is_complete(model_dir: Path):
 
 def test_rerun_same_config_skips_counting_and_planning(small_out, real_data, model_dir, monkeypatch):
     """Same fingerprint: finished counting tasks and the saved plan are reused, shards are kept."""
+    import vlmpack.pack.count as count
     import vlmpack.pack.pipeline as pipeline
 
     out, report = small_out
@@ -142,7 +143,7 @@ def test_rerun_same_config_skips_counting_and_planning(small_out, real_data, mod
     def boom(*a, **k):
         raise AssertionError("counting/planning ran again")
 
-    monkeypatch.setattr(pipeline, "run_task", boom)
+    monkeypatch.setattr(count, "run_task", boom)
     monkeypatch.setattr(pipeline, "make_plan", boom)
     monkeypatch.setattr(pipeline, "write_shard", boom)
     again = run_pack(load_config(input=_input_of(out), media_root=str(real_data), model=str(model_dir),

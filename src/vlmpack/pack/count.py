@@ -14,12 +14,15 @@ whatever the number of workers, which keeps the output byte-identical across wor
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from vlmpack.media.ref import ref_identity
 from vlmpack.models import MediaRuleError, load_model
@@ -64,13 +67,15 @@ class MeasureResult:
     ``offset`` int64 (bytes, in the decompressed input), ``rec_offset``/``rec_len`` int64 (bytes,
     in the task's records part file), ``id_kind`` int8 (index into :data:`vlmpack.records.ID_KINDS`),
     ``label_tokens`` int32 (tokens that carry a label, the family's label mask).
-    ``media_files``: ``(path, size in bytes, mtime in ns)`` of every media file the accepted
-    samples use, as counted: a resume whose media changed counts the task again.
+    ``ids``: an Arrow ``string`` array (one contiguous buffer: no per-sample Python object on the
+    driver). ``media_files``: ``(path, size in bytes, mtime in ns)`` of every media file the
+    accepted samples use, as counted: a resume whose media changed counts the task again; the
+    driver drops the list once checked (:meth:`flatten`) and keeps ``media_sha256``, its digest.
     """
 
     index: int
     file_idx: int
-    ids: list[str]
+    ids: Any  # pyarrow.StringArray (a list[str] in results of vlmpack before 0.x: see ids_array)
     num_tokens: np.ndarray
     media_tokens: np.ndarray
     num_media: np.ndarray
@@ -87,6 +92,26 @@ class MeasureResult:
     stats: ReadStats = field(default_factory=ReadStats)
     seconds_read: float = 0.0  # worker seconds reading + validating
     seconds_count: float = 0.0  # worker seconds rendering + tokenizing + media rules
+    media_sha256: str = ""  # sha256 of repr(media_files); "" in results of older vlmpack
+
+    def ids_array(self):
+        """``ids`` as a pyarrow ``string`` array (results pickled by an older vlmpack hold a list)."""
+        return self.ids if isinstance(self.ids, pa.Array) else pa.array(list(self.ids), pa.string())
+
+    def flatten(self) -> MeasureResult:
+        """Keep only flat data on the driver: ``ids`` as an Arrow array, ``media_files`` replaced by
+        its digest ``media_sha256`` (the list is in the saved result, read again at a resume).
+        Returns ``self``."""
+        self.ids = self.ids_array()
+        if not self.media_sha256:
+            self.media_sha256 = media_files_sha256(self.media_files)
+        self.media_files = []
+        return self
+
+
+def media_files_sha256(media_files: list[tuple[str, int, int]]) -> str:
+    """sha256 (hex) of ``repr(media_files)`` (a task's media as counted: path, bytes, mtime)."""
+    return hashlib.sha256(repr(media_files).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def part_path(records_dir: str | Path, index: int) -> Path:
@@ -233,7 +258,7 @@ def run_task(task: MeasureTask) -> MeasureResult:
         pos += len(blob)
     atomic_write(part_path(task.records_dir, task.index), b"".join(blobs))
     return MeasureResult(
-        index=task.index, file_idx=task.file_idx, ids=[s.id for s in counted],
+        index=task.index, file_idx=task.file_idx, ids=pa.array([s.id for s in counted], pa.string()),
         num_tokens=np.array([s.num_tokens for s in counted], dtype=np.int32),
         media_tokens=np.array([sum(m.num_tokens for m in s.media) for s in counted], dtype=np.int32),
         num_media=np.array([len(s.media) for s in counted], dtype=np.int16),
@@ -244,7 +269,7 @@ def run_task(task: MeasureTask) -> MeasureResult:
         rec_offset=rec_offset, rec_len=rec_len,
         id_kind=np.array([ID_KINDS.index(s.id_kind) for s in counted], dtype=np.int8),
         label_tokens=np.array([s.label_tokens for s in counted], dtype=np.int32),
-        media_files=sorted(media_files.values()),
+        media_files=sorted(media_files.values()), media_sha256=media_files_sha256(sorted(media_files.values())),
         rejections=rejections, stats=stats, seconds_read=t1 - t0, seconds_count=t2 - t1,
     )
 

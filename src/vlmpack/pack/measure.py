@@ -37,15 +37,17 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from vlmpack import signals
 from vlmpack.config import PackConfig
 from vlmpack.pack import count as count_mod
-from vlmpack.pack.count import MeasureResult, MeasureTask, media_changed, part_path
+from vlmpack.pack import stages
+from vlmpack.pack.count import MeasureResult, MeasureTask, media_changed, media_files_sha256, part_path
 from vlmpack.pack.executors import guarded_executor, run_tasks
 from vlmpack.pack.nodes import InputRange, node_ranges
 from vlmpack.pack.rundir import atomic_write, fsync_dir, json_bytes, read_json, read_pickle
-from vlmpack.pack.stages import TASK_BYTES, count_cache_dir, count_key, count_payload
+from vlmpack.pack.stages import count_cache_dir, count_key, count_payload
 from vlmpack.records import ID_KINDS, Locator, ReadStats, Rejection
 from vlmpack.sources import get_source, resolve_format
 
@@ -187,7 +189,7 @@ def count_stage(cfg: PackConfig, store: Path, ranges: list[InputRange], key: str
                 from_cache += 1
             if r is None:
                 todo.append(t)
-            results[t.index] = r
+            results[t.index] = r.flatten() if r is not None else None
         reuse.update(count_tasks=len(tasks), count_tasks_reused=len(tasks) - len(todo),
                      count_tasks_from_cache=from_cache)
 
@@ -202,7 +204,7 @@ def count_stage(cfg: PackConfig, store: Path, ranges: list[InputRange], key: str
 
         def save(t: MeasureTask, r: MeasureResult) -> None:
             atomic_write(result_path(store, t.index), pickle.dumps(r))
-            results[t.index] = r
+            results[t.index] = r.flatten()
             share(t.index, fresh=True)  # replaces a stale entry (media changed since)
 
         if todo:
@@ -219,15 +221,45 @@ def media_digest(results: list[MeasureResult]) -> str:
     """sha256 (hex) of every task's media files as counted (reference, size, mtime), in task order."""
     h = hashlib.sha256()
     for r in results:
-        h.update(repr(r.media_files).encode("utf-8", "surrogatepass"))
+        h.update((r.media_sha256 or media_files_sha256(r.media_files)).encode())
     return h.hexdigest()
+
+
+def duplicate_positions(ids: pa.Array, id_kind: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sort-based duplicate detection: ``(dups, firsts)``, int64 positions of every sample whose
+    ``(id_kind, id)`` occurred before, in increasing order, and the position of that first
+    occurrence for each. A stable sort of the positions by (id, id_kind) (Arrow ``sort_indices``)
+    puts equal keys next to each other in input order; a key equal to its predecessor is a
+    duplicate of the run's first element. Exact (full strings compared, no hash collisions);
+    memory: the sort permutation (8 bytes per sample) and one sorted copy of the ids."""
+    n = len(ids)
+    if n < 2:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = pc.sort_indices(pa.table({"id": ids, "k": pa.array(id_kind, pa.int8())}),
+                            sort_keys=[("id", "ascending"), ("k", "ascending")])
+    sorted_ids = ids.take(order)
+    k = id_kind[order.to_numpy()]
+    same = pc.equal(sorted_ids.slice(1), sorted_ids.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    same &= k[1:] == k[:-1]
+    del sorted_ids, k
+    if not same.any():
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    pos = order.to_numpy().astype(np.int64)
+    run_start = np.maximum.accumulate(np.where(np.concatenate([[False], same]), 0, np.arange(n)))
+    dup_sorted = np.flatnonzero(np.concatenate([[False], same]))
+    dups, firsts = pos[dup_sorted], pos[run_start[dup_sorted]]
+    by_pos = np.argsort(dups, kind="stable")
+    return dups[by_pos], firsts[by_pos]
 
 
 def build_manifest(cfg: PackConfig, results: list[MeasureResult]) -> tuple[pa.Table, list[Rejection]]:
     """Concatenate the task results into the manifest (valid, unique samples in input order)
     and the list of rejections, duplicates included. Ids are compared as ``(id_kind, id)``
-    (:data:`vlmpack.records.ID_KINDS`); the first occurrence in input order is kept."""
-    ids = [i for r in results for i in r.ids]
+    (:data:`vlmpack.records.ID_KINDS`) by :func:`duplicate_positions`; the first occurrence in
+    input order is kept. Flat in memory: the ids stay one Arrow array, the other columns NumPy."""
+    id_arrays = [r.ids_array() for r in results]
+    ids = pa.concat_arrays(id_arrays) if id_arrays else pa.array([], pa.string())
+    counts = [len(a) for a in id_arrays]
 
     def cat(arrays: list[np.ndarray], dtype=np.int64) -> np.ndarray:
         return np.concatenate(arrays) if arrays else np.zeros(0, dtype)
@@ -235,27 +267,23 @@ def build_manifest(cfg: PackConfig, results: list[MeasureResult]) -> tuple[pa.Ta
     names = ("num_tokens", "media_tokens", "num_media", "kind", "media_bytes", "line", "offset",
              "rec_offset", "rec_len")
     cols = {k: cat([getattr(r, k) for r in results]) for k in names}
-    id_kind = cat([r.id_kind if len(r.id_kind) == len(r.ids) else np.zeros(len(r.ids), np.int8) for r in results],
+    id_kind = cat([r.id_kind if len(r.id_kind) == n else np.zeros(n, np.int8) for r, n in zip(results, counts)],
                   np.int8).astype(np.int8)
-    label_tokens = cat([lt if len(lt := getattr(r, "label_tokens", ())) == len(r.ids) else np.full(len(r.ids), -1)
-                        for r in results]).astype(np.int32)  # -1: counted by an older vlmpack
-    file_idx = cat([np.full(len(r.ids), r.file_idx, np.int32) for r in results]).astype(np.int32)
-    part = cat([np.full(len(r.ids), r.index, np.int32) for r in results]).astype(np.int32)
+    label_tokens = cat([lt if len(lt := getattr(r, "label_tokens", ())) == n else np.full(n, -1)
+                        for r, n in zip(results, counts)]).astype(np.int32)  # -1: counted by an older vlmpack
+    file_idx = cat([np.full(n, r.file_idx, np.int32) for r, n in zip(results, counts)]).astype(np.int32)
+    part = cat([np.full(n, r.index, np.int32) for r, n in zip(results, counts)]).astype(np.int32)
     rejections = [x for r in results for x in r.rejections]
-    first_seen: dict[tuple[int, str], int] = {}
-    dups = []
-    for i, (sid, k) in enumerate(zip(ids, id_kind.tolist())):
-        f = first_seen.setdefault((k, sid), i)
-        if f == i:
-            continue
-        dups.append(i)
+    dups, firsts = duplicate_positions(ids, id_kind)
+    for i, f in zip(dups.tolist(), firsts.tolist()):
+        sid, k = ids[i].as_py(), int(id_kind[i])
         loc = locator(cfg, file_idx[i], int(cols["line"][i]), int(cols["offset"][i]))
         first = str(locator(cfg, file_idx[f], int(cols["line"][f]), 0))
         rejections.append(Rejection(loc, "duplicate_id", f"{ID_KINDS[k]} id {sid!r} first seen at {first}", sid))
     keep = np.ones(len(ids), dtype=bool)
-    keep[np.asarray(dups, dtype=np.int64)] = False
+    keep[dups] = False
     table = pa.table({
-        "id": pa.array([i for i, k in zip(ids, keep.tolist()) if k], pa.string()),
+        "id": ids.filter(pa.array(keep)) if len(dups) else ids,
         "id_kind": id_kind[keep],
         "num_tokens": cols["num_tokens"][keep].astype(np.int32),
         "media_tokens": cols["media_tokens"][keep].astype(np.int32),
@@ -277,8 +305,12 @@ def manifest_digest(manifest: pa.Table) -> str:
     h = hashlib.sha256()
     for name in manifest.column_names:
         col = manifest.column(name)
-        if pa.types.is_string(col.type):
-            h.update("\n".join(col.to_pylist()).encode("utf-8", "surrogatepass"))
+        if pa.types.is_string(col.type):  # lengths + UTF-8 bytes, read from the Arrow buffers
+            arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+            offsets = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset:arr.offset + len(arr) + 1]
+            h.update(np.diff(offsets).astype(np.int64).tobytes())
+            if len(arr):
+                h.update(memoryview(arr.buffers()[2])[offsets[0]:offsets[-1]])
         else:
             h.update(np.ascontiguousarray(col.to_numpy()).tobytes())
         h.update(name.encode())
@@ -327,7 +359,7 @@ def count_inputs(cfg: PackConfig) -> Counted:
     ``vlmpack plan --input``; a later ``vlmpack pack`` with the same count options reuses them.
     Raises :class:`vlmpack.errors.ConfigError` / :class:`vlmpack.errors.InputError` (model, inputs)."""
     payload = cfg.fingerprint_payload()
-    ranges, _ = node_ranges(cfg, TASK_BYTES)
+    ranges, _ = node_ranges(cfg, stages.TASK_BYTES)
     key = count_key(cfg, payload)
     root = count_cache_dir(cfg)
     reuse: dict = {}

@@ -38,13 +38,14 @@ import pyarrow.parquet as pq
 from vlmpack.config import PackConfig
 from vlmpack.energon.meta import write_metadata
 from vlmpack.errors import OverlongError, RunFailedError
+from vlmpack.pack import stages
 from vlmpack.pack.count import MeasureResult
 from vlmpack.pack.executors import guarded_executor, run_tasks
 from vlmpack.pack.measure import build_manifest, count_stage, locator, manifest_digest, media_digest, read_stats
 from vlmpack.pack.nodes import InputRange, check_node_output, model_fingerprint, node_ranges, node_record, shard_prefix
 from vlmpack.pack.report import build_report, write_report_html
 from vlmpack.pack.rundir import RUN_DIR, atomic_write, json_bytes, prepare_output, read_json, unlock_output
-from vlmpack.pack.stages import TASK_BYTES, count_cache_dir, count_key, count_payload, plan_key, write_key
+from vlmpack.pack.stages import count_cache_dir, count_key, count_payload, plan_key, write_key
 from vlmpack.pack.write import ShardResult, ShardTask, assign_shards, estimate_pack_bytes, write_shard
 from vlmpack.packing import PackPlan, plan_packs
 from vlmpack.records import Rejection
@@ -93,16 +94,15 @@ def _shard_tasks(cfg: PackConfig, run: Path, manifest: pa.Table, plan: PackPlan)
     col = lambda name: manifest.column(name).to_numpy()  # noqa: E731
     pack_bytes = estimate_pack_bytes(plan.offsets, plan.order, col("rec_len"), col("media_bytes"), col("num_media"))
     bounds = assign_shards(pack_bytes, cfg.max_packs_per_shard, cfg.max_shard_bytes)
-    part, rec_off, rec_len = col("part"), col("rec_offset"), col("rec_len")
+    rows = np.stack([col("part").astype(np.int64), col("rec_offset").astype(np.int64),
+                     col("rec_len").astype(np.int64)], axis=1)[plan.order]  # [n, 3] in pack order
+    offsets = np.asarray(plan.offsets, dtype=np.int64)
     tasks = []
-    for s in range(len(bounds) - 1):
-        packs = []
-        for p in range(bounds[s], bounds[s + 1]):
-            members = plan.order[plan.offsets[p]:plan.offsets[p + 1]]
-            packs.append([(int(part[i]), int(rec_off[i]), int(rec_len[i])) for i in members])
-        tasks.append(ShardTask(s, f"{shard_prefix(cfg)}-{s:06d}.tar", int(bounds[s]), packs, cfg.seq_len,
-                               str(Path(cfg.output)), str(run / "records"),
-                               str(cfg.model) if cfg.pretokenize else None))
+    for s in range(len(bounds) - 1):  # array slices: no per-sample Python object
+        a, z = offsets[bounds[s]], offsets[bounds[s + 1]]
+        tasks.append(ShardTask(s, f"{shard_prefix(cfg)}-{s:06d}.tar", int(bounds[s]), rows[a:z],
+                               offsets[bounds[s]:bounds[s + 1] + 1] - a, cfg.seq_len, str(Path(cfg.output)),
+                               str(run / "records"), str(cfg.model) if cfg.pretokenize else None))
     return tasks
 
 
@@ -138,7 +138,7 @@ def _write(cfg: PackConfig, run: Path, tasks: list[ShardTask], key: str, reuse: 
     if todo:
         with guarded_executor(cfg.executor, cfg.workers, str(cfg.model), cfg.ray_address,
                               preload=cfg.pretokenize) as pool:
-            run_tasks(pool, write_shard, todo, done=save, desc="write", weights=[len(t.packs) for t in todo],
+            run_tasks(pool, write_shard, todo, done=save, desc="write", weights=[t.num_packs for t in todo],
                       unit="pack", show=cfg.progress)
     return results  # type: ignore[return-value]
 
@@ -209,7 +209,7 @@ def run_pack(cfg: PackConfig) -> dict:
     fingerprint = cfg.fingerprint(payload)
     out = Path(cfg.output)
     check_node_output(cfg)
-    ranges, tasks_total = node_ranges(cfg, TASK_BYTES)  # this node's input tasks (all of them: one node)
+    ranges, tasks_total = node_ranges(cfg, stages.TASK_BYTES)  # this node's input tasks (all of them: one node)
     run = prepare_output(out, fingerprint, payload, overwrite=cfg.overwrite)
     try:
         return _run(cfg, run, fingerprint, payload, ranges, tasks_total)

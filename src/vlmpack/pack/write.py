@@ -37,17 +37,30 @@ _TAR_OVERHEAD = 512 * 3  # header + padding of the json member, plus slack
 
 @dataclass(frozen=True)
 class ShardTask:
-    """One shard to write: ``packs[j]`` is the list of samples of the shard's j-th pack as
-    ``(records part index, byte offset, byte length)``; ``first_pack`` its global pack index."""
+    """One shard to write, as flat arrays (no per-sample Python object): ``members`` int64
+    ``[m, 3]``, the shard's samples in pack order as (records part index, byte offset, byte
+    length of the canonical record); ``pack_offsets`` int64 ``[P + 1]``, pack j is
+    ``members[pack_offsets[j]:pack_offsets[j + 1]]``; ``first_pack`` the global index of its
+    first pack."""
 
     index: int
     name: str
     first_pack: int
-    packs: list[list[tuple[int, int, int]]]
+    members: np.ndarray
+    pack_offsets: np.ndarray
     seq_len: int
     output_dir: str
     records_dir: str
     model_dir: str | None = None  # set: also write <key>.input_ids.npy (pretokenized packs)
+
+    @property
+    def num_packs(self) -> int:
+        """Packs in the shard (P)."""
+        return len(self.pack_offsets) - 1
+
+    def pack_members(self, j: int) -> list[tuple[int, int, int]]:
+        """The samples of the shard's j-th pack: ``(part, offset, length)`` each."""
+        return [tuple(r) for r in self.members[self.pack_offsets[j]:self.pack_offsets[j + 1]].tolist()]
 
 
 @dataclass(frozen=True)
@@ -215,7 +228,8 @@ def write_shard(task: ShardTask) -> ShardResult:
         with open(tmp, "wb") as raw:
             f = _HashingWriter(raw)
             with tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tf:
-                for j, members in enumerate(task.packs):
+                for j in range(task.num_packs):
+                    members = task.pack_members(j)
                     records = []
                     for part, off, length in members:
                         if part not in handles:
@@ -251,4 +265,4 @@ def write_shard(task: ShardTask) -> ShardResult:
     write_tar_idx(out / (task.name + ".idx"), offsets)
     os.replace(tmp, tar_path)
     fsync_dir(out)
-    return ShardResult(task.name, len(task.packs), n_samples, n_tokens, f.size, f.sha256.hexdigest())
+    return ShardResult(task.name, task.num_packs, n_samples, n_tokens, f.size, f.sha256.hexdigest())
