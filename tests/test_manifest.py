@@ -2,7 +2,8 @@
 
 :func:`vlmpack.pack.measure.duplicate_positions` must give exactly what the first-seen dict it
 replaced gave (every later occurrence of an ``(id_kind, id)`` key, with its first occurrence),
-for any ids, including empty strings, non-ASCII and surrogate-free Unicode; and
+for any ids, including empty strings, non-ASCII and surrogate-free Unicode, whether it sorts the
+ids or the workers' 64-bit hashes (colliding hashes included); and
 :func:`vlmpack.pack.measure.manifest_digest` must not depend on how the id column's Arrow buffers
 are laid out (a filtered or concatenated array vs a fresh one).
 """
@@ -14,6 +15,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vlmpack.pack.count import id_key_hashes
 from vlmpack.pack.measure import duplicate_positions, manifest_digest
 
 ids_st = st.lists(st.tuples(st.sampled_from(["", "a", "b", "ä", "a\n", "10", "1", "é" * 3, "x" * 40]),
@@ -32,11 +34,15 @@ def _reference(keys: list[tuple[str, int]]) -> tuple[list[int], list[int]]:
 
 
 @settings(deadline=None, max_examples=300)
-@given(ids_st)
-def test_duplicate_positions_equal_the_first_seen_dict(keys):
+@given(ids_st, st.sampled_from(["none", "blake2b", "colliding"]))
+def test_duplicate_positions_equal_the_first_seen_dict(keys, hashing):
+    """Without hashes (ids sorted), with the workers' BLAKE2b hashes, and with hashes that all
+    collide (every id in one run: the ids themselves must decide)."""
     ids = pa.array([k[0] for k in keys], pa.string())
     kinds = np.array([k[1] for k in keys], dtype=np.int8)
-    dups, firsts = duplicate_positions(ids, kinds)
+    hashes = {"none": None, "blake2b": id_key_hashes([k[0] for k in keys], kinds.tolist()),
+              "colliding": np.full(len(keys), 7, np.uint64)}[hashing]
+    dups, firsts = duplicate_positions(ids, kinds, hashes)
     assert (dups.tolist(), firsts.tolist()) == _reference(keys)
 
 

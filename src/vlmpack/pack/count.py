@@ -93,20 +93,44 @@ class MeasureResult:
     seconds_read: float = 0.0  # worker seconds reading + validating
     seconds_count: float = 0.0  # worker seconds rendering + tokenizing + media rules
     media_sha256: str = ""  # sha256 of repr(media_files); "" in results of older vlmpack
+    id_hash: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))  # id_key_hashes of the ids
+    num_samples: int = -1  # accepted samples; set by flatten() (the arrays may be released after)
+    released: bool = False  # the per-sample arrays were dropped (they are in the saved result)
 
     def ids_array(self):
         """``ids`` as a pyarrow ``string`` array (results pickled by an older vlmpack hold a list)."""
         return self.ids if isinstance(self.ids, pa.Array) else pa.array(list(self.ids), pa.string())
+
+    def release(self) -> None:
+        """Drop the per-sample arrays and ids (once the driver has concatenated them into the
+        manifest, :func:`vlmpack.pack.measure.build_manifest`); scalars, rejections and stats stay."""
+        self.num_samples = len(self.rec_len) if not self.released else self.num_samples
+        self.released = True
+        empty = np.zeros(0, np.int64)
+        for name in ("num_tokens", "media_tokens", "num_media", "kind", "media_bytes", "line", "offset",
+                     "rec_offset", "rec_len", "id_kind", "label_tokens", "id_hash"):
+            setattr(self, name, empty)
+        self.ids = pa.array([], pa.string())
 
     def flatten(self) -> MeasureResult:
         """Keep only flat data on the driver: ``ids`` as an Arrow array, ``media_files`` replaced by
         its digest ``media_sha256`` (the list is in the saved result, read again at a resume).
         Returns ``self``."""
         self.ids = self.ids_array()
+        self.num_samples = len(self.rec_len)
         if not self.media_sha256:
             self.media_sha256 = media_files_sha256(self.media_files)
         self.media_files = []
         return self
+
+
+def id_key_hashes(ids: list[str], id_kinds: list[int]) -> np.ndarray:
+    """uint64 ``[n]``: the first 8 bytes (little-endian) of BLAKE2b of each ``(id_kind, id)`` key,
+    computed in the worker so that the driver finds duplicates by sorting 8-byte integers
+    (:func:`vlmpack.pack.measure.duplicate_positions`, which confirms equal hashes on the ids)."""
+    return np.frombuffer(b"".join(hashlib.blake2b(bytes([k]) + s.encode("utf-8", "surrogatepass"),
+                                                  digest_size=8).digest() for s, k in zip(ids, id_kinds)),
+                         dtype="<u8").astype(np.uint64)
 
 
 def media_files_sha256(media_files: list[tuple[str, int, int]]) -> str:
@@ -268,6 +292,7 @@ def run_task(task: MeasureTask) -> MeasureResult:
         offset=np.array([s.locator.offset for s in counted], dtype=np.int64),
         rec_offset=rec_offset, rec_len=rec_len,
         id_kind=np.array([ID_KINDS.index(s.id_kind) for s in counted], dtype=np.int8),
+        id_hash=id_key_hashes([s.id for s in counted], [ID_KINDS.index(s.id_kind) for s in counted]),
         label_tokens=np.array([s.label_tokens for s in counted], dtype=np.int32),
         media_files=sorted(media_files.values()), media_sha256=media_files_sha256(sorted(media_files.values())),
         rejections=rejections, stats=stats, seconds_read=t1 - t0, seconds_count=t2 - t1,

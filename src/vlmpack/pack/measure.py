@@ -189,7 +189,9 @@ def count_stage(cfg: PackConfig, store: Path, ranges: list[InputRange], key: str
                 from_cache += 1
             if r is None:
                 todo.append(t)
-            results[t.index] = r.flatten() if r is not None else None
+            if r is not None:
+                r.flatten().release()
+            results[t.index] = r
         reuse.update(count_tasks=len(tasks), count_tasks_reused=len(tasks) - len(todo),
                      count_tasks_from_cache=from_cache)
 
@@ -204,7 +206,8 @@ def count_stage(cfg: PackConfig, store: Path, ranges: list[InputRange], key: str
 
         def save(t: MeasureTask, r: MeasureResult) -> None:
             atomic_write(result_path(store, t.index), pickle.dumps(r))
-            results[t.index] = r.flatten()
+            r.flatten().release()  # the arrays are in the saved result: build_manifest reads them back
+            results[t.index] = r
             share(t.index, fresh=True)  # replaces a stale entry (media changed since)
 
         if todo:
@@ -225,16 +228,46 @@ def media_digest(results: list[MeasureResult]) -> str:
     return h.hexdigest()
 
 
-def duplicate_positions(ids: pa.Array, id_kind: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def duplicate_positions(ids, id_kind: np.ndarray, hashes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Sort-based duplicate detection: ``(dups, firsts)``, int64 positions of every sample whose
     ``(id_kind, id)`` occurred before, in increasing order, and the position of that first
-    occurrence for each. A stable sort of the positions by (id, id_kind) (Arrow ``sort_indices``)
-    puts equal keys next to each other in input order; a key equal to its predecessor is a
-    duplicate of the run's first element. Exact (full strings compared, no hash collisions);
-    memory: the sort permutation (8 bytes per sample) and one sorted copy of the ids."""
+    occurrence for each.
+
+    With ``hashes`` (uint64 per sample, :func:`vlmpack.pack.count.id_key_hashes`): a stable argsort
+    of the hashes puts equal keys next to each other in input order; only runs of equal hashes
+    (duplicates, or a 64-bit collision) are then compared on the ids themselves, so a collision
+    never merges two different ids. Memory: 8-byte permutation + sorted hashes. Without: a stable
+    Arrow ``sort_indices`` of (id, id_kind) and adjacent comparison of the sorted ids (exact, but
+    one sorted copy of the ids). ``ids``: Arrow string array or chunked array."""
     n = len(ids)
+    none = np.zeros(0, np.int64), np.zeros(0, np.int64)
     if n < 2:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return none
+    if hashes is not None and len(hashes) == n:
+        order = np.argsort(hashes, kind="stable")
+        sh = hashes[order]
+        same = sh[1:] == sh[:-1]
+        del sh
+        if not same.any():
+            return none
+        starts = np.flatnonzero(np.concatenate([[True], ~same]))  # run starts in sorted order
+        ends = np.concatenate([starts[1:], [n]])
+        dups, firsts = [], []
+        for a, z in zip(starts[ends - starts > 1].tolist(), ends[ends - starts > 1].tolist()):
+            first_of: dict[tuple[int, str], int] = {}
+            for p in order[a:z].tolist():  # input order within the run (stable sort)
+                key = (int(id_kind[p]), ids[p].as_py())
+                f = first_of.setdefault(key, p)
+                if f != p:
+                    dups.append(p)
+                    firsts.append(f)
+        if not dups:
+            return none
+        d, f = np.asarray(dups, np.int64), np.asarray(firsts, np.int64)
+        by = np.argsort(d, kind="stable")
+        return d[by], f[by]
+    if isinstance(ids, pa.ChunkedArray):
+        ids = ids.combine_chunks()
     order = pc.sort_indices(pa.table({"id": ids, "k": pa.array(id_kind, pa.int8())}),
                             sort_keys=[("id", "ascending"), ("k", "ascending")])
     sorted_ids = ids.take(order)
@@ -243,7 +276,7 @@ def duplicate_positions(ids: pa.Array, id_kind: np.ndarray) -> tuple[np.ndarray,
     same &= k[1:] == k[:-1]
     del sorted_ids, k
     if not same.any():
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return none
     pos = order.to_numpy().astype(np.int64)
     run_start = np.maximum.accumulate(np.where(np.concatenate([[False], same]), 0, np.arange(n)))
     dup_sorted = np.flatnonzero(np.concatenate([[False], same]))
@@ -252,50 +285,74 @@ def duplicate_positions(ids: pa.Array, id_kind: np.ndarray) -> tuple[np.ndarray,
     return dups[by_pos], firsts[by_pos]
 
 
-def build_manifest(cfg: PackConfig, results: list[MeasureResult]) -> tuple[pa.Table, list[Rejection]]:
+#: Per-sample array fields of :class:`MeasureResult` and their manifest dtypes.
+_COLUMNS = {"num_tokens": np.int32, "media_tokens": np.int32, "num_media": np.int16, "kind": np.int8,
+            "media_bytes": np.int64, "line": np.int64, "offset": np.int64, "rec_offset": np.int64,
+            "rec_len": np.int64}
+
+
+def build_manifest(cfg: PackConfig, results: list[MeasureResult],
+                   store: Path | None = None) -> tuple[pa.Table, list[Rejection]]:
     """Concatenate the task results into the manifest (valid, unique samples in input order)
     and the list of rejections, duplicates included. Ids are compared as ``(id_kind, id)``
     (:data:`vlmpack.records.ID_KINDS`) by :func:`duplicate_positions`; the first occurrence in
-    input order is kept. Flat in memory: the ids stay one Arrow array, the other columns NumPy."""
-    id_arrays = [r.ids_array() for r in results]
-    ids = pa.concat_arrays(id_arrays) if id_arrays else pa.array([], pa.string())
-    counts = [len(a) for a in id_arrays]
+    input order is kept.
 
-    def cat(arrays: list[np.ndarray], dtype=np.int64) -> np.ndarray:
-        return np.concatenate(arrays) if arrays else np.zeros(0, dtype)
-
-    names = ("num_tokens", "media_tokens", "num_media", "kind", "media_bytes", "line", "offset",
-             "rec_offset", "rec_len")
-    cols = {k: cat([getattr(r, k) for r in results]) for k in names}
-    id_kind = cat([r.id_kind if len(r.id_kind) == n else np.zeros(n, np.int8) for r, n in zip(results, counts)],
-                  np.int8).astype(np.int8)
-    label_tokens = cat([lt if len(lt := getattr(r, "label_tokens", ())) == n else np.full(n, -1)
-                        for r, n in zip(results, counts)]).astype(np.int32)  # -1: counted by an older vlmpack
-    file_idx = cat([np.full(n, r.file_idx, np.int32) for r, n in zip(results, counts)]).astype(np.int32)
-    part = cat([np.full(n, r.index, np.int32) for r, n in zip(results, counts)]).astype(np.int32)
-    rejections = [x for r in results for x in r.rejections]
-    dups, firsts = duplicate_positions(ids, id_kind)
+    Flat in memory: every column is allocated once at its final size and filled task by task
+    (the ids: one Arrow chunk per task); a result whose arrays were released on the driver
+    (:meth:`MeasureResult.release`, done by :func:`count_stage`) is read back from its saved file
+    in ``store``, one task at a time, so the per-task results and the manifest are never both
+    held. Raises ``ValueError`` when a released result cannot be read back."""
+    counts = [r.num_samples if r.released else len(r.ids) for r in results]
+    total = int(sum(counts))
+    cols = {k: np.empty(total, dt) for k, dt in _COLUMNS.items()}
+    cols["id_kind"] = np.empty(total, np.int8)
+    cols["label_tokens"] = np.empty(total, np.int32)
+    hashes: np.ndarray | None = np.empty(total, np.uint64)
+    chunks, rejections, pos = [], [], 0
+    for r, n in zip(results, counts):
+        full = r
+        if r.released:
+            full = read_pickle(result_path(store, r.index)) if store is not None else None
+            if not isinstance(full, MeasureResult) or len(full.rec_len) != n:
+                raise ValueError(f"the counts of task {r.index} cannot be read back from {store}")
+        for k in _COLUMNS:
+            cols[k][pos:pos + n] = getattr(full, k)
+        kinds, labels = getattr(full, "id_kind", ()), getattr(full, "label_tokens", ())
+        cols["id_kind"][pos:pos + n] = kinds if len(kinds) == n else 0
+        cols["label_tokens"][pos:pos + n] = labels if len(labels) == n else -1  # -1: counted by an older vlmpack
+        h = getattr(full, "id_hash", None)
+        if hashes is not None and h is not None and len(h) == n:
+            hashes[pos:pos + n] = h
+        else:
+            hashes = None  # counted by an older vlmpack: duplicates by sorting the ids themselves
+        chunks.append(full.ids_array())
+        rejections.extend(full.rejections)
+        pos += n
+        if full is not r:
+            del full
+        else:
+            r.release()
+    ids = pa.chunked_array(chunks, pa.string())
+    del chunks
+    cols["file_idx"] = np.repeat(np.array([r.file_idx for r in results], np.int32), counts)
+    cols["part"] = np.repeat(np.array([r.index for r in results], np.int32), counts)
+    id_kind, file_idx = cols["id_kind"], cols["file_idx"]
+    dups, firsts = duplicate_positions(ids, id_kind, hashes)
+    del hashes
     for i, f in zip(dups.tolist(), firsts.tolist()):
         sid, k = ids[i].as_py(), int(id_kind[i])
         loc = locator(cfg, file_idx[i], int(cols["line"][i]), int(cols["offset"][i]))
         first = str(locator(cfg, file_idx[f], int(cols["line"][f]), 0))
         rejections.append(Rejection(loc, "duplicate_id", f"{ID_KINDS[k]} id {sid!r} first seen at {first}", sid))
-    keep = np.ones(len(ids), dtype=bool)
-    keep[dups] = False
-    table = pa.table({
-        "id": ids.filter(pa.array(keep)) if len(dups) else ids,
-        "id_kind": id_kind[keep],
-        "num_tokens": cols["num_tokens"][keep].astype(np.int32),
-        "media_tokens": cols["media_tokens"][keep].astype(np.int32),
-        "label_tokens": label_tokens[keep],
-        "num_media": cols["num_media"][keep].astype(np.int16),
-        "kind": cols["kind"][keep].astype(np.int8),
-        "media_bytes": cols["media_bytes"][keep].astype(np.int64),
-        "file_idx": file_idx[keep], "line": cols["line"][keep].astype(np.int64),
-        "offset": cols["offset"][keep].astype(np.int64), "part": part[keep],
-        "rec_offset": cols["rec_offset"][keep].astype(np.int64), "rec_len": cols["rec_len"][keep].astype(np.int64),
-    })
-    return table, rejections
+    if len(dups):
+        keep = np.ones(total, dtype=bool)
+        keep[dups] = False
+        ids = ids.filter(pa.array(keep))
+        cols = {k: v[keep] for k, v in cols.items()}
+    order = ("id_kind", "num_tokens", "media_tokens", "label_tokens", "num_media", "kind", "media_bytes",
+             "file_idx", "line", "offset", "part", "rec_offset", "rec_len")
+    return pa.table({"id": ids, **{k: cols[k] for k in order}}), rejections
 
 
 def manifest_digest(manifest: pa.Table) -> str:
@@ -374,5 +431,5 @@ def count_inputs(cfg: PackConfig) -> Counted:
                             e.strerror or e)
         where = store or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="vlmpack-count-")))
         results = count_stage(cfg, where, ranges, key, reuse, payload=count_payload(cfg, payload))
-    manifest, rejections = build_manifest(cfg, results)
+        manifest, rejections = build_manifest(cfg, results, where)
     return Counted(manifest, rejections, read_stats(results), key, store, reuse)

@@ -51,12 +51,6 @@ def _pct(values: np.ndarray) -> dict:
             "max": int(values.max())}
 
 
-def _packed_mask(manifest: pa.Table, plan: PackPlan) -> np.ndarray:
-    keep = np.ones(manifest.num_rows, dtype=bool)
-    keep[plan.overlong] = False
-    return keep
-
-
 def source_counts(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, rejections: list[Rejection],
                   records_by_file: list[int]) -> list[dict]:
     """Per input file (in ``cfg.input`` order): ``file``, ``records_read``, ``samples_packed``,
@@ -64,12 +58,14 @@ def source_counts(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, rejection
     its packed samples). ``records_by_file[i]``: records read from ``cfg.input[i]``. A rejection is
     attributed by its locator's file, which the sources set to the input path as given."""
     nfiles = len(cfg.input)
-    fidx = manifest.column("file_idx").to_numpy().astype(np.int64)
-    ntok = manifest.column("num_tokens").to_numpy().astype(np.int64)
-    keep = _packed_mask(manifest, plan)
-    packed = np.bincount(fidx[keep], minlength=nfiles)
-    tokens = np.bincount(fidx[keep], weights=ntok[keep], minlength=nfiles)
-    over = np.bincount(fidx[plan.overlong], minlength=nfiles)
+    fidx = manifest.column("file_idx").to_numpy()
+    ntok = manifest.column("num_tokens").to_numpy()
+    over_idx = np.asarray(plan.overlong, dtype=np.int64)
+    over = np.bincount(fidx[over_idx], minlength=nfiles)
+    # all rows minus the overlong ones: no [n] mask or int64 copies (the driver's memory is flat in n)
+    packed = np.bincount(fidx, minlength=nfiles) - over
+    tokens = np.bincount(fidx, weights=ntok, minlength=nfiles) - np.bincount(
+        fidx[over_idx], weights=ntok[over_idx], minlength=nfiles)
     index = {p: i for i, p in enumerate(cfg.input)}
     rejected = Counter(index.get(r.locator.file, -1) for r in rejections if r.reason != "overlong")
     return [{"file": display_path(str(path)), "records_read": int(records_by_file[i]),
@@ -90,14 +86,17 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
     packs = int(sum(s.num_packs for s in shards))
     per_pack = np.diff(plan.offsets)
     label_sum = None
+    over_idx = np.asarray(plan.overlong, dtype=np.int64)
     if "label_tokens" in manifest.column_names:
-        lab = manifest.column("label_tokens").to_numpy().astype(np.int64)
-        packed_rows = np.ones(len(lab), dtype=bool)
-        packed_rows[plan.overlong] = False
-        label_sum = int(lab[packed_rows].sum()) if not (lab[packed_rows] < 0).any() else None
+        lab = manifest.column("label_tokens").to_numpy()
+        n_unknown = int(np.count_nonzero(lab < 0)) - int(np.count_nonzero(lab[over_idx] < 0))
+        label_sum = int(lab.sum(dtype=np.int64)) - int(lab[over_idx].sum(dtype=np.int64)) if not n_unknown else None
     lower = math.ceil(tokens / cfg.seq_len) if tokens else 0
     util = tokens / (packs * cfg.seq_len) if packs else 0.0
-    ntok, mtok, kind = (manifest.column(c).to_numpy().astype(np.int64) for c in ("num_tokens", "media_tokens", "kind"))
+    ntok, mtok, kind = (manifest.column(c).to_numpy() for c in ("num_tokens", "media_tokens", "kind"))
+    order, offsets = np.asarray(plan.order), np.asarray(plan.offsets, dtype=np.int64)
+    per_pack_media = (np.add.reduceat(mtok[order], offsets[:-1], dtype=np.int64) if plan.num_packs
+                      else np.zeros(0, np.int64))  # packs are never empty
     report = {
         "records_read": stats.records,
         "blank_lines": stats.blank,
@@ -118,11 +117,10 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
                                                        np.bincount(manifest.column("kind").to_numpy(), minlength=3))},
         "label_tokens": label_sum,
         "label_token_share": None if label_sum is None else (label_sum / tokens if tokens else 0.0),
-        "overlong_tokens": int(ntok[plan.overlong].sum()),
+        "overlong_tokens": int(ntok[over_idx].sum(dtype=np.int64)),
         "overlong_tokens_by_kind": {k: int(v) for k, v in zip(("text", "image", "video"), np.bincount(
-            kind[plan.overlong], weights=ntok[plan.overlong], minlength=3))},
-        "media_tokens_per_pack": _pct(np.bincount(np.repeat(np.arange(plan.num_packs), per_pack),
-                                                  weights=mtok[plan.order], minlength=plan.num_packs).astype(np.int64)),
+            kind[over_idx], weights=ntok[over_idx], minlength=3))},
+        "media_tokens_per_pack": _pct(per_pack_media),
         "algorithm": cfg.algorithm,
         "shard_sha256": {s.name: s.sha256 for s in shards},
         "shard_bytes": int(sum(s.nbytes for s in shards)),
