@@ -94,8 +94,10 @@ def _shard_tasks(cfg: PackConfig, run: Path, manifest: pa.Table, plan: PackPlan)
     col = lambda name: manifest.column(name).to_numpy()  # noqa: E731
     pack_bytes = estimate_pack_bytes(plan.offsets, plan.order, col("rec_len"), col("media_bytes"), col("num_media"))
     bounds = assign_shards(pack_bytes, cfg.max_packs_per_shard, cfg.max_shard_bytes)
-    rows = np.stack([col("part").astype(np.int64), col("rec_offset").astype(np.int64),
-                     col("rec_len").astype(np.int64)], axis=1)[plan.order]  # [n, 3] in pack order
+    order = np.asarray(plan.order)
+    rows = np.empty((len(order), 3), dtype=np.int64)  # [n, 3] in pack order, one column at a time
+    for j, name in enumerate(("part", "rec_offset", "rec_len")):
+        rows[:, j] = col(name)[order]
     offsets = np.asarray(plan.offsets, dtype=np.int64)
     tasks = []
     for s in range(len(bounds) - 1):  # array slices: no per-sample Python object
@@ -227,7 +229,7 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
                           payload=count_payload(cfg, payload))
     timings["measure"] = time.perf_counter() - t
     t = time.perf_counter()
-    manifest, rejections = build_manifest(cfg, results)
+    manifest, rejections = build_manifest(cfg, results, run / "records")
     _reject_gate(cfg, fingerprint, results, rejections)
     keys["plan"] = plan_key(cfg, manifest_digest(manifest))
     plan = _plan(cfg, run, manifest, keys["plan"], reuse)
