@@ -6,16 +6,18 @@ Counting runs in the workers and is measured end to end (``--e2e`` sizes: a real
 CLI run, 2 workers, on the demo records replicated with new ids; media shared). What grows with n
 on the driver is what this measures for the larger sizes, where counting every sample on this
 2-core machine would take hours (about 80 samples/s here): the real demo set is counted once
-(``vlmpack.pack.measure.count_inputs``, cached), and its per-task count results are replicated
-with unique ids into the ``MeasureResult`` objects that workers hand the driver (tasks of the
-demo's own size, ids as Arrow arrays, media shared), in a fresh child process per size. The
-child then runs the driver's own code, stage by stage, as ``run_pack`` does: ``build_manifest``
-(concatenation + sort-based duplicate detection), ``manifest_digest`` + ``make_plan`` (BFD) +
-overlong rejections (plan), ``_shard_tasks`` (array slices) and ``build_report``; writing (workers,
-bounded by shard size) and the HTML figures are left out. Peak RSS is the child's
-``ru_maxrss``; bytes per sample = (peak - RSS after imports and the model-free set-up) / n.
-The reference workflow (LLaVA-OneVision-2's offline packing) publishes about 390k samples per
-node in 40-45 min at L = 4096 (~150 samples/s per node), with no global plan.
+(cached), and its per-task count results are replicated with unique ids into the
+``MeasureResult`` objects that workers hand the driver (tasks of the demo's own size, each owning
+its arrays, media shared), in a fresh child process per size. The child then runs the driver's
+own code, stage by stage, as ``run_pack`` does: each result saved and released as
+``count_stage`` does; ``build_manifest`` (columns filled task by task from the saved results +
+hash-sort duplicate detection); ``manifest_digest`` + ``_plan`` (``manifest.parquet`` written, the
+id column dropped, BFD) + overlong rejections (ids read back from ``manifest.parquet``);
+``_shard_tasks`` (array slices); ``build_report``. Writing (workers, bounded by shard size) and
+the HTML figures are left out. RSS is sampled every millisecond; bytes per sample = (peak - RSS
+after the model-free set-up) / n. The reference workflow (LLaVA-OneVision-2's offline packing)
+publishes about 390k samples per node in 40-45 min at L = 4096 (~150 samples/s per node), with no
+global plan.
 """
 
 from __future__ import annotations
@@ -126,8 +128,9 @@ def driver_child(n: int, seq_len: int, base_pkl: str, model_dir: str) -> dict:
 
     from vlmpack.config import load_config
     from vlmpack.pack.measure import build_manifest, manifest_digest, media_digest, read_stats, result_path
-    from vlmpack.pack.pipeline import _overlong_rejections, _shard_tasks, make_plan
+    from vlmpack.pack.pipeline import _overlong_rejections, _plan, _shard_tasks
     from vlmpack.pack.report import build_report
+    from vlmpack.pack.stages import plan_key
     from vlmpack.packing import plan_packs
 
     plan_packs(np.array([1, 2, 3]), 8, algorithm="bfd")  # JIT warm-up outside the timing
@@ -155,13 +158,15 @@ def driver_child(n: int, seq_len: int, base_pkl: str, model_dir: str) -> dict:
         manifest, rejections = build_manifest(cfg, results, store)
         row["manifest_s"], row["rss_manifest_mb"] = time.perf_counter() - t, _rss_mb()
         t = time.perf_counter()
-        manifest_digest(manifest)
-        plan = make_plan(cfg, manifest)
-        rejections += _overlong_rejections(cfg, manifest, plan)
+        run = Path(tmp) / "run"
+        run.mkdir()
+        manifest, plan = _plan(cfg, run, manifest, plan_key(cfg, manifest_digest(manifest)), {})
+        rejections += _overlong_rejections(cfg, run, manifest, plan)
+        manifest = manifest.drop_columns(["line", "offset", "id_kind"])  # as run_pack does
         row["plan_s"], row["rss_plan_mb"] = time.perf_counter() - t, _rss_mb()
         t = time.perf_counter()
         media_digest(results)
-        tasks = _shard_tasks(cfg, Path(tmp), manifest, plan)
+        tasks = _shard_tasks(cfg, run, manifest, plan)
         row["shard_tasks_s"], row["rss_shard_tasks_mb"] = time.perf_counter() - t, _rss_mb()
         t = time.perf_counter()
         report = build_report(cfg, "x", read_stats(results), manifest, plan, rejections, [], {}, None)

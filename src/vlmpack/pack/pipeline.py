@@ -44,7 +44,15 @@ from vlmpack.pack.executors import guarded_executor, run_tasks
 from vlmpack.pack.measure import build_manifest, count_stage, locator, manifest_digest, media_digest, read_stats
 from vlmpack.pack.nodes import InputRange, check_node_output, model_fingerprint, node_ranges, node_record, shard_prefix
 from vlmpack.pack.report import build_report, write_report_html
-from vlmpack.pack.rundir import RUN_DIR, atomic_write, json_bytes, prepare_output, read_json, unlock_output
+from vlmpack.pack.rundir import (
+    RUN_DIR,
+    atomic_write,
+    atomic_write_parquet,
+    json_bytes,
+    prepare_output,
+    read_json,
+    unlock_output,
+)
 from vlmpack.pack.stages import count_cache_dir, count_key, count_payload, plan_key, write_key
 from vlmpack.pack.write import ShardResult, ShardTask, assign_shards, estimate_pack_bytes, write_shard
 from vlmpack.packing import PackPlan, plan_packs
@@ -67,12 +75,30 @@ def make_plan(cfg: PackConfig, manifest: pa.Table) -> PackPlan:
                       pad_to_multiple_of=cfg.pad_to_multiple_of, seed=cfg.seed)
 
 
-def _overlong_rejections(cfg: PackConfig, manifest: pa.Table, plan: PackPlan) -> list[Rejection]:
+def _ids_at(run: Path, rows: np.ndarray) -> list[str]:
+    """The ids of manifest ``rows`` (sorted int positions) read from ``run/manifest.parquet``, row
+    group by row group (the driver does not keep the id column while planning)."""
+    if not len(rows):
+        return []
+    f = pq.ParquetFile(run / "manifest.parquet")
+    out, start = [], 0
+    for g in range(f.num_row_groups):
+        n = f.metadata.row_group(g).num_rows
+        inside = rows[(rows >= start) & (rows < start + n)] - start
+        if len(inside):
+            out += f.read_row_group(g, columns=["id"]).column("id").take(pa.array(inside)).to_pylist()
+        start += n
+    return out
+
+
+def _overlong_rejections(cfg: PackConfig, run: Path, manifest: pa.Table, plan: PackPlan) -> list[Rejection]:
     out = []
-    ids, ntok = manifest.column("id"), manifest.column("num_tokens")
+    rows = np.asarray(plan.overlong, dtype=np.int64)
+    ids = _ids_at(run, rows)
+    ntok = manifest.column("num_tokens")
     fidx, line, off = (manifest.column(c) for c in ("file_idx", "line", "offset"))
     media_n, media_tok = manifest.column("num_media"), manifest.column("media_tokens")
-    for i in plan.overlong.tolist():
+    for sid, i in zip(ids, rows.tolist()):
         n = ntok[i].as_py()
         loc = locator(cfg, fidx[i].as_py(), line[i].as_py(), off[i].as_py())
         if n > cfg.seq_len:
@@ -83,9 +109,9 @@ def _overlong_rejections(cfg: PackConfig, manifest: pa.Table, plan: PackPlan) ->
                    f"--max-media-tokens-per-pack {cfg.max_media_tokens_per_pack}, "
                    f"--pad-to-multiple-of {cfg.pad_to_multiple_of})")
         if cfg.overlong == "error":
-            raise OverlongError(f"sample {ids[i].as_py()!r} at {loc}: {why} ({len(plan.overlong)} such samples); "
+            raise OverlongError(f"sample {sid!r} at {loc}: {why} ({len(rows)} such samples); "
                                 "use --overlong drop or a larger --seq-len")
-        out.append(Rejection(loc, "overlong", why, ids[i].as_py()))
+        out.append(Rejection(loc, "overlong", why, sid))
     return out
 
 
@@ -145,28 +171,29 @@ def _write(cfg: PackConfig, run: Path, tasks: list[ShardTask], key: str, reuse: 
     return results  # type: ignore[return-value]
 
 
-def _plan(cfg: PackConfig, run: Path, manifest: pa.Table, key: str, reuse: dict) -> PackPlan:
+def _plan(cfg: PackConfig, run: Path, manifest: pa.Table, key: str, reuse: dict) -> tuple[pa.Table, PackPlan]:
     """The plan of ``manifest`` (``key``: its plan key, :func:`vlmpack.pack.stages.plan_key`), reused
-    from the run dir when it was made for the same key, else made and saved (manifest, plan, then
-    the stage record)."""
+    from the run dir when it was made for the same key (and ``manifest.parquet`` is there), else
+    made and saved (manifest, plan, then the stage record). Returns the manifest without its id
+    column (the ids stay in ``manifest.parquet``: :func:`_ids_at`) and the plan, so the driver does
+    not hold the ids while planning."""
     stages = read_json(run / "stages.json")
-    if isinstance(stages, dict) and stages.get("plan") == key:
+    if isinstance(stages, dict) and stages.get("plan") == key and (run / "manifest.parquet").is_file():
         try:
             plan = PackPlan.from_npz(run / "plan.npz")
             reuse["plan_reused"] = True
-            return plan
+            return manifest.drop_columns(["id"]), plan
         except Exception:  # noqa: BLE001 - a damaged plan file is made again
             log.warning("plan.npz in %s cannot be read; planning again", run)
-    buf = pa.BufferOutputStream()
-    pq.write_table(manifest, buf)
-    atomic_write(run / "manifest.parquet", buf.getvalue().to_pybytes())
+    atomic_write_parquet(run / "manifest.parquet", manifest)
+    manifest = manifest.drop_columns(["id"])
     plan = make_plan(cfg, manifest)
     reuse["plan_reused"] = False
     npz = io.BytesIO()
     plan.to_npz(npz)
     atomic_write(run / "plan.npz", npz.getvalue())
     atomic_write(run / "stages.json", json_bytes({"plan": key}))
-    return plan
+    return manifest, plan
 
 
 def _write_rejects(cfg: PackConfig, rejections: list[Rejection]) -> None:
@@ -232,8 +259,9 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
     manifest, rejections = build_manifest(cfg, results, run / "records")
     _reject_gate(cfg, fingerprint, results, rejections)
     keys["plan"] = plan_key(cfg, manifest_digest(manifest))
-    plan = _plan(cfg, run, manifest, keys["plan"], reuse)
-    rejections += _overlong_rejections(cfg, manifest, plan)
+    manifest, plan = _plan(cfg, run, manifest, keys["plan"], reuse)  # the ids stay on disk from here
+    rejections += _overlong_rejections(cfg, run, manifest, plan)
+    manifest = manifest.drop_columns(["line", "offset", "id_kind"])  # only locators needed them (done)
     timings["plan"] = time.perf_counter() - t
     t = time.perf_counter()
     keys["write"] = write_key(cfg, keys["count"], keys["plan"], media_digest(results))

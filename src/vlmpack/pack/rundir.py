@@ -87,6 +87,29 @@ def atomic_write(path: str | Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
+def atomic_write_parquet(path: str | Path, table) -> None:
+    """:func:`atomic_write` for a pyarrow table written as Parquet straight to the temp file
+    (no in-memory copy of the serialized table). Raises ``OSError`` like :func:`atomic_write`."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        pq.write_table(table, tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        if e.filename is None:
+            e.filename = str(path)
+        raise
+    fsync_dir(path.parent)
+
+
 def fsync_dir(folder: str | Path) -> None:
     """``fsync`` a folder so a rename in it is durable (best effort where folders cannot be opened)."""
     try:
