@@ -19,6 +19,12 @@ pipeline and of the training side:
   :meth:`ModelFamily.expand_videos`; the placeholder image for
   text-only batches (FSDP): :meth:`ModelFamily.placeholder`.
 
+Two optional members (the collator uses them when present): ``video_feature_token_id``, the id
+whose embeddings the video features replace when it is not ``video_token_id`` (InternVL: its
+image token, frames being image tiles to the model), and ``pack_media(images, videos, kinds)``,
+which merges a pack's :class:`ProcessedImages` and :class:`ProcessedVideos` when the model takes
+video frames among the image inputs (InternVL: one ``pixel_values``, media in text order).
+
 Media of any kind go through the same methods (``kind`` is ``"image"`` or ``"video"``); a family
 that cannot count a kind raises :class:`MediaRuleError`, which becomes a ``media_unsupported``
 rejection. Adding a family is one module with a class that satisfies this protocol and one line

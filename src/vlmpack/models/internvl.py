@@ -43,9 +43,10 @@ replaces ``<video>`` with ``"\n".join(f"Frame{i}: <img>" + "<IMG_CONTEXT>" * ima
 (between ``</img>`` and ``<img>``, special tokens, so each is tokenized on its own), and
 :meth:`InternVLFamily.num_tokens` adds what ``"Frame1: "`` changes when it joins the text right
 before the video (back to the previous added token) into one piece. The model takes the frames as
-``pixel_values`` tiles, interleaved with the images' tiles in text order (``InternVLProcessor.__call__``);
-the collator does not build that yet (:meth:`InternVLFamily.process_videos` raises
-:class:`ConfigError`).
+``pixel_values`` tiles, merged with the images' tiles in text order (``InternVLProcessor.__call__``),
+one tile's ``image_seq_length`` features per frame on the ``<IMG_CONTEXT>`` tokens: the collator
+builds that with :mod:`vlmpack.models.frames_pixels` (:meth:`InternVLFamily.process_videos`,
+:meth:`InternVLFamily.pack_media`).
 
 Proven on an InternVL3-1B-hf directory (``tests/test_models_internvl.py``); InternVL3.5 ``-HF``
 directories with the GOT-OCR2 processor run the same code but are not tested here, and a
@@ -137,6 +138,7 @@ class InternVLFamily(Qwen2VLFamily):
         self.end_image_token_id = int(ids(names["end_image_token"]))
         self.video_token = names["video_token"]
         self.video_token_id = int(ids(self.video_token))
+        self.video_feature_token_id = self.image_token_id  # video frames' features go on <IMG_CONTEXT> too
         self.im_start_id = int(ids("<|im_start|>"))
         self.im_end_id = int(ids("<|im_end|>"))
         self.pad_token_id = int(tok.pad_token_id if tok.pad_token_id is not None else self.im_end_id)
@@ -380,10 +382,19 @@ class InternVLFamily(Qwen2VLFamily):
         return {"pixel_values": torch.cat([p.pixel_values for p in parts], dim=0)}
 
     def process_videos(self, videos: Sequence) -> ProcessedVideos:
-        """Not built yet: :class:`ConfigError` (InternVL takes video frames as ``pixel_values`` tiles
-        interleaved with the image tiles in text order, which the collator does not assemble)."""
-        raise ConfigError(f"{self.model_dir}: the internvl collator cannot train on videos yet (frames as "
-                          "pixel_values tiles interleaved with image tiles are not built); pack without videos")
+        """A pack's frames as ``InternVLVideoProcessor`` gives them (counted indices, one tile each):
+        float32 ``[sum F, 3, 448, 448]``, grids ``(F, 1, 1)``, ``F * image_seq_length`` features on
+        ``<IMG_CONTEXT>``: :func:`vlmpack.models.frames_pixels.process_frame_videos`."""
+        from vlmpack.models.frames_pixels import process_frame_videos
+
+        return process_frame_videos(self, videos, lambda n, fps: internvl_frame_indices(n, fps, self.video_config),
+                                    self.tile_size, lambda f: f * self.image_seq_length)
+
+    def pack_media(self, images: ProcessedImages, videos: ProcessedVideos, kinds: Sequence[str]):
+        """Tiles and frames in one ``pixel_values``: :func:`vlmpack.models.frames_pixels.interleave_frames`."""
+        from vlmpack.models.frames_pixels import interleave_frames
+
+        return interleave_frames(images, videos, kinds)
 
     def placeholder(self) -> tuple[np.ndarray, list]:
         """``<img><IMG_CONTEXT>*image_seq_length</img>`` for a black image of one tile."""

@@ -36,8 +36,10 @@ image *header* (width, height after EXIF orientation), without pixels:
   ``LlavaOnevisionProcessor.replace_video_token`` expands ``<video>`` to ``F * ceil(side / 2)**2 +
   1`` copies (features 2x2-pooled per frame, one newline; no -1 for the ``"default"`` strategy
   there), so ``len(input_ids) = len(tokenizer(rendered)) + sum(n_i - 1)`` over images and videos
-  alike. The collator does not build video pixels yet (:meth:`LlavaOnevisionFamily.process_videos`
-  raises :class:`ConfigError`);
+  alike. Training: ``pixel_values_videos`` ``[videos, F, 3, 384, 384]`` (the counted frames, resized
+  and normalized as ``LlavaOnevisionVideoProcessor``: :mod:`vlmpack.models.frames_pixels`), whose
+  features ``get_video_features`` pools per frame and ends with one newline per video; one tensor,
+  so a batch's videos must keep the same ``F`` (:class:`ConfigError` otherwise);
 - positions are 1-D (``mrope`` False); labels by the ChatML scan of
   :func:`vlmpack.models.chatml.assistant_label_mask`; pixels from ``LlavaOnevisionImageProcessorPil``.
 
@@ -251,10 +253,25 @@ class LlavaOnevisionFamily(Qwen2VLFamily):
         return self.expand(ids, ordered)
 
     def process_videos(self, videos: Sequence) -> ProcessedVideos:
-        """Not built yet: :class:`ConfigError` (``pixel_values_videos`` of frames resized to
-        ``size`` are not produced by the collator for this family)."""
-        raise ConfigError(f"{self.model_dir}: the llava_onevision collator cannot train on videos yet "
-                          "(pixel_values_videos are not built); pack without videos")
+        """A pack's frames as ``LlavaOnevisionVideoProcessor`` gives them (the counter's indices,
+        :func:`~vlmpack.models.frames_rule.default_frame_indices`; each frame resized to the
+        ``crop`` x ``crop`` the tower takes): float32 ``[sum F, 3, crop, crop]``, grids ``(F, 1,
+        1)``, features = tokens = :meth:`video_tokens` (``<video>`` copies):
+        :func:`vlmpack.models.frames_pixels.process_frame_videos`."""
+        from vlmpack.models.frames_pixels import process_frame_videos
+
+        pooled = math.ceil(self.side / 2)
+        return process_frame_videos(self, videos, lambda n, fps: default_frame_indices(n, fps, self.video_config),
+                                    (self.crop, self.crop), lambda f: f * pooled * pooled + 1)
+
+    def batch_video_inputs(self, parts: Sequence[ProcessedVideos]) -> dict:
+        """``pixel_values_videos`` float32 ``[videos, F, 3, crop, crop]``, one row per video in order
+        (what ``LlavaOnevisionForConditionalGeneration.forward`` takes); :class:`ConfigError` when the
+        batch's videos keep different frame counts
+        (:func:`vlmpack.models.frames_pixels.stack_frame_videos`)."""
+        from vlmpack.models.frames_pixels import stack_frame_videos
+
+        return stack_frame_videos(parts, self.model_dir)
 
     # ------------------------------------------------------------------ samples
     def check_ids(self, ids: np.ndarray, n_images: int, n_videos: int) -> str | None:

@@ -28,7 +28,9 @@ isolated by their segment boundaries). Output keys (all torch tensors unless not
   ``image_input_keys`` (their names), absent without images;
 - the family's video inputs (:meth:`vlmpack.models.base.ModelFamily.batch_video_inputs`; Qwen-VL:
   ``pixel_values_videos`` float32 ``[P, D]``, ``video_grid_thw`` int64 ``[k, 3]``, Qwen2.5-VL also
-  ``second_per_grid_ts`` float32 ``[k]`` seconds) and ``video_input_keys``, absent without videos.
+  ``second_per_grid_ts`` float32 ``[k]`` seconds; LLaVA-OneVision: ``pixel_values_videos`` float32
+  ``[videos, F, 3, 384, 384]``; InternVL: none, its frames are ``pixel_values`` tiles among the
+  images') and ``video_input_keys``, absent without videos.
   No ``mm_token_type_ids``: the per-sample mRoPE ``position_ids`` already hold what the model
   would derive from them (``get_rope_index`` with 1 on image pads, 2 on video pads);
 - ``num_label_tokens`` (int), ``loss_weights`` float32 ``[1, T]`` with ``loss_weighting``;

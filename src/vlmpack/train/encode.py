@@ -40,7 +40,13 @@ from PIL import Image, ImageOps
 from vlmpack.errors import ConfigError, MediaDecodeError, PackMismatchError
 from vlmpack.media.image import IMAGE_FORMATS, open_image_file
 from vlmpack.models.chatml import assistant_label_mask
-from vlmpack.train.videos import check_videos, expand_with_videos, process_pack_videos
+from vlmpack.train.videos import (
+    check_videos,
+    expand_with_videos,
+    merge_pack_media,
+    process_pack_videos,
+    video_features_on_images,
+)
 
 __all__ = ["IGNORE_INDEX", "EncodedPack", "PackEncoder", "PackInput", "PackItem", "assistant_label_mask",
            "open_image", "read_pack"]
@@ -89,7 +95,8 @@ class EncodedPack:
         :meth:`~vlmpack.models.base.ModelFamily.label_mask` trains on, e.g. assistant content + ``<|im_end|>``).
       image_grid_thw: int64 ``[k, 3]`` per image (t, h, w in patches), in sample order.
       images_per_sample: int ``[n]``.
-      pixel_values: float32 tensor from the image processor (Qwen-VL: ``[sum(t*h*w), C*tp*p*p]``), or None.
+      pixel_values: float32 tensor from the image processor (Qwen-VL: ``[sum(t*h*w), C*tp*p*p]``;
+        InternVL: the image tiles and video frames in text order, ``ModelFamily.pack_media``), or None.
       mrope: int64 ``[3, T]`` per-sample mRoPE positions or None (filled by the collator).
       extra: the family's other model inputs for the images (e.g. ``image_grid_thw`` as a tensor).
       video_grid_thw, videos_per_sample, pixel_values_videos, video_extra: the same for videos
@@ -327,8 +334,10 @@ class PackEncoder:
             raw_ids = f.token_ids([it.messages for it in pack.items], [it.special_tokens for it in pack.items])
         all_imgs = [im for it in pack.items for im in it.images]
         processed = f.process_images(all_imgs, [len(it.images) for it in pack.items])
-        pixel_values, grids, tokens_per_image = processed.pixel_values, processed.grids, processed.tokens
         videos = process_pack_videos(f, [v for it in pack.items for v in it.videos])
+        processed, videos = merge_pack_media(f, processed, videos, [k for it in pack.items
+                                                                    for k in (it.kinds or ["image"] * len(it.images))])
+        pixel_values, grids, tokens_per_image = processed.pixel_values, processed.grids, processed.tokens
         ids_list, labels_list, lengths, per_sample = [], [], [], []
         gi = vi = 0
         for it, ids0 in zip(pack.items, raw_ids):
@@ -346,7 +355,7 @@ class PackEncoder:
                     ids = f.expand(ids0, tokens_per_image[gi:gi + k]).astype(np.int64)
             check_videos(f, pack.key, it, ids, videos, vi, self.check_num_tokens)
             n_pad = int(np.count_nonzero(ids == f.image_token_id))
-            n_feat = int(tokens_per_image[gi:gi + k].sum())
+            n_feat = int(tokens_per_image[gi:gi + k].sum()) + video_features_on_images(f, videos, vi, kv)
             if n_pad != n_feat:  # pretokenized ids vs features of the decoded images (or a family change)
                 raise PackMismatchError(f"pack {pack.key!r} sample {it.id!r}: {n_pad} image tokens for "
                                         f"{n_feat} image features")

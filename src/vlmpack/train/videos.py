@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from vlmpack.errors import ConfigError, PackMismatchError
-from vlmpack.models.base import ProcessedVideos
+from vlmpack.models.base import ProcessedImages, ProcessedVideos
 
-__all__ = ["check_videos", "expand_with_videos", "process_pack_videos"]
+__all__ = ["check_videos", "expand_with_videos", "merge_pack_media", "process_pack_videos", "video_features_on_images"]
 
 
 def process_pack_videos(f, videos: list) -> ProcessedVideos:
@@ -25,6 +25,29 @@ def process_pack_videos(f, videos: list) -> ProcessedVideos:
     return f.process_videos(videos)
 
 
+def merge_pack_media(f, images: ProcessedImages, videos: ProcessedVideos,
+                     kinds: list[str]) -> tuple[ProcessedImages, ProcessedVideos]:
+    """The family's ``pack_media`` (a family whose model takes video frames among the image
+    inputs, e.g. InternVL's ``pixel_values`` in text order) over a pack's processed images and
+    videos; ``kinds``: ``"image"`` / ``"video"`` per media item of the pack, samples in order, each
+    in content order. Unchanged for the other families."""
+    merge = getattr(f, "pack_media", None)
+    if merge is None or videos.pixel_values is None:
+        return images, videos
+    return merge(images, videos, kinds)
+
+
+def _shared(f) -> bool:
+    """True when the family's video features replace the image token's embeddings (InternVL)."""
+    return getattr(f, "video_feature_token_id", None) == f.image_token_id
+
+
+def video_features_on_images(f, videos: ProcessedVideos, vi: int, kv: int) -> int:
+    """The feature vectors of the videos ``vi:vi + kv`` that land on image tokens (InternVL's
+    frames on ``<IMG_CONTEXT>``), else 0."""
+    return int(videos.features[vi:vi + kv].sum()) if kv and _shared(f) else 0
+
+
 def expand_with_videos(f, ids0: np.ndarray, it, image_tokens: np.ndarray, videos: ProcessedVideos,
                        vi: int) -> np.ndarray:
     """One sample's ids with images and videos expanded (media tokens in order of appearance)."""
@@ -36,12 +59,14 @@ def expand_with_videos(f, ids0: np.ndarray, it, image_tokens: np.ndarray, videos
 
 def check_videos(f, key: str, it, ids: np.ndarray, videos: ProcessedVideos, vi: int,
                  check_recorded: bool) -> None:
-    """PackMismatchError when the sample's video-pad tokens differ from its videos' features, or a
-    video's tokens from the recorded ones."""
-    vid_id = getattr(f, "video_token_id", None)
+    """PackMismatchError when the sample's video-pad tokens (the family's ``video_feature_token_id``,
+    else ``video_token_id``) differ from its videos' features, or a video's tokens from the
+    recorded ones. Features on the image token (InternVL) are checked by the encoder with the
+    images' (:func:`video_features_on_images`)."""
+    vid_id = getattr(f, "video_feature_token_id", getattr(f, "video_token_id", None))
     n_pad = int(np.count_nonzero(ids == vid_id)) if vid_id is not None else 0
     n_feat = int(videos.features[vi:vi + len(it.videos)].sum())
-    if n_pad != n_feat:
+    if n_pad != n_feat and not _shared(f):  # shared with images: checked with the image tokens
         raise PackMismatchError(f"pack {key!r} sample {it.id!r}: {n_pad} video tokens for {n_feat} video features")
     if check_recorded and it.recorded_videos:
         for (part, rec), got in zip(it.recorded_videos, videos.tokens[vi:vi + len(it.videos)].tolist()):
