@@ -54,7 +54,7 @@ import torch
 
 from vlmpack.errors import ConfigError, MediaDecodeError
 from vlmpack.models.base import MediaRuleError, MediaSize, ProcessedImages, ProcessedVideos
-from vlmpack.models.qwen_video import _probe, _source_and_label, normalize_frames, resize_frames
+from vlmpack.models.qwen_video import _probe, _source_and_label, decode_sampled, normalize_frames, resize_frames
 
 __all__ = ["PIXEL_DEFAULTS", "frame_pixel_settings", "interleave_frames", "process_frame_videos",
            "stack_frame_videos"]
@@ -106,7 +106,6 @@ def process_frame_videos(family, videos: Sequence, indices: Callable[[int, float
     ``media_tokens`` of each header (what the pack recorded), ``features``, ``layouts`` = the
     family's ``video_layout``, no model kwargs. Raises :class:`MediaDecodeError` (a video that
     does not decode or that the processor refuses), :class:`ConfigError` (settings)."""
-    from vlmpack.media.frames import decode_frames
 
     px = frame_pixel_settings(family, tile)
     height, width = px["size"]["height"], px["size"]["width"]
@@ -121,11 +120,7 @@ def process_frame_videos(family, videos: Sequence, indices: Callable[[int, float
             layout = family.video_layout(media)
         except MediaRuleError as e:
             raise MediaDecodeError(f"{label}: the video processor refuses it: {e}") from None
-        frames = decode_frames(src, idx, where=label)
-        if frames.shape[1:3] != (head.height, head.width):
-            raise MediaDecodeError(f"{label}: frames decode to {frames.shape[2]}x{frames.shape[1]}, the header "
-                                   f"says {head.width}x{head.height}")
-        x = torch.from_numpy(frames).permute(0, 3, 1, 2).contiguous()  # _prepare_input_videos
+        x = decode_sampled(src, idx, head, label)
         x = resize_frames(x, height, width, int(px["resample"]))
         pixels.append(normalize_frames(x, px))
         grids.append((len(idx), 1, 1))

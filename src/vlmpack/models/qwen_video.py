@@ -186,6 +186,20 @@ def _probe(src, label: str):
         raise MediaDecodeError(f"{label}: {e}") from None
 
 
+def decode_sampled(src, idx, head, label: str) -> torch.Tensor:
+    """uint8 ``[F, 3, H, W]``: the frames ``idx`` of a video decoded with PyAV
+    (:func:`vlmpack.media.frames.decode_frames`, transformers' ``read_video_pyav``) and permuted as
+    ``BaseVideoProcessor._prepare_input_videos`` does. Raises :class:`MediaDecodeError` when the
+    frames are not of the size the header (``head``, what the count used) gives."""
+    from vlmpack.media.frames import decode_frames
+
+    frames = decode_frames(src, idx, where=label)
+    if frames.shape[1:3] != (head.height, head.width):
+        raise MediaDecodeError(f"{label}: frames decode to {frames.shape[2]}x{frames.shape[1]}, the header "
+                               f"says {head.width}x{head.height}")
+    return torch.from_numpy(frames).permute(0, 3, 1, 2).contiguous()
+
+
 def process_qwen_videos(family, videos: Sequence) -> ProcessedVideos:
     """The videos of one pack -> :class:`ProcessedVideos` for a Qwen-VL family (steps 1-5 of the
     module docstring). ``videos``: raw bytes, paths, binary file objects or Energon ``AVDecoder``
@@ -193,7 +207,6 @@ def process_qwen_videos(family, videos: Sequence) -> ProcessedVideos:
     starts every error message. ``tokens`` = the family's ``video_tokens`` of the header (what was
     recorded), ``features`` = ``t*h*w // merge**2``. Raises :class:`MediaDecodeError`,
     :class:`MediaRuleError`, :class:`ConfigError` (a family whose videos are not built here)."""
-    from vlmpack.media.frames import decode_frames
 
     if not (_is_qwen3(family) or family.name == "qwen2_vl"):
         raise ConfigError(f"{family.model_dir}: the {family.name} family cannot train on videos yet")
@@ -210,11 +223,7 @@ def process_qwen_videos(family, videos: Sequence) -> ProcessedVideos:
             n_tokens = family.video_tokens(media)
         except MediaRuleError as e:
             raise MediaDecodeError(f"{label}: the video processor refuses it: {e}") from None
-        frames = decode_frames(src, idx, where=label)
-        if frames.shape[1:3] != (head.height, head.width):
-            raise MediaDecodeError(f"{label}: frames decode to {frames.shape[2]}x{frames.shape[1]}, the header "
-                                   f"says {head.width}x{head.height}")
-        x = torch.from_numpy(frames).permute(0, 3, 1, 2).contiguous()  # _prepare_input_videos
+        x = decode_sampled(src, idx, head, label)
         if px["do_resize"]:
             x = resize_frames(x, gh * patch, gw * patch, int(px["resample"]))
         flat, *grid = patchify(normalize_frames(x, px)[None], patch, merge, tp)

@@ -68,23 +68,11 @@ _held: dict[str, int] = {}  # OUT -> fd of its lock file, for the life of the pr
 def atomic_write(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically and durably (temp + fsync + rename + fsync of the
     parent folder). Raises ``OSError`` (ENOSPC, EROFS, EACCES, ...) with ``filename`` set."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
+    def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        if e.filename is None:
-            e.filename = str(path)
-        raise
-    fsync_dir(path.parent)
+
+    _atomic(Path(path), write)
 
 
 def atomic_write_parquet(path: str | Path, table) -> None:
@@ -92,10 +80,15 @@ def atomic_write_parquet(path: str | Path, table) -> None:
     (no in-memory copy of the serialized table). Raises ``OSError`` like :func:`atomic_write`."""
     import pyarrow.parquet as pq
 
-    path = Path(path)
+    _atomic(Path(path), lambda tmp: pq.write_table(table, tmp))
+
+
+def _atomic(path: Path, write) -> None:
+    """``write(tmp)`` fills ``path``'s temp file; then fsync, rename over ``path``, fsync the folder.
+    The temp file is removed on ``OSError``, which is raised with ``filename`` set."""
     tmp = path.with_name(path.name + ".tmp")
     try:
-        pq.write_table(table, tmp)
+        write(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
