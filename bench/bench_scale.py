@@ -127,7 +127,9 @@ def driver_child(n: int, seq_len: int, base_pkl: str, model_dir: str) -> dict:
     import numpy as np
 
     from vlmpack.config import load_config
-    from vlmpack.pack.measure import build_manifest, manifest_digest, media_digest, read_stats, result_path
+    from vlmpack.pack.count import result_path
+    from vlmpack.pack.manifest import build_manifest, manifest_digest
+    from vlmpack.pack.measure import media_digest, read_stats
     from vlmpack.pack.pipeline import _overlong_rejections, _plan, _shard_tasks
     from vlmpack.pack.report import build_report
     from vlmpack.pack.stages import plan_key

@@ -1,10 +1,10 @@
 """The driver's flat manifest: sort-based duplicate detection and the manifest digest.
 
-:func:`vlmpack.pack.measure.duplicate_positions` must give exactly what the first-seen dict it
+:func:`vlmpack.pack.manifest.duplicate_positions` must give exactly what the first-seen dict it
 replaced gave (every later occurrence of an ``(id_kind, id)`` key, with its first occurrence),
 for any ids, including empty strings, non-ASCII and surrogate-free Unicode, whether it sorts the
 ids or the workers' 64-bit hashes (colliding hashes included); and
-:func:`vlmpack.pack.measure.manifest_digest` must not depend on how the id column's Arrow buffers
+:func:`vlmpack.pack.manifest.manifest_digest` must not depend on how the id column's Arrow buffers
 are laid out (a filtered or concatenated array vs a fresh one).
 """
 
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vlmpack.pack.count import id_key_hashes
-from vlmpack.pack.measure import duplicate_positions, manifest_digest
+from vlmpack.pack.manifest import duplicate_positions, manifest_digest
 
 ids_st = st.lists(st.tuples(st.sampled_from(["", "a", "b", "ä", "a\n", "10", "1", "é" * 3, "x" * 40]),
                             st.integers(0, 2)), max_size=80)

@@ -103,7 +103,7 @@ class MeasureResult:
 
     def release(self) -> None:
         """Drop the per-sample arrays and ids (once the driver has concatenated them into the
-        manifest, :func:`vlmpack.pack.measure.build_manifest`); scalars, rejections and stats stay."""
+        manifest, :func:`vlmpack.pack.manifest.build_manifest`); scalars, rejections and stats stay."""
         self.num_samples = len(self.rec_len) if not self.released else self.num_samples
         self.released = True
         empty = np.zeros(0, np.int64)
@@ -127,7 +127,7 @@ class MeasureResult:
 def id_key_hashes(ids: list[str], id_kinds: list[int]) -> np.ndarray:
     """uint64 ``[n]``: the first 8 bytes (little-endian) of BLAKE2b of each ``(id_kind, id)`` key,
     computed in the worker so that the driver finds duplicates by sorting 8-byte integers
-    (:func:`vlmpack.pack.measure.duplicate_positions`, which confirms equal hashes on the ids)."""
+    (:func:`vlmpack.pack.manifest.duplicate_positions`, which confirms equal hashes on the ids)."""
     return np.frombuffer(b"".join(hashlib.blake2b(bytes([k]) + s.encode("utf-8", "surrogatepass"),
                                                   digest_size=8).digest() for s, k in zip(ids, id_kinds)),
                          dtype="<u8").astype(np.uint64)
@@ -141,6 +141,11 @@ def media_files_sha256(media_files: list[tuple[str, int, int]]) -> str:
 def part_path(records_dir: str | Path, index: int) -> Path:
     """The records part file of task ``index``."""
     return Path(records_dir) / f"part-{index:06d}.jsonl"
+
+
+def result_path(store: str | Path, index: int) -> Path:
+    """The saved :class:`MeasureResult` of task ``index`` in a count store."""
+    return Path(store) / f"part-{index:06d}.result.pkl"
 
 
 def canonical_record(sample: Sample, special_tokens: str = "reject") -> dict:

@@ -24,7 +24,6 @@ a kill at any point leaves stores that the next run can use.
 from __future__ import annotations
 
 import errno
-import functools
 import hashlib
 import logging
 import os
@@ -35,30 +34,23 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from vlmpack import signals
 from vlmpack.config import PackConfig
 from vlmpack.pack import count as count_mod
 from vlmpack.pack import stages
-from vlmpack.pack.count import MeasureResult, MeasureTask, media_changed, media_files_sha256, part_path
+from vlmpack.pack.count import MeasureResult, MeasureTask, media_changed, media_files_sha256, part_path, result_path
 from vlmpack.pack.executors import guarded_executor, run_tasks
+from vlmpack.pack.manifest import build_manifest
 from vlmpack.pack.nodes import InputRange, node_ranges
 from vlmpack.pack.rundir import atomic_write, fsync_dir, json_bytes, read_json, read_pickle
 from vlmpack.pack.stages import count_cache_dir, count_key, count_payload
-from vlmpack.records import ID_KINDS, Locator, ReadStats, Rejection
-from vlmpack.sources import get_source, resolve_format
+from vlmpack.records import ReadStats, Rejection
 
 log = logging.getLogger(__name__)
 
 STAMP = "count.json"  # the count key a store holds
-
-
-def result_path(store: Path, index: int) -> Path:
-    """The result file of task ``index`` in ``store``."""
-    return store / f"part-{index:06d}.result.pkl"
 
 
 def claim_store(store: Path, key: str, payload: dict | None = None) -> None:
@@ -226,163 +218,6 @@ def media_digest(results: list[MeasureResult]) -> str:
     for r in results:
         h.update((r.media_sha256 or media_files_sha256(r.media_files)).encode())
     return h.hexdigest()
-
-
-def duplicate_positions(ids, id_kind: np.ndarray, hashes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Sort-based duplicate detection: ``(dups, firsts)``, int64 positions of every sample whose
-    ``(id_kind, id)`` occurred before, in increasing order, and the position of that first
-    occurrence for each.
-
-    With ``hashes`` (uint64 per sample, :func:`vlmpack.pack.count.id_key_hashes`): a stable argsort
-    of the hashes puts equal keys next to each other in input order; only runs of equal hashes
-    (duplicates, or a 64-bit collision) are then compared on the ids themselves, so a collision
-    never merges two different ids. Memory: 8-byte permutation + sorted hashes. Without: a stable
-    Arrow ``sort_indices`` of (id, id_kind) and adjacent comparison of the sorted ids (exact, but
-    one sorted copy of the ids). ``ids``: Arrow string array or chunked array."""
-    n = len(ids)
-    none = np.zeros(0, np.int64), np.zeros(0, np.int64)
-    if n < 2:
-        return none
-    if hashes is not None and len(hashes) == n:
-        order = np.argsort(hashes, kind="stable")
-        sh = hashes[order]
-        same = sh[1:] == sh[:-1]
-        del sh
-        if not same.any():
-            return none
-        starts = np.flatnonzero(np.concatenate([[True], ~same]))  # run starts in sorted order
-        ends = np.concatenate([starts[1:], [n]])
-        dups, firsts = [], []
-        for a, z in zip(starts[ends - starts > 1].tolist(), ends[ends - starts > 1].tolist()):
-            first_of: dict[tuple[int, str], int] = {}
-            for p in order[a:z].tolist():  # input order within the run (stable sort)
-                key = (int(id_kind[p]), ids[p].as_py())
-                f = first_of.setdefault(key, p)
-                if f != p:
-                    dups.append(p)
-                    firsts.append(f)
-        if not dups:
-            return none
-        d, f = np.asarray(dups, np.int64), np.asarray(firsts, np.int64)
-        by = np.argsort(d, kind="stable")
-        return d[by], f[by]
-    if isinstance(ids, pa.ChunkedArray):
-        ids = ids.combine_chunks()
-    order = pc.sort_indices(pa.table({"id": ids, "k": pa.array(id_kind, pa.int8())}),
-                            sort_keys=[("id", "ascending"), ("k", "ascending")])
-    sorted_ids = ids.take(order)
-    k = id_kind[order.to_numpy()]
-    same = pc.equal(sorted_ids.slice(1), sorted_ids.slice(0, n - 1)).to_numpy(zero_copy_only=False)
-    same &= k[1:] == k[:-1]
-    del sorted_ids, k
-    if not same.any():
-        return none
-    pos = order.to_numpy().astype(np.int64)
-    run_start = np.maximum.accumulate(np.where(np.concatenate([[False], same]), 0, np.arange(n)))
-    dup_sorted = np.flatnonzero(np.concatenate([[False], same]))
-    dups, firsts = pos[dup_sorted], pos[run_start[dup_sorted]]
-    by_pos = np.argsort(dups, kind="stable")
-    return dups[by_pos], firsts[by_pos]
-
-
-#: Per-sample array fields of :class:`MeasureResult` and their manifest dtypes.
-_COLUMNS = {"num_tokens": np.int32, "media_tokens": np.int32, "num_media": np.int16, "kind": np.int8,
-            "media_bytes": np.int64, "line": np.int64, "offset": np.int64, "rec_offset": np.int64,
-            "rec_len": np.int64}
-
-
-def build_manifest(cfg: PackConfig, results: list[MeasureResult],
-                   store: Path | None = None) -> tuple[pa.Table, list[Rejection]]:
-    """Concatenate the task results into the manifest (valid, unique samples in input order)
-    and the list of rejections, duplicates included. Ids are compared as ``(id_kind, id)``
-    (:data:`vlmpack.records.ID_KINDS`) by :func:`duplicate_positions`; the first occurrence in
-    input order is kept.
-
-    Flat in memory: every column is allocated once at its final size and filled task by task
-    (the ids: one Arrow chunk per task); a result whose arrays were released on the driver
-    (:meth:`MeasureResult.release`, done by :func:`count_stage`) is read back from its saved file
-    in ``store``, one task at a time, so the per-task results and the manifest are never both
-    held. Raises ``ValueError`` when a released result cannot be read back."""
-    counts = [r.num_samples if r.released else len(r.ids) for r in results]
-    total = int(sum(counts))
-    cols = {k: np.empty(total, dt) for k, dt in _COLUMNS.items()}
-    cols["id_kind"] = np.empty(total, np.int8)
-    cols["label_tokens"] = np.empty(total, np.int32)
-    hashes: np.ndarray | None = np.empty(total, np.uint64)
-    chunks, rejections, pos = [], [], 0
-    for r, n in zip(results, counts):
-        full = r
-        if r.released:
-            full = read_pickle(result_path(store, r.index)) if store is not None else None
-            if not isinstance(full, MeasureResult) or len(full.rec_len) != n:
-                raise ValueError(f"the counts of task {r.index} cannot be read back from {store}")
-        for k in _COLUMNS:
-            cols[k][pos:pos + n] = getattr(full, k)
-        kinds, labels = getattr(full, "id_kind", ()), getattr(full, "label_tokens", ())
-        cols["id_kind"][pos:pos + n] = kinds if len(kinds) == n else 0
-        cols["label_tokens"][pos:pos + n] = labels if len(labels) == n else -1  # -1: counted by an older vlmpack
-        h = getattr(full, "id_hash", None)
-        if hashes is not None and h is not None and len(h) == n:
-            hashes[pos:pos + n] = h
-        else:
-            hashes = None  # counted by an older vlmpack: duplicates by sorting the ids themselves
-        chunks.append(full.ids_array())
-        rejections.extend(full.rejections)
-        pos += n
-        if full is not r:
-            del full
-        else:
-            r.release()
-    ids = pa.chunked_array(chunks, pa.string())
-    del chunks
-    cols["file_idx"] = np.repeat(np.array([r.file_idx for r in results], np.int32), counts)
-    cols["part"] = np.repeat(np.array([r.index for r in results], np.int32), counts)
-    id_kind, file_idx = cols["id_kind"], cols["file_idx"]
-    dups, firsts = duplicate_positions(ids, id_kind, hashes)
-    del hashes
-    for i, f in zip(dups.tolist(), firsts.tolist()):
-        sid, k = ids[i].as_py(), int(id_kind[i])
-        loc = locator(cfg, file_idx[i], int(cols["line"][i]), int(cols["offset"][i]))
-        first = str(locator(cfg, file_idx[f], int(cols["line"][f]), 0))
-        rejections.append(Rejection(loc, "duplicate_id", f"{ID_KINDS[k]} id {sid!r} first seen at {first}", sid))
-    if len(dups):
-        keep = np.ones(total, dtype=bool)
-        keep[dups] = False
-        ids = ids.filter(pa.array(keep))
-        cols = {k: v[keep] for k, v in cols.items()}
-    order = ("id_kind", "num_tokens", "media_tokens", "label_tokens", "num_media", "kind", "media_bytes",
-             "file_idx", "line", "offset", "part", "rec_offset", "rec_len")
-    return pa.table({"id": ids, **{k: cols[k] for k in order}}), rejections
-
-
-def manifest_digest(manifest: pa.Table) -> str:
-    """sha256 (hex) of the manifest's content: with the plan options, the key of the plan
-    (:func:`vlmpack.pack.stages.plan_key`), so a resume whose counts changed (media edited since)
-    plans and writes again."""
-    h = hashlib.sha256()
-    for name in manifest.column_names:
-        col = manifest.column(name)
-        if pa.types.is_string(col.type):  # lengths + UTF-8 bytes, read from the Arrow buffers
-            arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-            offsets = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset:arr.offset + len(arr) + 1]
-            h.update(np.diff(offsets).astype(np.int64).tobytes())
-            if len(arr):
-                h.update(memoryview(arr.buffers()[2])[offsets[0]:offsets[-1]])
-        else:
-            h.update(np.ascontiguousarray(col.to_numpy()).tobytes())
-        h.update(name.encode())
-    return h.hexdigest()
-
-
-def locator(cfg: PackConfig, file_idx: int, number: int, offset: int) -> Locator:
-    """The locator of a manifest row (its file's format decides what ``number`` counts)."""
-    path = cfg.input[file_idx]
-    return Locator(path, number, offset, None, _unit(path, cfg.input_format))
-
-
-@functools.lru_cache(maxsize=1024)
-def _unit(path: str, input_format: str) -> str:
-    return get_source(resolve_format(path, input_format)).unit
 
 
 def read_stats(results: list[MeasureResult]) -> ReadStats:

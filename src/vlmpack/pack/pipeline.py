@@ -41,7 +41,8 @@ from vlmpack.errors import OverlongError, RunFailedError
 from vlmpack.pack import stages
 from vlmpack.pack.count import MeasureResult
 from vlmpack.pack.executors import guarded_executor, run_tasks
-from vlmpack.pack.measure import build_manifest, count_stage, locator, manifest_digest, media_digest, read_stats
+from vlmpack.pack.manifest import build_manifest, locator, manifest_digest
+from vlmpack.pack.measure import count_stage, media_digest, read_stats
 from vlmpack.pack.nodes import InputRange, check_node_output, model_fingerprint, node_ranges, node_record, shard_prefix
 from vlmpack.pack.report import build_report, write_report_html
 from vlmpack.pack.rundir import (

@@ -95,7 +95,7 @@ def count_key(cfg: PackConfig, payload: dict) -> str:
 
 
 def plan_key(cfg: PackConfig, manifest_digest: str) -> str:
-    """sha256 (hex) of the manifest digest (:func:`vlmpack.pack.measure.manifest_digest`) and
+    """sha256 (hex) of the manifest digest (:func:`vlmpack.pack.manifest.manifest_digest`) and
     :data:`PLAN_OPTIONS`: the key of ``plan.npz``."""
     return _digest({"manifest": manifest_digest, "options": {k: getattr(cfg, k) for k in PLAN_OPTIONS}})
 
