@@ -424,3 +424,23 @@ def test_pretokenized_video_packs_equal_the_collated_ids(outputs, dirs, jsonl, r
         batch = collator(raw)  # the collator takes the pretokenized ids as they are
         assert np.array_equal(batch["input_ids"][0].numpy(), ids)
     assert n_video == len(VIDEOS) + 3
+
+
+# ----------------------------------------------------------------------------- online packing counts videos
+@pytest.mark.parametrize("name", ["qwen2_5_vl", "qwen3_vl"])
+def test_online_measure_counts_video_samples_like_pack(outputs, dirs, name):
+    """``vlmpack.train.online.measure_item`` (the online packer's count) of every packed sample,
+    rebuilt from the shard's messages and raw media, equals the ``num_tokens`` ``vlmpack pack``
+    recorded: videos by their container header, images by their size, in order of appearance."""
+    from vlmpack.train.encode import read_pack
+    from vlmpack.train.online import measure_item
+    from vlmpack.train.testing import read_packs
+
+    fam = load_model(str(dirs[name]))
+    n_video = 0
+    for raw in read_packs(outputs[(name, False)]):
+        pack = read_pack(raw)
+        for item in pack.items:
+            assert measure_item(fam, item) == item.recorded_tokens, (name, item.id)
+            n_video += bool(item.videos)
+    assert n_video == len(VIDEOS) + 3

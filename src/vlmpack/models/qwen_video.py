@@ -186,6 +186,15 @@ def _probe(src, label: str):
         raise MediaDecodeError(f"{label}: {e}") from None
 
 
+def video_header(item) -> tuple[MediaSize, object]:
+    """``(MediaSize of the container header, a re-readable source)`` of one video item (raw bytes,
+    a path, a file object or an Energon ``AVDecoder``; or ``(source, label)``): what the counter
+    reads (:func:`vlmpack.media.video.probe_video`). Raises :class:`MediaDecodeError`."""
+    src, label = _source_and_label(item)
+    head, src = _probe(src, label)
+    return MediaSize("video", head.width, head.height, head.duration_s, head.fps, head.frames), src
+
+
 def decode_sampled(src, idx, head, label: str) -> torch.Tensor:
     """uint8 ``[F, 3, H, W]``: the frames ``idx`` of a video decoded with PyAV
     (:func:`vlmpack.media.frames.decode_frames`, transformers' ``read_video_pyav``) and permuted as

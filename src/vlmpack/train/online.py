@@ -26,13 +26,31 @@ log = logging.getLogger(__name__)
 
 def measure_item(family, item: PackItem) -> int:
     """Exact tokens of one sample by the family's rule (``num_tokens`` of its ``token_ids`` and
-    ``media_tokens``), the same calls as :func:`vlmpack.pack.count.count_samples`; sizes are those
-    of the EXIF-oriented images. Raises :class:`vlmpack.models.MediaRuleError` for a size the
-    processor refuses."""
+    ``media_tokens`` in order of appearance), the same calls as
+    :func:`vlmpack.pack.count.count_samples`: images by the size of the EXIF-oriented image, videos
+    by their container header (:func:`vlmpack.models.qwen_video.video_header`; the item keeps a
+    re-readable source for the collator). Raises :class:`vlmpack.models.MediaRuleError` for media
+    the processor refuses, :class:`vlmpack.errors.MediaDecodeError` for an unreadable video."""
+    from vlmpack.models.qwen_video import video_header
+
     ids = family.token_ids([item.messages], [item.special_tokens])[0]
-    n = len(item.images)
-    return family.num_tokens(ids, [family.media_tokens(MediaSize("image", im.width, im.height), sample_images=n)
-                                   for im in item.images])
+    n_img = len(item.images)
+    images = iter(item.images)
+    tokens, vi = [], 0
+    for kind in item.kinds or ["image"] * n_img:
+        if kind == "video":
+            media, src = video_header(item.videos[vi])
+            item.videos[vi] = (src, _label(item.videos[vi]))
+            vi += 1
+            tokens.append(family.media_tokens(media))
+        else:
+            im = next(images)
+            tokens.append(family.media_tokens(MediaSize("image", im.width, im.height), sample_images=n_img))
+    return family.num_tokens(ids, tokens)
+
+
+def _label(video) -> str:
+    return video[1] if isinstance(video, tuple) and len(video) == 2 and isinstance(video[1], str) else "video"
 
 
 def make_streaming_packer(capacity: int, buffer_size: int):
