@@ -18,6 +18,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
+from vlmpack.errors import ConfigError
 from vlmpack.models.base import MediaSize
 from vlmpack.train.encode import PackItem, _item_from_unpacked
 
@@ -30,14 +31,21 @@ def measure_item(family, item: PackItem) -> int:
     :func:`vlmpack.pack.count.count_samples`: images by the size of the EXIF-oriented image, videos
     by their container header (:func:`vlmpack.models.qwen_video.video_header`; the item keeps a
     re-readable source for the collator). Raises :class:`vlmpack.models.MediaRuleError` for media
-    the processor refuses, :class:`vlmpack.errors.MediaDecodeError` for an unreadable video."""
+    the processor refuses, :class:`vlmpack.errors.MediaDecodeError` for an unreadable video,
+    :class:`vlmpack.errors.ConfigError` when the item's media do not match its image/video parts
+    (e.g. a video sample given without its video)."""
     from vlmpack.models.qwen_video import video_header
 
+    kinds = item.kinds or [p["type"] for m in item.messages for p in m["content"]
+                           if p.get("type") in ("image", "video")]
+    if kinds.count("video") != len(item.videos) or kinds.count("image") != len(item.images):
+        raise ConfigError(f"sample {item.id!r}: {kinds.count('image')} image and {kinds.count('video')} video parts "
+                          f"for {len(item.images)} images and {len(item.videos)} videos given")
     ids = family.token_ids([item.messages], [item.special_tokens])[0]
     n_img = len(item.images)
     images = iter(item.images)
     tokens, vi = [], 0
-    for kind in item.kinds or ["image"] * n_img:
+    for kind in kinds:
         if kind == "video":
             media, src = video_header(item.videos[vi])
             item.videos[vi] = (src, _label(item.videos[vi]))
