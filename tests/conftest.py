@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -68,6 +70,24 @@ def qwen3_vl_dir() -> Path:
 
     with cache_lock():
         return build_qwen3_vl_model_dir(CACHE / "qwen3_vl")
+
+
+@pytest.fixture(scope="session")
+def video_corpus(real_data) -> list[Path]:
+    """The real video corpus (tools/demo_data/video_corpus.py: the demo set's videos + clips encoded
+    from demo images), built once under the test cache; sorted paths."""
+    from demo_data.video_corpus import build_video_corpus
+
+    with cache_lock():  # built once, whatever the xdist workers
+        return build_video_corpus(CACHE / "video_corpus", real_data)
+
+
+def with_video_config(src: Path, dest: Path, cfg: dict) -> Path:
+    """``dest`` = a copy of model directory ``src`` whose ``video_preprocessor_config.json`` is ``cfg``."""
+    for f in Path(src).iterdir():
+        shutil.copy(f, dest / f.name)
+    (dest / "video_preprocessor_config.json").write_text(json.dumps(cfg))
+    return dest
 
 
 @pytest.fixture(scope="session")

@@ -33,7 +33,7 @@ from vlmpack.config import load_config
 from vlmpack.models import load_model
 from vlmpack.pack.pipeline import run_pack
 from vlmpack.train import PackCollator, model_inputs
-from vlmpack.train.testing import demo_packs, read_packs
+from vlmpack.train.testing import demo_packs, plain_causal_inputs, read_packs
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -240,9 +240,7 @@ def test_negative_control_plain_causal_mask_differs(image_packs, ivl_models, ivl
     model = ivl_models["sdpa"]
     batch = PackCollator(internvl_dir, attn_implementation="sdpa")(image_packs[0])
     alone = _alone(ivl_alone, model, batch, load_model(str(internvl_dir)))
-    t = batch["input_ids"].shape[1]
-    kw = model_inputs(batch, "sdpa")
-    kw["attention_mask"] = torch.ones(t, t, dtype=torch.bool).tril()[None, None]
+    kw = plain_causal_inputs(batch, "sdpa")
     with torch.no_grad():
         logits = model(**kw).logits[0]
     cu = batch["cu_seqlens"].tolist()

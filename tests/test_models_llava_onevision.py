@@ -40,7 +40,7 @@ from vlmpack.config import load_config
 from vlmpack.models import MediaSize, load_model
 from vlmpack.pack.pipeline import run_pack
 from vlmpack.train import PackCollator, model_inputs
-from vlmpack.train.testing import demo_packs, read_packs
+from vlmpack.train.testing import demo_packs, plain_causal_inputs, read_packs
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -298,9 +298,7 @@ def test_negative_control_plain_causal_mask_differs(image_packs, lov_models, lov
     model = lov_models["sdpa"]
     batch = PackCollator(llava_ov_dir, attn_implementation="sdpa")(image_packs[0])
     alone = _alone(lov_alone, model, image_packs[0])
-    t = batch["input_ids"].shape[1]
-    kw = model_inputs(batch, "sdpa")
-    kw["attention_mask"] = torch.ones(t, t, dtype=torch.bool).tril()[None, None]
+    kw = plain_causal_inputs(batch, "sdpa")
     h = _hidden(model, **kw)
     cu = batch["cu_seqlens"].tolist()
     assert _logit_diff(model, h[:cu[1]], alone[0][1]) < ATOL

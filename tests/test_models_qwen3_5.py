@@ -29,7 +29,7 @@ import torch
 from vlmpack.errors import ConfigError
 from vlmpack.models import load_model
 from vlmpack.train import PackCollator, model_inputs
-from vlmpack.train.testing import demo_packs, read_packs, tiny_qwen3_5
+from vlmpack.train.testing import demo_packs, plain_causal_inputs, read_packs, tiny_qwen3_5
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -119,9 +119,7 @@ def test_packed_equals_alone_full_attention(image_packs, qwen3_5_dir, attn, dens
         assert max(diffs) < ATOL, diffs
         # negative control: a plain causal mask over the row lets later samples see earlier ones
         if dense and attn == "sdpa":
-            kw = model_inputs(batch, attn)
-            t = batch["input_ids"].shape[1]
-            kw["attention_mask"] = torch.ones(t, t, dtype=torch.bool).tril()[None, None]
+            kw = plain_causal_inputs(batch, attn)
             with torch.no_grad():
                 leaky = _diffs(model(**kw).logits[0], _alone(model, batch), batch)
             assert leaky[0] < ATOL and min(leaky[1:]) > 1e-3, leaky

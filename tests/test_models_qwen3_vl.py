@@ -30,7 +30,7 @@ from vlmpack.config import load_config
 from vlmpack.models import load_model
 from vlmpack.pack.pipeline import run_pack
 from vlmpack.train import PackCollator, model_inputs
-from vlmpack.train.testing import demo_packs, read_packs, tiny_qwen3_vl
+from vlmpack.train.testing import demo_packs, plain_causal_inputs, read_packs, tiny_qwen3_vl
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -197,9 +197,7 @@ def test_negative_control_plain_causal_mask_differs(image_packs, q3_models, q3_a
     model = q3_models[(False, "sdpa")]
     batch = PackCollator(qwen3_vl_dir, position_layout=3, attn_implementation="sdpa")(image_packs[0])
     alone = _alone(q3_alone, model, batch, False)
-    t = batch["input_ids"].shape[1]
-    kw = model_inputs(batch, "sdpa")
-    kw["attention_mask"] = torch.ones(t, t, dtype=torch.bool).tril()[None, None]
+    kw = plain_causal_inputs(batch, "sdpa")
     with torch.no_grad():
         logits = model(**kw).logits[0]
     cu = batch["cu_seqlens"].tolist()

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from vlmpack.train import PackCollator, model_inputs
-from vlmpack.train.testing import demo_packs, read_packs, tiny_qwen2, tiny_qwen2_5_vl
+from vlmpack.train.testing import demo_packs, plain_causal_inputs, read_packs, tiny_qwen2, tiny_qwen2_5_vl
 
 ATOL = 1e-4
 SEQ_LEN = 512
@@ -144,9 +144,7 @@ def test_negative_control_detects_contamination(packs, models, model_dir, alone_
     collator = PackCollator(model_dir, mrope=(kind == "image"), position_layout=3, attn_implementation="sdpa")
     batch = collator(packs[kind][0])
     alone = _alone(alone_cache, model, batch, kind)
-    t = batch["input_ids"].shape[1]
-    kw = model_inputs(batch, "sdpa")
-    kw["attention_mask"] = torch.ones(t, t, dtype=torch.bool).tril()[None, None]
+    kw = plain_causal_inputs(batch, "sdpa")
     with torch.no_grad():
         logits = model(**kw).logits[0]
     cu = batch["cu_seqlens"].tolist()

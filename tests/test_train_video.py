@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +38,7 @@ import torch
 
 pytest.importorskip("av")
 
-from conftest import CACHE, cache_lock  # noqa: E402
+from conftest import with_video_config  # noqa: E402
 
 from vlmpack.config import load_config  # noqa: E402
 from vlmpack.energon.load import iter_energon_packs  # noqa: E402
@@ -47,7 +46,7 @@ from vlmpack.media.video import probe_video  # noqa: E402
 from vlmpack.models import load_model  # noqa: E402
 from vlmpack.pack.pipeline import run_pack  # noqa: E402
 from vlmpack.train import PackCollator, model_inputs  # noqa: E402
-from vlmpack.train.testing import tiny_qwen2_5_vl, tiny_qwen3_vl  # noqa: E402
+from vlmpack.train.testing import plain_causal_inputs, tiny_qwen2_5_vl, tiny_qwen3_vl  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -59,32 +58,21 @@ VIDEOS = ["demo_carphone_distorted.mp4", "h264_long.mkv", "vp8_vfr.webm", "mpeg4
 
 # ----------------------------------------------------------------------------- data and model dirs
 @pytest.fixture(scope="module")
-def corpus(real_data) -> dict[str, Path]:
-    from demo_data.video_corpus import build_video_corpus
-
-    with cache_lock():
-        files = build_video_corpus(CACHE / "video_corpus", real_data)
-    return {f.name: f for f in files}
-
-
-def _with_video_config(src: Path, dest: Path, cfg: dict) -> Path:
-    for f in Path(src).iterdir():
-        shutil.copy(f, dest / f.name)
-    (dest / "video_preprocessor_config.json").write_text(json.dumps(cfg))
-    return dest
+def corpus(video_corpus) -> dict[str, Path]:
+    return {f.name: f for f in video_corpus}
 
 
 @pytest.fixture(scope="module")
 def dirs(model_dir, qwen3_vl_dir, tmp_path_factory) -> dict[str, Path]:
     """Qwen2.5-VL: ``Qwen2VLVideoProcessor`` sampling 1 fps, 8..48 merged patches a frame;
     Qwen3-VL: ``Qwen3VLVideoProcessor`` at 1 fps, 8..64 32x32 patches for all frames together."""
-    q25 = _with_video_config(model_dir, tmp_path_factory.mktemp("q25v"), {
+    q25 = with_video_config(model_dir, tmp_path_factory.mktemp("q25v"), {
         "do_sample_frames": True, "fps": 1, "min_frames": 4, "max_frames": 768, "cap_pixels_per_frame": True,
         "size": {"shortest_edge": 8 * 28 * 28, "longest_edge": 48 * 28 * 28}, "patch_size": 14,
         "temporal_patch_size": 2, "merge_size": 2, "video_processor_type": "Qwen2VLVideoProcessor"})
     q3cfg = json.loads((Path(qwen3_vl_dir) / "video_preprocessor_config.json").read_text())
     q3cfg.update({"fps": 1, "size": {"shortest_edge": 8 * 32 * 32, "longest_edge": 64 * 32 * 32}})
-    q3 = _with_video_config(qwen3_vl_dir, tmp_path_factory.mktemp("q3v"), q3cfg)
+    q3 = with_video_config(qwen3_vl_dir, tmp_path_factory.mktemp("q3v"), q3cfg)
     return {"qwen2_5_vl": q25, "qwen3_vl": q3}
 
 
@@ -382,9 +370,7 @@ def test_negative_control_plain_causal_mask_differs(outputs, dirs, tiny, name):
     pack = _video_packs(outputs, name)[0]
     batch = PackCollator(dirs[name], attn_implementation="sdpa")(pack)
     alone = _alone(model, fam, batch, pack)
-    t = batch["input_ids"].shape[1]
-    kw = model_inputs(batch, "sdpa")
-    kw["attention_mask"] = torch.ones(t, t, dtype=torch.bool).tril()[None, None]
+    kw = plain_causal_inputs(batch, "sdpa")
     with torch.no_grad():
         logits = model(**kw).logits[0]
     cu = batch["cu_seqlens"].tolist()

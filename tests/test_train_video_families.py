@@ -42,7 +42,6 @@ import importlib.util
 import io
 import json
 import re
-import shutil
 import sys
 import types
 from pathlib import Path
@@ -53,7 +52,7 @@ import torch
 
 pytest.importorskip("av")
 
-from conftest import CACHE, cache_lock  # noqa: E402
+from conftest import with_video_config  # noqa: E402
 from test_models_internvl import _processor as internvl_processor  # noqa: E402
 from test_models_internvl import tiny_internvl  # noqa: E402
 from test_models_llava_onevision import _hidden, tiny_llava_onevision  # noqa: E402
@@ -68,6 +67,7 @@ from vlmpack.models import load_model  # noqa: E402
 from vlmpack.models.base import MediaSize  # noqa: E402
 from vlmpack.pack.pipeline import run_pack  # noqa: E402
 from vlmpack.train import PackCollator, model_inputs  # noqa: E402
+from vlmpack.train.testing import plain_causal_inputs  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -80,29 +80,18 @@ IMAGENET = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
 
 # ----------------------------------------------------------------------------- data and model dirs
 @pytest.fixture(scope="module")
-def corpus(real_data) -> dict[str, Path]:
-    from demo_data.video_corpus import build_video_corpus
-
-    with cache_lock():
-        files = build_video_corpus(CACHE / "video_corpus", real_data)
-    return {f.name: f for f in files}
-
-
-def _with_video_config(src: Path, dest: Path, cfg: dict) -> Path:
-    for f in Path(src).iterdir():
-        shutil.copy(f, dest / f.name)
-    (dest / "video_preprocessor_config.json").write_text(json.dumps(cfg))
-    return dest
+def corpus(video_corpus) -> dict[str, Path]:
+    return {f.name: f for f in video_corpus}
 
 
 @pytest.fixture(scope="module")
 def dirs(internvl_dir, llava_ov_dir, tmp_path_factory) -> dict[str, Path]:
-    ivl = _with_video_config(internvl_dir, tmp_path_factory.mktemp("ivl4"), {
+    ivl = with_video_config(internvl_dir, tmp_path_factory.mktemp("ivl4"), {
         "do_sample_frames": True, "num_frames": 4, "size": {"height": 448, "width": 448}, "resample": 3,
         "image_mean": IMAGENET[0], "image_std": IMAGENET[1], "video_processor_type": "InternVLVideoProcessor"})
-    lov = _with_video_config(llava_ov_dir, tmp_path_factory.mktemp("lov4"), {
+    lov = with_video_config(llava_ov_dir, tmp_path_factory.mktemp("lov4"), {
         "do_sample_frames": True, "num_frames": 4, "video_processor_type": "LlavaOnevisionVideoProcessor"})
-    lov_fps = _with_video_config(llava_ov_dir, tmp_path_factory.mktemp("lovfps"), {
+    lov_fps = with_video_config(llava_ov_dir, tmp_path_factory.mktemp("lovfps"), {
         "do_sample_frames": True, "fps": 1, "video_processor_type": "LlavaOnevisionVideoProcessor"})
     return {"internvl": ivl, "llava_onevision": lov, "llava_fps1": lov_fps}
 
@@ -395,9 +384,7 @@ def test_negative_control_plain_causal_mask_differs(packs, dirs, families, proce
     fam, model = families[name], tiny[(name, "sdpa")]
     pack = _video_packs(packs, name)[0]
     batch = PackCollator(dirs[name], attn_implementation="sdpa")(pack)
-    t = batch["input_ids"].shape[1]
-    kw = model_inputs(batch, "sdpa")
-    kw["attention_mask"] = torch.ones(t, t, dtype=torch.bool).tril()[None, None]
+    kw = plain_causal_inputs(batch, "sdpa")
     h = _hidden(model, **kw)
     cu = batch["cu_seqlens"].tolist()
     refs = [_alone_hidden(name, fam, processors[name], model, pack, s, alone_cache)[1] for s in pack.samples[:2]]

@@ -25,7 +25,6 @@ import ast
 import inspect
 import json
 import math
-import shutil
 import subprocess
 import sys
 from fractions import Fraction
@@ -37,7 +36,7 @@ import pytest
 
 av = pytest.importorskip("av")
 
-from conftest import CACHE, cache_lock  # noqa: E402
+from conftest import CACHE, with_video_config  # noqa: E402
 
 from vlmpack.media.probe import MediaError, probe_bytes, probe_media  # noqa: E402
 from vlmpack.media.video import probe_video  # noqa: E402
@@ -47,11 +46,8 @@ from vlmpack.models.base import MediaRuleError, MediaSize  # noqa: E402
 
 # ----------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
-def corpus(real_data) -> list[Path]:
-    from demo_data.video_corpus import build_video_corpus
-
-    with cache_lock():  # built once into the test cache, whatever the xdist workers
-        files = build_video_corpus(CACHE / "video_corpus", real_data)
+def corpus(video_corpus) -> list[Path]:
+    files = video_corpus
     assert len(files) >= 15
     assert {f.suffix for f in files} >= {".mp4", ".webm", ".mkv", ".mov", ".avi"}
     return files
@@ -62,16 +58,13 @@ def qwen2_sampling_dir(model_dir, tmp_path_factory) -> Path:
     """A Qwen2-VL directory (``model_type`` qwen2_vl) whose video processor samples at 2 fps with
     the per-frame pixel cap (qwen-vl-utils' behaviour), beside the demo's Qwen2.5-VL directory,
     whose processor keeps every frame (its config has no video settings)."""
-    d = tmp_path_factory.mktemp("qwen2_vl_video")
-    for f in Path(model_dir).iterdir():
-        shutil.copy(f, d / f.name)
+    d = with_video_config(model_dir, tmp_path_factory.mktemp("qwen2_vl_video"), {
+        "do_sample_frames": True, "fps": 2, "min_frames": 4, "max_frames": 768, "cap_pixels_per_frame": True,
+        "size": {"shortest_edge": 128 * 28 * 28, "longest_edge": 768 * 28 * 28}, "patch_size": 14,
+        "temporal_patch_size": 2, "merge_size": 2, "video_processor_type": "Qwen2VLVideoProcessor"})
     cfg = json.loads((d / "config.json").read_text())
     cfg["model_type"] = "qwen2_vl"
     (d / "config.json").write_text(json.dumps(cfg))
-    (d / "video_preprocessor_config.json").write_text(json.dumps({
-        "do_sample_frames": True, "fps": 2, "min_frames": 4, "max_frames": 768, "cap_pixels_per_frame": True,
-        "size": {"shortest_edge": 128 * 28 * 28, "longest_edge": 768 * 28 * 28}, "patch_size": 14,
-        "temporal_patch_size": 2, "merge_size": 2, "video_processor_type": "Qwen2VLVideoProcessor"}))
     return d
 
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -52,7 +51,7 @@ import pytest
 av = pytest.importorskip("av")
 torch = pytest.importorskip("torch")
 
-from conftest import CACHE, cache_lock  # noqa: E402
+from conftest import with_video_config  # noqa: E402
 from test_models_internvl import _processor as internvl_processor  # noqa: E402
 from test_models_llava_onevision import _processor as llava_processor  # noqa: E402
 
@@ -78,11 +77,8 @@ SETTINGS = {
 
 # ----------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
-def corpus(real_data) -> list[Path]:
-    from demo_data.video_corpus import build_video_corpus
-
-    with cache_lock():
-        files = build_video_corpus(CACHE / "video_corpus", real_data)
+def corpus(video_corpus) -> list[Path]:
+    files = video_corpus
     assert len(files) == 21 and sum(f.name.startswith("demo_") for f in files) == 4
     return files
 
@@ -95,17 +91,14 @@ def dirs(internvl_dir, llava_ov_dir, tmp_path_factory) -> dict[str, Path]:
         if cfg is None:
             out[name] = base[fam]
             continue
-        d = tmp_path_factory.mktemp(name)
-        for f in base[fam].iterdir():
-            shutil.copy(f, d / f.name)
         kind = "InternVLVideoProcessor" if fam == "internvl" else "LlavaOnevisionVideoProcessor"
         cfg = {**cfg, "video_processor_type": kind}
+        # nested: the settings in processor_config.json, a conflicting file beside it (file order)
+        d = with_video_config(base[fam], tmp_path_factory.mktemp(name),
+                              {**cfg, "fps": None, "num_frames": 2} if nested else cfg)
         if nested:
             proc = json.loads((d / "processor_config.json").read_text())
             (d / "processor_config.json").write_text(json.dumps({**proc, "video_processor": cfg}))
-            (d / "video_preprocessor_config.json").write_text(json.dumps({**cfg, "fps": None, "num_frames": 2}))
-        else:
-            (d / "video_preprocessor_config.json").write_text(json.dumps(cfg))
         out[name] = d
     return out
 

@@ -119,6 +119,21 @@ def tiny_qwen3_5(model_dir: str | Path, *, attn_implementation: str = "sdpa", se
     return Qwen3_5ForConditionalGeneration(cfg).float().eval()
 
 
+def plain_causal_inputs(batch: dict, attn_implementation: str = "sdpa") -> dict:
+    """The negative control of the packed == alone tests: :func:`vlmpack.train.model_inputs` of
+    ``batch`` (same per-sample positions and media) with a plain causal bool mask
+    ``[1, 1, T, T]`` over the whole row instead of the block-causal one, so every sample after the
+    first attends to the samples before it."""
+    import torch
+
+    from vlmpack.train.collate import model_inputs
+
+    t = batch["input_ids"].shape[1]
+    kw = model_inputs(batch, attn_implementation)
+    kw["attention_mask"] = torch.ones(t, t, dtype=torch.bool).tril()[None, None]
+    return kw
+
+
 def demo_packs(real_data: str | Path, model_dir: str | Path, *, seq_len: int = 1024, n_lines: int = 300,
                group_by_kind: bool = True, out: str | Path | None = None, **kw) -> Path:
     """Run ``vlmpack pack`` on the first ``n_lines`` records of ``real_data/real_sft.jsonl``.
