@@ -186,13 +186,14 @@ def _probe(src, label: str):
         raise MediaDecodeError(f"{label}: {e}") from None
 
 
-def video_header(item) -> tuple[MediaSize, object]:
-    """``(MediaSize of the container header, a re-readable source)`` of one video item (raw bytes,
-    a path, a file object or an Energon ``AVDecoder``; or ``(source, label)``): what the counter
-    reads (:func:`vlmpack.media.video.probe_video`). Raises :class:`MediaDecodeError`."""
+def video_header(item) -> tuple[MediaSize, tuple[object, str]]:
+    """``(MediaSize of the container header, (a re-readable source, label))`` of one video item (raw
+    bytes, a path, a file object or an Energon ``AVDecoder``; or ``(source, label)``): what the
+    counter reads (:func:`vlmpack.media.video.probe_video`); the returned item replaces a consumed
+    file object. Raises :class:`MediaDecodeError`."""
     src, label = _source_and_label(item)
     head, src = _probe(src, label)
-    return MediaSize("video", head.width, head.height, head.duration_s, head.fps, head.frames), src
+    return MediaSize("video", head.width, head.height, head.duration_s, head.fps, head.frames), (src, label)
 
 
 def decode_sampled(src, idx, head, label: str) -> torch.Tensor:

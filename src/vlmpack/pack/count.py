@@ -75,7 +75,7 @@ class MeasureResult:
 
     index: int
     file_idx: int
-    ids: Any  # pyarrow.StringArray (a list[str] in results of vlmpack before 0.x: see ids_array)
+    ids: Any  # pyarrow.StringArray (a list[str] in results saved by an older vlmpack: see ids_array)
     num_tokens: np.ndarray
     media_tokens: np.ndarray
     num_media: np.ndarray

@@ -47,8 +47,7 @@ def measure_item(family, item: PackItem) -> int:
     tokens, vi = [], 0
     for kind in kinds:
         if kind == "video":
-            media, src = video_header(item.videos[vi])
-            item.videos[vi] = (src, _label(item.videos[vi]))
+            media, item.videos[vi] = video_header(item.videos[vi])
             vi += 1
             tokens.append(family.media_tokens(media))
         else:
@@ -56,9 +55,6 @@ def measure_item(family, item: PackItem) -> int:
             tokens.append(family.media_tokens(MediaSize("image", im.width, im.height), sample_images=n_img))
     return family.num_tokens(ids, tokens)
 
-
-def _label(video) -> str:
-    return video[1] if isinstance(video, tuple) and len(video) == 2 and isinstance(video[1], str) else "video"
 
 
 def make_streaming_packer(capacity: int, buffer_size: int):
