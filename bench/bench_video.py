@@ -31,8 +31,9 @@ from demo_data import build_demo_data  # noqa: E402
 from demo_data.model_dirs import build_qwen2_5_vl_model_dir, build_qwen3_vl_model_dir  # noqa: E402
 from demo_data.video_corpus import build_video_corpus  # noqa: E402
 
+from vlmpack.errors import MediaRuleError
 from vlmpack.media.video import probe_video  # noqa: E402
-from vlmpack.models import MediaRuleError, MediaSize, load_model  # noqa: E402
+from vlmpack.models import MediaSize, load_model  # noqa: E402
 
 CACHE = Path.home() / ".cache" / "vlmpack" / "bench"
 

@@ -22,11 +22,12 @@ import torch
 
 pytest.importorskip("megatron.energon")
 
+from demo_data.packs import demo_packs  # noqa: E402
 from megatron.energon import WorkerConfig, get_savable_loader, get_train_dataset  # noqa: E402
 
 from vlmpack.energon.task_encoder import VlmpackOnlineTaskEncoder, VlmpackTaskEncoder  # noqa: E402
+from vlmpack.packfmt import read_packs
 from vlmpack.train import PackCollator  # noqa: E402
-from vlmpack.train.testing import demo_packs, read_packs  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 

@@ -30,8 +30,9 @@ from hypothesis import strategies as st
 
 from vlmpack.config import load_config
 from vlmpack.errors import ConfigError, InputError
+from vlmpack.fsio import printable_path
 from vlmpack.readers import iter_lines, read_range, sniff_input
-from vlmpack.readers.sniff import describe, printable_path
+from vlmpack.readers.sniff import describe
 from vlmpack.records import ReadStats
 
 NOT_JSONL = "not JSONL; vlmpack reads JSONL ("

@@ -34,9 +34,9 @@ import numpy as np
 import pytest
 from PIL import EpsImagePlugin, Image
 
-from vlmpack.errors import MediaDecodeError
+from vlmpack.errors import MediaDecodeError, MediaError
 from vlmpack.media.image import IMAGE_FORMATS, png_row_segments
-from vlmpack.media.probe import MediaError, clear_cache, probe_media
+from vlmpack.media.probe import clear_cache, probe_media
 from vlmpack.pack.validate import validate_sample
 from vlmpack.records import Locator, Media, Rejection, Sample
 from vlmpack.train.encode import open_image
@@ -382,7 +382,9 @@ def test_symlinks_leaving_the_media_root_are_rejected(real_data, tmp_path):
 def broken_pack(real_data, model_dir, tmp_path_factory):
     """A copy of a real ``vlmpack pack`` output where one image of a pack's non-first sample is
     overwritten in place (same size: the tar and its .idx stay valid) so that it cannot decode."""
-    from vlmpack.train.testing import demo_packs, read_packs
+    from demo_data.packs import demo_packs
+
+    from vlmpack.packfmt import read_packs
 
     src = demo_packs(real_data, model_dir, seq_len=2048, n_lines=60)
     out = tmp_path_factory.mktemp("broken") / "packs"
@@ -412,8 +414,8 @@ def broken_pack(real_data, model_dir, tmp_path_factory):
 
 
 def test_collator_names_pack_and_sample_of_an_undecodable_image(broken_pack, model_dir):
+    from vlmpack.packfmt import read_packs
     from vlmpack.train import PackCollator
-    from vlmpack.train.testing import read_packs
 
     out, key, sid, part = broken_pack
     pack = next(p for p in read_packs(out) if p["__key__"] == key)

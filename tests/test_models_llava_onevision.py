@@ -34,13 +34,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from demo_data.packs import demo_packs
 from PIL import Image
 
 from vlmpack.config import load_config
 from vlmpack.models import MediaSize, load_model
 from vlmpack.pack.pipeline import run_pack
+from vlmpack.packfmt import read_packs
 from vlmpack.train import PackCollator, model_inputs
-from vlmpack.train.testing import demo_packs, plain_causal_inputs, read_packs
+from vlmpack.train.testing import plain_causal_inputs
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -52,9 +54,7 @@ def _processor(model_dir: Path):
     constructor's class check of the (torchvision) video processor is skipped and no video
     processor is given; the processor config's values are passed as ``from_pretrained`` would."""
     from transformers import AutoTokenizer
-    from transformers.models.llava_onevision.image_processing_pil_llava_onevision import (
-        LlavaOnevisionImageProcessorPil,
-    )
+    from transformers.models.llava_onevision.image_processing_pil_llava_onevision import LlavaOnevisionImageProcessorPil
     from transformers.models.llava_onevision.processing_llava_onevision import LlavaOnevisionProcessor
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))

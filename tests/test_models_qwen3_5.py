@@ -25,11 +25,13 @@ import json
 
 import pytest
 import torch
+from demo_data.packs import demo_packs
 
 from vlmpack.errors import ConfigError
 from vlmpack.models import load_model
+from vlmpack.packfmt import read_packs
 from vlmpack.train import PackCollator, model_inputs
-from vlmpack.train.testing import demo_packs, plain_causal_inputs, read_packs, tiny_qwen3_5
+from vlmpack.train.testing import plain_causal_inputs, tiny_qwen3_5
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

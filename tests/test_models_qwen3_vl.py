@@ -24,13 +24,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from demo_data.packs import demo_packs
 from PIL import Image
 
 from vlmpack.config import load_config
 from vlmpack.models import load_model
 from vlmpack.pack.pipeline import run_pack
+from vlmpack.packfmt import read_packs
 from vlmpack.train import PackCollator, model_inputs
-from vlmpack.train.testing import demo_packs, plain_causal_inputs, read_packs, tiny_qwen3_vl
+from vlmpack.train.testing import plain_causal_inputs, tiny_qwen3_vl
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from vlmpack.errors import ConfigError
 from vlmpack.packing import ALGORITHMS, PackPlan, _bfd, _fast, lower_bound_l1, lower_bound_l2, plan_packs
-from vlmpack.packing.algorithms import _bfd_capped
+from vlmpack.packing._bfd import bfd_capped
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -183,7 +183,7 @@ def test_capped_bfd_spreads_small_samples(max_n: int) -> None:
     plan.validate(x, max_samples_per_pack=max_n)
     assert plan.samples_per_pack().max() <= max_n
     _, plain, items = _plain_bfd(x, 4096, max_n)
-    spread = _bfd_capped(x, items, 4096, np.int64(max_n), x.shape[0])[1]
+    spread = bfd_capped(x, items, 4096, np.int64(max_n), x.shape[0])[1]
     uncapped = plan_packs(x, 4096).num_packs
     assert plan.num_packs <= min(plain, spread)
     assert plan.num_packs <= uncapped * 1.002

@@ -12,11 +12,12 @@ import io
 import numpy as np
 import pytest
 import torch
+from demo_data.packs import demo_packs
 
 from vlmpack.errors import PackMismatchError
 from vlmpack.models import load_model
+from vlmpack.packfmt import read_packs
 from vlmpack.train import PackCollator
-from vlmpack.train.testing import demo_packs, read_packs
 
 
 @pytest.fixture(scope="module")

@@ -18,11 +18,11 @@ import zstandard
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from vlmpack.errors import InputError
-from vlmpack.media.probe import MediaError, resolve_ref
+from vlmpack.errors import InputError, MediaError
+from vlmpack.media.probe import resolve_ref
 from vlmpack.pack.validate import validate_sample
 from vlmpack.readers import iter_lines, parse_record, read_range, split_ranges
-from vlmpack.readers.sniff import codec_of
+from vlmpack.readers.streams import codec_of
 from vlmpack.records import REASONS, Locator, ReadStats, Rejection, Sample
 
 #: `_broken` tag of broken.jsonl -> the reason code it must get after read + validate (None: accepted).

@@ -13,7 +13,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def test_training_snippet_runs_as_written(tmp_path, real_data, model_dir):
-    from vlmpack.train.testing import demo_packs
+    from demo_data.packs import demo_packs
 
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
     snippet = next(b for b in blocks if "tests/test_readme.py" in b)

@@ -130,8 +130,8 @@ def test_report_figures_when_nothing_or_everything_is_dropped() -> None:
 def test_label_tokens_equal_the_collators_labels(packed, model_dir: Path) -> None:
     """report.json's label_tokens (counted with the tokens, from unexpanded ids) equals what the
     collator trains on over every pack of the output."""
+    from vlmpack.packfmt import read_packs
     from vlmpack.train import PackCollator
-    from vlmpack.train.testing import read_packs
 
     cfg, out, report = packed
     collator = PackCollator(model_dir)

@@ -244,11 +244,11 @@ def test_corrupt_parquet_page(tmp_path, real_data, model_dir):
 def test_cell_cache_stays_bounded(both, real_data, monkeypatch):
     """Reading cells in an order that jumps between row groups keeps the per-process column cache
     under its byte bound (here: one group's image column) and every cell still reads its own bytes."""
-    from vlmpack.sources import parquet
+    from vlmpack.media import tables as parquet
 
     tmp, _, _ = both
     path = str(tmp / "set.parquet")
-    tab = parquet._Table(path)
+    tab = parquet.Table(path)
     cap = max(tab.group(g, ["images"]).column(0).nbytes for g in range(len(tab.rows)))
     monkeypatch.setattr(parquet, "_CELLS", parquet.OrderedDict())
     monkeypatch.setattr(parquet, "_CACHE_BYTES", cap)

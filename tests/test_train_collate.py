@@ -14,11 +14,12 @@ import json
 import numpy as np
 import pytest
 import torch
+from demo_data.packs import demo_packs
 
 from vlmpack.errors import ConfigError, PackMismatchError
 from vlmpack.models import load_model
+from vlmpack.packfmt import read_packs
 from vlmpack.train import PackCollator, model_inputs, read_pack
-from vlmpack.train.testing import demo_packs, read_packs
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

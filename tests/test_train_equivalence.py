@@ -22,9 +22,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from demo_data.packs import demo_packs
 
+from vlmpack.packfmt import read_packs
 from vlmpack.train import PackCollator, model_inputs
-from vlmpack.train.testing import demo_packs, plain_causal_inputs, read_packs, tiny_qwen2, tiny_qwen2_5_vl
+from vlmpack.train.testing import plain_causal_inputs, tiny_qwen2, tiny_qwen2_5_vl
 
 ATOL = 1e-4
 SEQ_LEN = 512

@@ -386,7 +386,7 @@ def test_pretokenized_video_packs_equal_the_collated_ids(outputs, dirs, jsonl, r
     builds from the same samples packed without it (checked against the processor above)."""
     import io
 
-    from vlmpack.train.testing import read_packs
+    from vlmpack.packfmt import read_packs
 
     out = tmp_path / "pre"
     run_pack(load_config(input=[str(jsonl)], media_root=str(real_data), model=str(dirs[name]), output=str(out),
@@ -418,9 +418,9 @@ def test_online_measure_counts_video_samples_like_pack(outputs, dirs, name):
     """``vlmpack.train.online.measure_item`` (the online packer's count) of every packed sample,
     rebuilt from the shard's messages and raw media, equals the ``num_tokens`` ``vlmpack pack``
     recorded: videos by their container header, images by their size, in order of appearance."""
+    from vlmpack.packfmt import read_packs
     from vlmpack.train.encode import read_pack
     from vlmpack.train.online import measure_item
-    from vlmpack.train.testing import read_packs
 
     fam = load_model(str(dirs[name]))
     n_video = 0

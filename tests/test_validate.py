@@ -11,7 +11,8 @@ import struct
 import pytest
 from PIL import Image, ImageOps
 
-from vlmpack.media.probe import MediaError, clear_cache, probe_media
+from vlmpack.errors import MediaError
+from vlmpack.media.probe import clear_cache, probe_media
 from vlmpack.media.video import probe_video
 from vlmpack.pack.validate import validate_sample
 from vlmpack.readers import read_range, split_ranges

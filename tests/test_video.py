@@ -38,10 +38,11 @@ av = pytest.importorskip("av")
 
 from conftest import CACHE, with_video_config  # noqa: E402
 
-from vlmpack.media.probe import MediaError, probe_bytes, probe_media  # noqa: E402
+from vlmpack.errors import MediaError, MediaRuleError  # noqa: E402
+from vlmpack.media.probe import probe_bytes, probe_media  # noqa: E402
 from vlmpack.media.video import probe_video  # noqa: E402
 from vlmpack.models import load_model  # noqa: E402
-from vlmpack.models.base import MediaRuleError, MediaSize  # noqa: E402
+from vlmpack.models.base import MediaSize  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- fixtures

@@ -55,10 +55,11 @@ from conftest import with_video_config  # noqa: E402
 from test_models_internvl import _processor as internvl_processor  # noqa: E402
 from test_models_llava_onevision import _processor as llava_processor  # noqa: E402
 
+from vlmpack.errors import MediaRuleError  # noqa: E402
 from vlmpack.media.video import probe_video  # noqa: E402
 from vlmpack.models import load_model  # noqa: E402
-from vlmpack.models.base import MediaRuleError, MediaSize  # noqa: E402
-from vlmpack.train.testing import read_packs  # noqa: E402
+from vlmpack.models.base import MediaSize  # noqa: E402
+from vlmpack.packfmt import read_packs  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

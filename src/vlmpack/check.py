@@ -350,7 +350,8 @@ class _Checker:
         for part, raw in zip(pack.media_parts, pack.media):  # decoded as the training side does
             where = f"{self.keys.get(key, '?')}/{key}: sample {owner.get(part)!r} part {part}"
             if str(part).startswith("vid"):  # a video part: every frame decodes, as many as its header says
-                from vlmpack.media.probe import MediaError, probe_bytes
+                from vlmpack.errors import MediaError
+                from vlmpack.media.probe import probe_bytes
                 try:
                     probe_bytes(bytes(raw), "video", "decode", name=str(part))
                 except MediaError as e:

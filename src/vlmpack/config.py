@@ -226,7 +226,7 @@ def expand_inputs(inputs: list[Any]) -> list[Any]:
     unchanged (:func:`_check_paths` judges them). Raises :class:`ConfigError` (one line) for a
     directory without inputs or a pattern that matches nothing.
     """
-    from vlmpack.readers.sniff import printable_path as show
+    from vlmpack.fsio import printable_path as show
 
     out: list[Any] = []
     for p in inputs:
@@ -263,7 +263,7 @@ def _saved_dataset_files(path: str) -> list[str]:
     ``splits`` in turn (a ``DatasetDict``). Layout as written by ``datasets`` >= 2.x
     (``Dataset.save_to_disk``). Raises :class:`ConfigError` (one line) for a listing that cannot be
     read or that names a missing file."""
-    from vlmpack.readers.sniff import printable_path as show
+    from vlmpack.fsio import printable_path as show
 
     try:
         if os.path.isfile(os.path.join(path, "dataset_dict.json")):
@@ -297,7 +297,7 @@ def _check_paths(inputs: list[str], output: str, input_format: str = "auto") -> 
     """
     import stat
 
-    from vlmpack.readers.sniff import printable_path as show
+    from vlmpack.fsio import printable_path as show
     from vlmpack.sources import check_input
 
     seen: dict[tuple[int, int], str] = {}

@@ -61,8 +61,9 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False) -> list[str]
     ``shard``: path of a ``vlmpack.pack/1`` tar; ``model_dir``: the model directory the output
     was packed with. Never raises for bad shard content (an unreadable shard is one problem line).
     """
-    from vlmpack.media.probe import MediaError, probe_bytes
-    from vlmpack.models import MediaRuleError, MediaSize, load_model
+    from vlmpack.errors import MediaError, MediaRuleError
+    from vlmpack.media.probe import probe_bytes
+    from vlmpack.models import MediaSize, load_model
 
     family = load_model(str(model_dir))
     encoder = None

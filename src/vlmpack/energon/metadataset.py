@@ -243,7 +243,7 @@ def write_metadataset(path: str | Path, doc: dict) -> None:
     """Write ``doc`` to ``path`` atomically (:func:`vlmpack.pack.rundir.atomic_write`). Refuses
     (:class:`ConfigError`) to replace a file that vlmpack did not write (no :data:`HEADER`) or a
     directory. Raises ``OSError`` for a path that cannot be written."""
-    from vlmpack.pack.rundir import atomic_write
+    from vlmpack.fsio import atomic_write
 
     p = Path(path)
     if p.is_dir():

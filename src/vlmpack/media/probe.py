@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from PIL import Image, UnidentifiedImageError
 
+from vlmpack.errors import MediaError
 from vlmpack.media.image import IMAGE_FORMATS, check_decodes, open_image_file
 from vlmpack.media.ref import DATA, LMDB, display_ref, is_member, lmdb_ref, open_ref, parse_ref, read_ref, ref_identity
 
@@ -45,15 +46,6 @@ _ORIENTATION_TAG = 0x0112
 _CACHE: dict[tuple, MediaInfo | MediaError] = {}
 _DIRS: dict[str, str] = {}
 _CACHE_MAX = 1 << 18
-
-
-class MediaError(Exception):
-    """A media item that cannot be used; ``reason`` is a :data:`~vlmpack.records.REASONS` code."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,9 +95,8 @@ def resolve_ref(ref: object, media_root: str, *, allow_absolute_media: bool = Fa
     elif path[:5].lower() == DATA:
         try:
             parse_ref(DATA + path[5:])
-        except ValueError as e:
-            reason = "media_undecodable" if "invalid base64" in str(e) else "media_unsupported"
-            raise MediaError(reason, f"{e}: {display_ref(ref)[:80]}") from None
+        except MediaError as e:
+            raise MediaError(e.reason, f"{e.detail}: {display_ref(ref)[:80]}") from None
         return DATA + path[5:]
     elif _SCHEME.match(path) and not _is_windows_drive(path):
         kind = "remote media" if path.lower().startswith(("http://", "https://")) else "URL media"

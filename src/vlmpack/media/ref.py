@@ -32,6 +32,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from vlmpack.errors import MediaError
+
 TAR = "tar://"
 LMDB = "lmdb://"
 PARQUET = "parquet://"
@@ -96,11 +98,13 @@ def _parse_data(ref: str) -> InlineBytes:
 
     head, sep, payload = ref.partition(",")
     if not sep or not head.lower().endswith(";base64"):
-        raise ValueError("a data: URI must be base64 (data:image/png;base64,...); percent-encoded data is not read")
+        raise MediaError("media_unsupported",
+                         "a data: URI must be base64 (data:image/png;base64,...); percent-encoded data is not read")
     try:
         return InlineBytes(base64.b64decode(payload, validate=True))
     except (binascii.Error, ValueError):
-        raise ValueError(f"the data: URI holds invalid base64 ({len(payload)} characters)") from None
+        raise MediaError("media_undecodable",
+                         f"the data: URI holds invalid base64 ({len(payload)} characters)") from None
 
 
 def display_ref(ref: str) -> str:
@@ -127,7 +131,9 @@ def _parse_parquet(ref: str) -> ParquetCell:
 def parse_ref(ref: str) -> TarMember | LmdbValue | ParquetCell | InlineBytes | str:
     """A :class:`TarMember` for a ``tar://`` reference, a :class:`LmdbValue` for ``lmdb://``, a
     :class:`ParquetCell` for ``parquet://``, :class:`InlineBytes` for ``data:``, else ``ref``
-    itself (a file path). Raises ``ValueError`` for a malformed reference."""
+    itself (a file path). Raises ``ValueError`` for a malformed reference and
+    :class:`~vlmpack.errors.MediaError` for a ``data:`` URI that is not base64 (``media_unsupported``)
+    or holds invalid base64 (``media_undecodable``)."""
     if ref.startswith(DATA):
         return _parse_data(ref)
     if ref.startswith(LMDB):
@@ -299,6 +305,6 @@ def ref_identity(ref: str) -> tuple[int, int]:
 
 def _parquet_get(cell: ParquetCell) -> bytes:
     """The bytes of a Parquet / Arrow media cell; ``OSError`` when it is not there."""
-    from vlmpack.sources.parquet import cell_bytes
+    from vlmpack.media.tables import cell_bytes
 
     return cell_bytes(cell.file, cell.group, cell.row, cell.column, cell.index)

@@ -74,7 +74,7 @@ class VideoHeader:
 
 
 def _error(reason: str, detail: str):
-    from vlmpack.media.probe import MediaError
+    from vlmpack.errors import MediaError
 
     return MediaError(reason, detail)
 

@@ -14,13 +14,13 @@ from functools import lru_cache
 from pathlib import Path
 
 from vlmpack.errors import ConfigError
-from vlmpack.models.base import COUNTING_FILES, MediaRuleError, MediaSize, ModelFamily, ProcessedImages
+from vlmpack.models.base import COUNTING_FILES, MediaSize, ModelFamily, ProcessedImages
 from vlmpack.models.internvl import InternVLFamily
 from vlmpack.models.llava_onevision import LlavaOnevisionFamily
 from vlmpack.models.qwen2_vl import Qwen2VLFamily
 from vlmpack.models.qwen3_vl import Qwen3_5Family, Qwen3VLFamily
 
-__all__ = ["COUNTING_FILES", "FAMILIES", "MediaRuleError", "MediaSize", "ModelFamily", "ProcessedImages",
+__all__ = ["COUNTING_FILES", "FAMILIES", "MediaSize", "ModelFamily", "ProcessedImages",
            "load_model", "model_type"]
 
 #: ``model_type`` of ``config.json`` -> family class (one line per supported type).

@@ -46,11 +46,6 @@ COUNTING_FILES = ("config.json", "preprocessor_config.json", "tokenizer.json", "
                   "chat_template.json", "chat_template.jinja", "video_preprocessor_config.json")
 
 
-class MediaRuleError(ValueError):
-    """A media item the processor cannot take (e.g. aspect ratio > 200, a kind the family cannot
-    count yet); becomes a ``media_unsupported`` rejection."""
-
-
 @dataclass(frozen=True, slots=True)
 class MediaSize:
     """What a family needs to count one media item: its ``kind``, ``width`` x ``height`` in pixels

@@ -22,7 +22,7 @@ here, so :func:`process_frame_videos` restates the pipeline with torch alone, st
 
 Settings (``do_resize``, ``size``, ``resample``, ``do_center_crop``, ``do_rescale``,
 ``rescale_factor``, ``do_normalize``, ``image_mean``, ``image_std``) are read from the model
-directory in transformers' order of files (:func:`vlmpack.models.qwen2_vl.video_settings`:
+directory in transformers' order of files (:func:`vlmpack.models.video_config.video_settings`:
 ``processor_config.json["video_processor"]``, ``video_preprocessor_config.json``,
 ``preprocessor_config.json``) over the class attributes (:data:`PIXEL_DEFAULTS`). The resized
 frame must be the vision tower's input (InternVL's tile, LLaVA-OneVision's crop), since the
@@ -52,8 +52,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vlmpack.errors import ConfigError, MediaDecodeError
-from vlmpack.models.base import MediaRuleError, MediaSize, ProcessedImages, ProcessedVideos
+from vlmpack.errors import ConfigError, MediaDecodeError, MediaRuleError
+from vlmpack.models.base import MediaSize, ProcessedImages, ProcessedVideos
 from vlmpack.models.qwen_video import _probe, _source_and_label, decode_sampled, normalize_frames, resize_frames
 
 __all__ = ["PIXEL_DEFAULTS", "frame_pixel_settings", "interleave_frames", "process_frame_videos",
@@ -74,7 +74,7 @@ def frame_pixel_settings(family, tile: tuple[int, int]) -> dict:
     cached on the family. ``tile``: ``(height, width)`` px the vision tower takes. Raises
     :class:`ConfigError` for a center crop, a ``size`` without height / width, no resize, or a
     ``size`` other than ``tile``."""
-    from vlmpack.models.qwen2_vl import video_settings
+    from vlmpack.models.video_config import video_settings
 
     cached = family.__dict__.get("_frame_pixel_settings")
     if cached is not None:

@@ -10,7 +10,7 @@ depends only on the frame count and the average frame rate of the video (what
 
 - :func:`frame_settings`: the settings transformers' ``BaseVideoProcessor.from_pretrained`` loads
   (``processor_config.json["video_processor"]``, else ``video_preprocessor_config.json``, else
-  ``preprocessor_config.json``; :func:`vlmpack.models.qwen2_vl.video_settings`) over the class
+  ``preprocessor_config.json``; :func:`vlmpack.models.video_config.video_settings`) over the class
   defaults (``do_sample_frames`` False for both classes: every frame is kept);
 - :func:`default_frame_indices`: ``BaseVideoProcessor.sample_frames`` (LLaVA-OneVision does not
   override it): ``num_frames`` and ``fps`` exclusive, then ``video_utils.default_sample_indices_fn``
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vlmpack.models.base import MediaRuleError
+from vlmpack.errors import MediaRuleError
 
 __all__ = ["default_frame_indices", "frame_settings", "internvl_frame_indices"]
 
@@ -48,7 +48,7 @@ SAMPLING_DEFAULTS = {"do_sample_frames": False, "num_frames": None, "fps": None}
 def frame_settings(model_dir: str | Path, defaults: dict) -> dict:
     """The video processor settings of ``model_dir`` that decide frame sampling, over ``defaults``
     (keys of ``defaults`` only; the order of files is transformers', see the module docstring)."""
-    from vlmpack.models.qwen2_vl import video_settings
+    from vlmpack.models.video_config import video_settings
 
     cfg = video_settings(Path(model_dir), {**defaults, "size": {}})
     cfg.pop("size")

@@ -66,8 +66,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vlmpack.errors import ConfigError
-from vlmpack.models.base import COUNTING_FILES, MediaRuleError, MediaSize, ProcessedImages, ProcessedVideos
+from vlmpack.errors import ConfigError, MediaRuleError
+from vlmpack.models.base import COUNTING_FILES, MediaSize, ProcessedImages, ProcessedVideos
 from vlmpack.models.frames_rule import SAMPLING_DEFAULTS, default_frame_indices, frame_settings
 from vlmpack.models.qwen2_vl import Qwen2VLFamily, load_chat_tokenizer
 from vlmpack.models.special_tokens import special_token_pattern, special_token_strings

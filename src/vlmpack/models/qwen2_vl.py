@@ -39,8 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vlmpack.errors import ConfigError
-from vlmpack.models.base import COUNTING_FILES, MediaRuleError, MediaSize, ProcessedImages, ProcessedVideos
+from vlmpack.errors import ConfigError, MediaRuleError
+from vlmpack.models.base import COUNTING_FILES, MediaSize, ProcessedImages, ProcessedVideos
 from vlmpack.models.chatml import assistant_label_mask
 from vlmpack.models.special_tokens import (
     find_special_token,
@@ -49,6 +49,7 @@ from vlmpack.models.special_tokens import (
     special_token_strings,
     tokenize_pieces,
 )
+from vlmpack.models.video_config import video_settings, video_size_edges
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,9 @@ class Qwen2VLFamily:
     """
 
     name = "qwen2_vl"
+    #: which video rule the family follows (:mod:`vlmpack.models.qwen_video`): "qwen2" (no timestamps),
+    #: "qwen3" (timestamp text per temporal patch); other families override ``process_videos``
+    video_rule = "qwen2"
     counting_files = COUNTING_FILES
     mrope = True
     max_aspect_ratio = MAX_ASPECT_RATIO
@@ -132,7 +136,7 @@ class Qwen2VLFamily:
 
     # ------------------------------------------------------------------ video rule
     #: transformers' ``Qwen2VLVideoProcessor`` class defaults (``video_processing_qwen2_vl.py``),
-    #: overridden by the model directory's video processor config (:func:`video_settings`).
+    #: overridden by the model directory's video processor config (:func:`vlmpack.models.video_config.video_settings`).
     video_defaults = {"size": {"shortest_edge": 128 * 28 * 28, "longest_edge": 28 * 28 * 768}, "patch_size": 14,
                       "temporal_patch_size": 2, "merge_size": 2, "min_frames": 4, "max_frames": 768,
                       "do_sample_frames": False, "fps": None, "num_frames": None,
@@ -181,7 +185,7 @@ class Qwen2VLFamily:
         n = self.video_frames(int(media.frames), media.fps)
         tp, patch, merge = int(c["temporal_patch_size"]), int(c["patch_size"]), int(c["merge_size"])
         factor = patch * merge
-        lo, hi = _edges(c["size"])
+        lo, hi = video_size_edges(c["size"])
         if c["cap_pixels_per_frame"]:
             total_pixels = int(c["max_video_tokens"] * factor * factor * 0.9)
             hi = max(min(hi, total_pixels * tp // n), int(lo * 1.05))
@@ -381,37 +385,6 @@ class Qwen2VLFamily:
         ids = np.array([self.vision_start_token_id] + [self.image_token_id] * n + [self.vision_end_token_id],
                        dtype=np.int64)
         return ids, [Image.new("RGB", (side, side))]
-
-
-def video_settings(model_dir: Path, defaults: dict, *, pixels_keys: bool = False) -> dict:
-    """The video processor settings transformers would load from ``model_dir``: the first of
-    ``processor_config.json["video_processor"]``, ``video_preprocessor_config.json``,
-    ``preprocessor_config.json`` (``BaseVideoProcessor.get_video_processor_dict``) over
-    ``defaults``; with ``pixels_keys`` (Qwen2-VL's ``__init__``) top-level ``min_pixels`` /
-    ``max_pixels`` set ``size``'s ``shortest_edge`` / ``longest_edge``."""
-    found = None
-    proc = model_dir / "processor_config.json"
-    if proc.is_file():
-        found = json.loads(proc.read_text()).get("video_processor")
-    for name in ("video_preprocessor_config.json", "preprocessor_config.json"):
-        if found is None and (model_dir / name).is_file():
-            found = json.loads((model_dir / name).read_text())
-    cfg = {**defaults, **{k: v for k, v in (found or {}).items() if k in defaults}}
-    size = dict(cfg["size"] or {})
-    if pixels_keys and found:
-        if found.get("min_pixels") is not None:
-            size["shortest_edge"] = found["min_pixels"]
-        if found.get("max_pixels") is not None:
-            size["longest_edge"] = found["max_pixels"]
-    cfg["size"] = size
-    return cfg
-
-
-def _edges(size: dict) -> tuple[int, int]:
-    lo, hi = size.get("shortest_edge"), size.get("longest_edge")
-    if not lo or not hi:
-        raise MediaRuleError(f"the video processor's size needs shortest_edge and longest_edge, got {size}")
-    return int(lo), int(hi)
 
 
 def _video_smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:

@@ -51,8 +51,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from vlmpack.models.base import MediaRuleError, MediaSize
-from vlmpack.models.qwen2_vl import Qwen2VLFamily, _edges
+from vlmpack.errors import MediaRuleError
+from vlmpack.models.base import MediaSize
+from vlmpack.models.qwen2_vl import Qwen2VLFamily
+from vlmpack.models.video_config import video_size_edges
 
 
 class Qwen3VLFamily(Qwen2VLFamily):
@@ -60,6 +62,7 @@ class Qwen3VLFamily(Qwen2VLFamily):
     module docstring; everything else as :class:`Qwen2VLFamily`)."""
 
     name = "qwen3_vl"
+    video_rule = "qwen3"
     #: transformers' ``Qwen3VLVideoProcessor`` class defaults (``video_processing_qwen3_vl.py``).
     video_defaults = {"size": {"shortest_edge": 128 * 32 * 32, "longest_edge": 32 * 32 * 768}, "patch_size": 16,
                       "temporal_patch_size": 2, "merge_size": 2, "min_frames": 4, "max_frames": 768,
@@ -95,7 +98,7 @@ class Qwen3VLFamily(Qwen2VLFamily):
         n = self.video_frames(int(media.frames), media.fps)
         tp, patch, merge = int(c["temporal_patch_size"]), int(c["patch_size"]), int(c["merge_size"])
         factor = patch * merge
-        lo, hi = _edges(c["size"])
+        lo, hi = video_size_edges(c["size"])
         if c["cap_pixels_per_frame"]:
             per_frame = max(min(c["max_video_tokens"] * factor * factor, hi // n), int(lo * 1.05))
             hi = per_frame * n

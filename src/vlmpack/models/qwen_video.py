@@ -46,8 +46,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vlmpack.errors import ConfigError, MediaDecodeError
-from vlmpack.models.base import MediaRuleError, MediaSize, ProcessedVideos
+from vlmpack.errors import ConfigError, MediaDecodeError, MediaRuleError
+from vlmpack.models.base import MediaSize, ProcessedVideos
+from vlmpack.models.video_config import video_settings
 
 __all__ = ["batch_qwen_video_inputs", "expand_qwen3_videos", "normalize_frames", "patchify", "process_qwen_videos",
            "resize_frames", "sample_indices", "video_pixel_settings"]
@@ -60,22 +61,14 @@ _PIXEL_DEFAULTS = {"resample": 3, "do_resize": True, "do_rescale": True, "rescal
                    "do_normalize": True}
 
 
-def _is_qwen3(family) -> bool:
-    from vlmpack.models.qwen3_vl import Qwen3VLFamily
-
-    return isinstance(family, Qwen3VLFamily)
-
-
 def video_pixel_settings(family) -> dict:
     """The pixel settings of the family's video processor (``resample``, ``do_resize``,
     ``do_rescale``, ``rescale_factor``, ``do_normalize``, ``image_mean``, ``image_std``), read
-    from the model directory as :func:`vlmpack.models.qwen2_vl.video_settings` reads the others,
+    from the model directory as :func:`vlmpack.models.video_config.video_settings` reads the others,
     over the class defaults of ``Qwen2VLVideoProcessor`` / ``Qwen3VLVideoProcessor``."""
-    from vlmpack.models.qwen2_vl import video_settings
-
     cached = family.__dict__.get("_video_pixel_settings")
     if cached is None:
-        mean, std = _HALF if _is_qwen3(family) else _CLIP
+        mean, std = _HALF if family.video_rule == "qwen3" else _CLIP
         cached = video_settings(Path(family.model_dir), {**_PIXEL_DEFAULTS, "image_mean": mean, "image_std": std,
                                                          "size": {}})
         cached.pop("size")
@@ -174,8 +167,8 @@ def _source_and_label(item) -> tuple[object, str]:
 
 
 def _probe(src, label: str):
+    from vlmpack.errors import MediaError
     from vlmpack.media.frames import video_source
-    from vlmpack.media.probe import MediaError
     from vlmpack.media.video import probe_video
 
     s = video_source(src, where=label)
@@ -218,7 +211,7 @@ def process_qwen_videos(family, videos: Sequence) -> ProcessedVideos:
     recorded), ``features`` = ``t*h*w // merge**2``. Raises :class:`MediaDecodeError`,
     :class:`MediaRuleError`, :class:`ConfigError` (a family whose videos are not built here)."""
 
-    if not (_is_qwen3(family) or family.name == "qwen2_vl"):
+    if getattr(family, "video_rule", None) not in ("qwen2", "qwen3"):
         raise ConfigError(f"{family.model_dir}: the {family.name} family cannot train on videos yet")
     c, px = family.video_config, video_pixel_settings(family)
     patch, merge, tp = int(c["patch_size"]), int(c["merge_size"]), int(c["temporal_patch_size"])
@@ -245,7 +238,7 @@ def process_qwen_videos(family, videos: Sequence) -> ProcessedVideos:
         features.append(t * gh * gw // merge ** 2)
         sampled_fps = len(idx) / head.frames * head.fps if head.fps else 24.0  # VideoMetadata.sampled_fps
         seconds.append(tp / sampled_fps)
-        layouts.append(family.video_layout(media) if _is_qwen3(family) else None)
+        layouts.append(family.video_layout(media) if family.video_rule == "qwen3" else None)
     g = np.asarray(grids, dtype=np.int64).reshape(-1, 3)
     kwargs = {"video_grid_thw": torch.from_numpy(g)}
     if getattr(family, "model_type", "") == "qwen2_5_vl":

@@ -29,16 +29,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from vlmpack.errors import TemplateSplitError
+
 #: Values of ``--special-tokens``.
 POLICIES = ("reject", "split")
 
 _OPEN, _CLOSE = "\ue000", "\ue001"  # Unicode private-use characters: the text sentinels
 _SENTINEL = re.compile(_OPEN + r"(\d+)" + _CLOSE)
-
-
-class TemplateSplitError(ValueError):
-    """The chat template changes the texts it is given (or a text holds the sentinel characters),
-    so template tokens and user text cannot be told apart; the sample is rejected."""
 
 
 def special_token_strings(tokenizer) -> tuple[str, ...]:

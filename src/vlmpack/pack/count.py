@@ -24,9 +24,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from vlmpack.errors import MediaRuleError
+from vlmpack.fsio import atomic_write
 from vlmpack.media.ref import ref_identity
-from vlmpack.models import MediaRuleError, load_model
-from vlmpack.pack.rundir import atomic_write
+from vlmpack.models import load_model
 from vlmpack.pack.validate import validate_sample
 from vlmpack.records import ID_KINDS, ReadStats, Rejection, Sample
 from vlmpack.sources import get_source

@@ -38,13 +38,14 @@ import pyarrow as pa
 
 from vlmpack import signals
 from vlmpack.config import PackConfig
+from vlmpack.fsio import atomic_write, fsync_dir, json_bytes, read_json
 from vlmpack.pack import count as count_mod
 from vlmpack.pack import stages
 from vlmpack.pack.count import MeasureResult, MeasureTask, media_changed, media_files_sha256, part_path, result_path
 from vlmpack.pack.executors import guarded_executor, run_tasks
 from vlmpack.pack.manifest import build_manifest
 from vlmpack.pack.nodes import InputRange, node_ranges
-from vlmpack.pack.rundir import atomic_write, fsync_dir, json_bytes, read_json, read_pickle
+from vlmpack.pack.rundir import read_pickle
 from vlmpack.pack.stages import count_cache_dir, count_key, count_payload
 from vlmpack.records import ReadStats, Rejection
 

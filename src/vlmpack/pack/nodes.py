@@ -36,7 +36,8 @@ from typing import NamedTuple
 
 from vlmpack.config import PackConfig
 from vlmpack.errors import ConfigError, RunDirError
-from vlmpack.pack.rundir import RUN_DIR, read_json
+from vlmpack.fsio import read_json
+from vlmpack.pack.rundir import RUN_DIR
 from vlmpack.sources import get_source, resolve_format
 
 __all__ = ["InputRange", "check_node_output", "model_fingerprint", "node_ranges", "node_record", "select_tasks",

@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 from vlmpack.config import PackConfig
 from vlmpack.energon.meta import write_metadata
 from vlmpack.errors import OverlongError, RunFailedError
+from vlmpack.fsio import atomic_write, atomic_write_parquet, json_bytes, read_json
 from vlmpack.pack import stages
 from vlmpack.pack.count import MeasureResult
 from vlmpack.pack.executors import guarded_executor, run_tasks
@@ -45,15 +46,7 @@ from vlmpack.pack.manifest import build_manifest, locator, manifest_digest
 from vlmpack.pack.measure import count_stage, media_digest, read_stats
 from vlmpack.pack.nodes import InputRange, check_node_output, model_fingerprint, node_ranges, node_record, shard_prefix
 from vlmpack.pack.report import build_report, write_report_html
-from vlmpack.pack.rundir import (
-    RUN_DIR,
-    atomic_write,
-    atomic_write_parquet,
-    json_bytes,
-    prepare_output,
-    read_json,
-    unlock_output,
-)
+from vlmpack.pack.rundir import RUN_DIR, prepare_output, unlock_output
 from vlmpack.pack.stages import count_cache_dir, count_key, count_payload, plan_key, write_key
 from vlmpack.pack.write import ShardResult, ShardTask, assign_shards, estimate_pack_bytes, write_shard
 from vlmpack.packing import PackPlan, plan_packs

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from vlmpack import __version__
 from vlmpack.config import PackConfig
-from vlmpack.pack.rundir import atomic_write
+from vlmpack.fsio import atomic_write
 from vlmpack.pack.write import ShardResult
 from vlmpack.packing import PackPlan
 from vlmpack.records import ReadStats, Rejection, display_path

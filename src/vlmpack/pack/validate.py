@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import logging
 
-from vlmpack.media.probe import CHECKS, MediaError, probe_media
+from vlmpack.errors import MediaError
+from vlmpack.media.probe import CHECKS, probe_media
 from vlmpack.models.qwen2_vl import MAX_ASPECT_RATIO
 from vlmpack.records import Rejection, Sample
 

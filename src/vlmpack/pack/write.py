@@ -24,10 +24,10 @@ import numpy as np
 
 from vlmpack.energon.meta import write_tar_idx
 from vlmpack.errors import InputError
+from vlmpack.fsio import fsync_dir
 from vlmpack.media.ref import display_ref, read_ref, ref_identity
 from vlmpack.models import load_model
 from vlmpack.pack.count import part_path
-from vlmpack.pack.rundir import fsync_dir
 
 FORMAT = "vlmpack.pack/1"
 EXT_BY_FORMAT = {"JPEG": "jpg", "PNG": "png", "GIF": "gif", "WEBP": "webp", "BMP": "bmp", "TIFF": "tiff",

@@ -288,3 +288,37 @@ def bfd_constrained(eff, mc, mt, items, cap, max_n, max_mc, max_mt, n, table):
             k = a * nb + min(nb - 1, (max_mt - pmt[p]) // q)
         _link(p, resid[p], head[k], nxt, prv, bits[k], summ[k])
     return pack_of, npacks
+
+
+#: the value of an unset per-pack limit (samples, media, media tokens)
+UNSET = np.int64(2**62)
+
+
+def bfd_capped(eff: np.ndarray, items: np.ndarray, cap: int, max_n: np.int64, n: int) -> tuple[np.ndarray, int]:
+    """BFD with a sample cap. When the cap leaves a tail of under-filled packs made of the smallest
+    samples, those samples are spread round-robin over the packs first and BFD re-run; the better
+    of the two plans is kept (both honour every constraint)."""
+    none = np.empty(0, dtype=np.int32)
+    table = DEBRUIJN_TABLE
+    po, p = bfd_plain(eff, items, cap, max_n, n, table, none, 0)
+    if max_n == UNSET or p == 0:
+        return po, int(p)
+    sizes = np.bincount(po[items], minlength=p)
+    tokens = np.bincount(po[items], weights=eff[items], minlength=p)
+    tail = (sizes >= max_n) & (tokens < 0.98 * cap)
+    if not tail.any():
+        return po, int(p)
+    n_tail = int(sizes[tail].sum())
+    base, _ = bfd_plain(eff, items, cap, UNSET, n, table, none, 0)
+    p_free = int(base.max()) + 1 if items.size else 0
+    for spread in (n_tail, 2 * n_tail, 4 * n_tail, 8 * n_tail, 16 * n_tail):
+        k = min(spread, items.size)
+        if k == 0 or -(-k // max(p_free, 1)) > max_n // 2:
+            break
+        seeds = items[-k:][::-1].copy()
+        if np.bincount(np.arange(k) % p_free, weights=eff[seeds], minlength=p_free).max() > cap:
+            break
+        po2, p2 = bfd_plain(eff, items[:-k], cap, max_n, n, table, seeds, p_free)
+        if p2 < p:
+            po, p = po2, p2
+    return po, int(p)

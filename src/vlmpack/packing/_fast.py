@@ -268,13 +268,11 @@ def plan(eff: np.ndarray, cap: int, max_n: int, order: str, seed: int | None) ->
     2. its tail repair (``_tail.repair``), kept when it has strictly fewer packs;
     3. exact BFD, stopped as soon as its dead residuals prove it needs at least as many packs
        (``bfd_hist_until``); kept when it finishes (then it has strictly fewer);
-    4. with a sample cap, the small-sample spreading BFD (``algorithms._bfd_capped``), kept when
+    4. with a sample cap, the small-sample spreading BFD (``_bfd.bfd_capped``), kept when
        strictly better.
 
     So the result never has more packs than plain BFD, and it is deterministic.
     """
-    from vlmpack.packing.algorithms import _UNSET, _bfd_capped
-
     table = _bfd.DEBRUIJN_TABLE
     cnt, overlong = hist_count(eff, cap)
     m = int(cnt.sum())
@@ -300,9 +298,9 @@ def plan(eff: np.ndarray, cap: int, max_n: int, order: str, seed: int | None) ->
         if npk >= 0:  # finished, so strictly fewer packs than the refinement
             best = (ps, fill, size, int(npk))
     ps, fill, size, npk = best
-    if max_n != _UNSET and npk > lb:
+    if max_n != _bfd.UNSET and npk > lb:
         items = hist_sort(eff, cap)
-        po, p3 = _bfd_capped(eff, items, cap, np.int64(max_n), eff.shape[0])
+        po, p3 = _bfd.bfd_capped(eff, items, cap, np.int64(max_n), eff.shape[0])
         if p3 < npk:  # the spreading pass wins: rebuild per-pack arrays from its pack_of
             ps = po[items]
             fill = np.bincount(ps, weights=eff[items], minlength=p3).astype(np.int64)

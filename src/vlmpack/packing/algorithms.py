@@ -31,7 +31,6 @@ from vlmpack.packing.plan import PackPlan
 
 logger = logging.getLogger(__name__)
 
-_UNSET = np.int64(2**62)
 ORDERS = ("shuffle", "input", "creation")
 DEFAULT_WINDOW = 100
 
@@ -53,7 +52,7 @@ def _as_int_array(a: object, name: str, n: int | None) -> np.ndarray:
 
 def _limit(value: int | None, name: str, minimum: int) -> np.int64:
     if value is None:
-        return _UNSET
+        return _bfd.UNSET
     if int(value) < minimum:
         raise ConfigError(f"{name}={value} is invalid; use an integer >= {minimum} or None for no limit")
     return np.int64(value)
@@ -92,9 +91,9 @@ def _run(
     max_mt = _limit(max_media_tokens_per_pack, "max_media_tokens_per_pack", 0)
     mc = _as_int_array(media_counts, "media_counts", n) if media_counts is not None else None
     mt = _as_int_array(media_tokens, "media_tokens", n) if media_tokens is not None else None
-    if max_mc != _UNSET and mc is None:
+    if max_mc != _bfd.UNSET and mc is None:
         raise ConfigError("max_media_per_pack needs media_counts (one media count per sample)")
-    if max_mt != _UNSET and mt is None:
+    if max_mt != _bfd.UNSET and mt is None:
         raise ConfigError("max_media_tokens_per_pack needs media_tokens (one media-token count per sample)")
     if order is None:
         order = "creation" if seed is None else "shuffle"
@@ -109,21 +108,21 @@ def _run(
         kd = _as_int_array(kinds, "kinds", n)
         groups = [kd == k for k in np.unique(kd)]
 
-    if kind == "bfd" and max_mc == _UNSET and max_mt == _UNSET and not group_by_kind:
+    if kind == "bfd" and max_mc == _bfd.UNSET and max_mt == _bfd.UNSET and not group_by_kind:
         arrays = _fast.plan(np.ascontiguousarray(eff), cap, max_n, order, seed)
         return PackPlan(*arrays, capacity=cap, algorithm=kind)
     packable = eff <= cap
-    if mc is not None and max_mc != _UNSET:
+    if mc is not None and max_mc != _bfd.UNSET:
         packable &= mc <= max_mc
-    if mt is not None and max_mt != _UNSET:
+    if mt is not None and max_mt != _bfd.UNSET:
         packable &= mt <= max_mt
     overlong = np.flatnonzero(~packable).astype(np.int64)
-    media_limited = max_mc != _UNSET or max_mt != _UNSET
+    media_limited = max_mc != _bfd.UNSET or max_mt != _bfd.UNSET
     zeros = None
     if kind != "bfd" or media_limited:
         zeros = np.zeros(n, dtype=np.int64)
-    mc_k = mc if (mc is not None and max_mc != _UNSET) else zeros
-    mt_k = mt if (mt is not None and max_mt != _UNSET) else zeros
+    mc_k = mc if (mc is not None and max_mc != _bfd.UNSET) else zeros
+    mt_k = mt if (mt is not None and max_mt != _bfd.UNSET) else zeros
 
     pack_of = np.full(n, -1, dtype=np.int32)
     npacks = 0
@@ -133,8 +132,8 @@ def _run(
             items = _bfd.sort_decreasing(eff, mask, cap)
         else:
             items = np.flatnonzero(mask).astype(np.int32)
-        if kind == "bfd" and max_mc == _UNSET and max_mt == _UNSET:
-            po, p = _bfd_capped(eff, items, cap, max_n, n)
+        if kind == "bfd" and max_mc == _bfd.UNSET and max_mt == _bfd.UNSET:
+            po, p = _bfd.bfd_capped(eff, items, cap, max_n, n)
         elif kind == "bfd":
             po, p = _bfd.bfd_constrained(eff, mc_k, mt_k, items, cap, max_n, max_mc, max_mt, n, _bfd.DEBRUIJN_TABLE)
         elif kind == "ffd":
@@ -155,36 +154,6 @@ def _run(
             pack_of[sel] = po[sel] + npacks
         npacks += int(p)
     return _finish(pack_of, npacks, eff, overlong, cap, kind, order, seed)
-
-
-def _bfd_capped(eff: np.ndarray, items: np.ndarray, cap: int, max_n: np.int64, n: int) -> tuple[np.ndarray, int]:
-    """BFD with a sample cap. When the cap leaves a tail of under-filled packs made of the smallest
-    samples, those samples are spread round-robin over the packs first and BFD re-run; the better
-    of the two plans is kept (both honour every constraint)."""
-    none = np.empty(0, dtype=np.int32)
-    table = _bfd.DEBRUIJN_TABLE
-    po, p = _bfd.bfd_plain(eff, items, cap, max_n, n, table, none, 0)
-    if max_n == _UNSET or p == 0:
-        return po, int(p)
-    sizes = np.bincount(po[items], minlength=p)
-    tokens = np.bincount(po[items], weights=eff[items], minlength=p)
-    tail = (sizes >= max_n) & (tokens < 0.98 * cap)
-    if not tail.any():
-        return po, int(p)
-    n_tail = int(sizes[tail].sum())
-    base, _ = _bfd.bfd_plain(eff, items, cap, _UNSET, n, table, none, 0)
-    p_free = int(base.max()) + 1 if items.size else 0
-    for spread in (n_tail, 2 * n_tail, 4 * n_tail, 8 * n_tail, 16 * n_tail):
-        k = min(spread, items.size)
-        if k == 0 or -(-k // max(p_free, 1)) > max_n // 2:
-            break
-        seeds = items[-k:][::-1].copy()
-        if np.bincount(np.arange(k) % p_free, weights=eff[seeds], minlength=p_free).max() > cap:
-            break
-        po2, p2 = _bfd.bfd_plain(eff, items[:-k], cap, max_n, n, table, seeds, p_free)
-        if p2 < p:
-            po, p = po2, p2
-    return po, int(p)
 
 
 def _finish(

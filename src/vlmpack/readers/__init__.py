@@ -7,22 +7,12 @@ once per input by :func:`sniff_input`). All functions are module-level and pickl
 
 from __future__ import annotations
 
-from vlmpack.readers.jsonl import (
-    StreamError,
-    compression,
-    iter_lines,
-    open_stream,
-    parse_record,
-    read_range,
-    sniff_input,
-    split_ranges,
-)
-from vlmpack.readers.schemas import SCHEMAS, RecordError, detect_schema, to_canonical
+from vlmpack.readers.jsonl import iter_lines, parse_record, read_range, sniff_input, split_ranges
+from vlmpack.readers.schemas import SCHEMAS, detect_schema, to_canonical
+from vlmpack.readers.streams import compression, open_stream
 
 __all__ = [
     "SCHEMAS",
-    "RecordError",
-    "StreamError",
     "compression",
     "detect_schema",
     "iter_lines",

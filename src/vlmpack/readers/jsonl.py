@@ -25,20 +25,18 @@ Sample or Rejection: :func:`parse_record` never raises.
 
 from __future__ import annotations
 
-import bz2
-import io
 import json
 import logging
-import lzma
 import re
-import zlib
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO
 
-from vlmpack.errors import InputError
-from vlmpack.media.probe import MediaError, resolve_ref
-from vlmpack.readers.schemas import SCHEMAS, RecordError, to_canonical
-from vlmpack.readers.sniff import codec_of, printable_path, sniff_input
+from vlmpack.errors import InputError, MediaError, RecordError, StreamError
+from vlmpack.fsio import printable_path
+from vlmpack.media.probe import resolve_ref
+from vlmpack.readers.schemas import SCHEMAS, to_canonical
+from vlmpack.readers.sniff import sniff_input
+from vlmpack.readers.streams import broken_message, compression, open_stream
 from vlmpack.records import Locator, Media, ReadStats, Rejection, Sample
 
 logger = logging.getLogger(__name__)
@@ -46,131 +44,6 @@ logger = logging.getLogger(__name__)
 _BOM = b"\xef\xbb\xbf"
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
 _READ_BLOCK = 4 << 20
-_COMPRESSED_CHUNK = 64 << 10  # compressed bytes fed to a decompressor at once (bounds its output)
-_MEMBER = {"gzip": "member", "zstd": "frame", "xz": "stream", "bz2": "stream"}
-
-
-def compression(path: str) -> str | None:
-    """``"gzip"``, ``"zstd"``, ``"xz"``, ``"bz2"`` or ``None`` (plain) from the first bytes of ``path``.
-    Raises :class:`InputError` when the file cannot be opened."""
-    try:
-        with open(path, "rb") as fh:
-            magic = fh.read(10)
-    except OSError as e:
-        raise InputError(f"cannot open input {printable_path(path)}: {e.strerror or e}; check the path") from None
-    return codec_of(magic)
-
-
-def open_stream(path: str) -> IO[bytes]:
-    """A binary, line-iterable stream of the *decompressed* content of ``path``.
-
-    Reading a compressed stream raises :class:`StreamError` (truncated or corrupt data) and
-    ``OSError`` (I/O); :func:`iter_lines` turns both into :class:`InputError`.
-    Raises :class:`InputError` when the file cannot be opened."""
-    kind = compression(path)
-    if kind is None:
-        return open(path, "rb")
-    try:
-        return io.BufferedReader(_Members(path, kind), buffer_size=1 << 20)
-    except OSError as e:
-        raise InputError(f"cannot open input {printable_path(path)}: {e.strerror or e}; check the path") from None
-
-
-class StreamError(Exception):
-    """A compressed stream that is truncated or corrupt: ``reason`` (one line, e.g. ``"ends inside
-    frame 2"``), ``codec`` and ``at`` (decompressed bytes produced before the break)."""
-
-    def __init__(self, codec: str, reason: str, at: int) -> None:
-        super().__init__(f"the {codec} stream {reason} at decompressed byte {at}")
-        self.codec, self.reason, self.at = codec, reason, at
-
-
-class _Members(io.RawIOBase):
-    """Raw stream of the decompressed content of a file of concatenated compressed members.
-
-    One stdlib / python-zstandard decompressor object per member, fed :data:`_COMPRESSED_CHUNK`
-    compressed bytes at a time; a member is complete when its decompressor says ``eof`` (gzip
-    trailer CRC32 + ISIZE checked by zlib, zstd frame end and checksum if present, xz/bzip2 stream
-    end and checks). Raises :class:`StreamError` when the file ends inside a member, when a member
-    is corrupt or when bytes after a member are not another member.
-    """
-
-    def __init__(self, path: str, codec: str) -> None:
-        super().__init__()
-        self._raw = open(path, "rb")
-        self.codec = codec
-        self.decoded = 0  # decompressed bytes produced so far
-        self._done = 0  # complete members
-        self._dec: Any = None  # decompressor of the member being read, None between members
-        self._pending = b""  # compressed bytes not yet fed
-        self._out = memoryview(b"")
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while not self._out:
-            if not self._fill():
-                return 0
-        n = min(len(buffer), len(self._out))
-        buffer[:n] = self._out[:n]
-        self._out = self._out[n:]
-        return n
-
-    def close(self) -> None:
-        if not self.closed:
-            self._raw.close()
-        super().close()
-
-    def _fill(self) -> bool:
-        data, self._pending = self._pending or self._raw.read(_COMPRESSED_CHUNK), b""
-        unit = _MEMBER[self.codec]
-        if not data:
-            if self._dec is not None:
-                raise StreamError(self.codec, f"ends inside {unit} {self._done + 1} (the file is cut short)",
-                                  self.decoded)
-            return False
-        fresh = self._dec is None
-        if fresh:
-            if self.codec in ("gzip", "xz") and self._done:
-                data = data.lstrip(b"\x00")  # zero padding after a member (gzip, xz stream padding)
-                if not data:
-                    return True
-            self._dec = _decompressor(self.codec)
-        try:
-            out = self._dec.decompress(data)
-        except Exception as e:  # noqa: BLE001 - zlib.error, LZMAError, OSError (bz2), ZstdError, ...
-            if fresh and self._done:
-                what = f"has bytes that are not {self.codec} after {unit} {self._done}"
-            else:
-                what = f"is corrupt in {unit} {self._done + 1}"
-            raise StreamError(self.codec, f"{what} ({_short(str(e) or type(e).__name__)})", self.decoded) from None
-        self.decoded += len(out)
-        if self._dec.eof:
-            self._pending, self._dec = self._dec.unused_data, None
-            self._done += 1
-        self._out = memoryview(out)
-        return True
-
-
-def _decompressor(codec: str) -> Any:
-    if codec == "gzip":
-        return zlib.decompressobj(wbits=31)
-    if codec == "zstd":
-        import zstandard
-
-        return zstandard.ZstdDecompressor().decompressobj()
-    if codec == "xz":
-        return lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
-    return bz2.BZ2Decompressor()
-
-
-def broken_message(path: str, e: StreamError, line_no: int | None, offset: int) -> str:
-    """The one-line :class:`InputError` message for ``e`` in ``path``; ``line_no`` is the line
-    being read (``None``: while sniffing the head) and ``offset`` its first decompressed byte."""
-    where = f", after line {line_no - 1} (which ends at byte {offset})" if line_no is not None else ""
-    return (f"{printable_path(path)}: the {e.codec} stream {e.reason} at decompressed byte {e.at}{where}; "
-            "the file is truncated or corrupt, re-create or re-download it")
 
 
 def split_ranges(path: str, target_bytes: int = 8 << 20) -> list[tuple[int, int, int]]:
@@ -408,10 +281,7 @@ def _short(value: object, limit: int = 120) -> str:
 
 
 __all__ = [
-    "StreamError",
-    "compression",
     "iter_lines",
-    "open_stream",
     "parse_record",
     "read_range",
     "sniff_input",

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import re
 
+from vlmpack.errors import RecordError
+
 SCHEMAS = ("auto", "llava", "messages", "prompts")
 
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
@@ -90,15 +92,6 @@ def normalize_native(obj: dict, text_key: str | None = None) -> dict:
         obj.setdefault(other, [])
     obj[_LEADING] = True
     return obj
-
-
-class RecordError(Exception):
-    """A record that cannot become a sample: ``reason`` (a REASONS code) and a one-line ``detail``."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
 
 
 def detect_schema(obj: dict) -> str:

@@ -27,10 +27,11 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 import re
 
-from vlmpack.errors import InputError
+from vlmpack.errors import InputError, StreamError
+from vlmpack.fsio import printable_path
+from vlmpack.readers.streams import broken_message, compression, open_stream
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,6 @@ BINARY_SHARE = 0.30
 
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f\x7f]")
 _INVALID_UTF8 = re.compile("[\udc80-\udcff]")
-_BZ2_BLOCK = (b"\x31\x41\x59\x26\x53\x59", b"\x17\x72\x45\x38\x50\x90")
 
 #: (offset, magic, description) of binary formats; each magic holds a non-text byte, so a
 #: JSONL file cannot start with it by accident.
@@ -95,29 +95,6 @@ _BOMS = ((b"\xff\xfe\x00\x00", "UTF-32 text"), (b"\x00\x00\xfe\xff", "UTF-32 tex
          (b"\xff\xfe", "UTF-16 text"), (b"\xfe\xff", "UTF-16 text"))
 
 
-def codec_of(magic: bytes) -> str | None:
-    """``"gzip"``, ``"zstd"``, ``"xz"``, ``"bz2"`` or ``None`` (not compressed) from the first
-    10 bytes of a file (fewer only when the file is shorter: a whole file of 2 or more bytes that
-    is a cut-off zstd, xz or bzip2 magic counts as that codec, so reading it fails as truncated
-    instead of reading a stub as text; a 1-byte stub reads as a 1-line text file, rejected as a
-    record or refused as binary by :func:`describe`). Never raises."""
-    if magic.startswith(b"\x1f\x8b"):
-        return "gzip"
-    if magic.startswith(b"\x28\xb5\x2f\xfd") or (2 <= len(magic) < 4 and b"\x28\xb5\x2f\xfd".startswith(magic)):
-        return "zstd"
-    if len(magic) >= 4 and 0x50 <= magic[0] <= 0x5F and magic[1:4] == b"\x2a\x4d\x18":
-        return "zstd"  # a skippable frame (RFC 8878 section 3.1.2) first
-    if magic.startswith(b"\xfd7zXZ\x00") or (2 <= len(magic) < 6 and b"\xfd7zXZ\x00".startswith(magic)):
-        return "xz"
-    if 2 <= len(magic) < 4 and b"BZh".startswith(magic):
-        return "bz2"
-    if magic[:3] == b"BZh" and len(magic) >= 4 and magic[3] in b"123456789":
-        rest = magic[4:10]
-        if rest in _BZ2_BLOCK or (len(magic) < 10 and any(b.startswith(rest) for b in _BZ2_BLOCK)):
-            return "bz2"
-    return None
-
-
 def describe(head: bytes, tail: bytes | None = None) -> str | None:
     """What ``head`` looks like when it is clearly not JSONL, else ``None``.
 
@@ -158,7 +135,7 @@ def describe(head: bytes, tail: bytes | None = None) -> str | None:
     return _text_not_jsonl(head)
 
 
-def sniff_input(path: str) -> None:
+def sniff_input(path: str, *, compressed_tar_rule: bool = False) -> None:
     """Refuse ``path`` at once when its content is clearly not JSONL (one call per input file,
     before any task is made; :func:`vlmpack.config.load_config` calls it for every ``--input``).
 
@@ -167,10 +144,9 @@ def sniff_input(path: str) -> None:
     content checksum (corruption inside such frames may go undetected). Raises
     :class:`InputError` (one line: the file, what it looks like, what vlmpack reads) for a tar,
     zip, Parquet, image, binary ... file, and for an unreadable file or a compressed head that is
-    truncated or corrupt.
+    truncated or corrupt. ``compressed_tar_rule``: a compressed tar gets the WebDataset rule
+    instead (shards are read in place by byte offset, so only uncompressed ones can be).
     """
-    from vlmpack.readers.jsonl import StreamError, broken_message, compression, open_stream
-
     codec = compression(path)
     tail = None
     try:
@@ -187,24 +163,14 @@ def sniff_input(path: str) -> None:
         logger.warning("%s: its zstd frames carry no content checksum, so corrupt data inside them may go "
                        "undetected; compress with the zstd tool (checksums on by default) or write_checksum=True",
                        printable_path(path))
+    if compressed_tar_rule and codec and _is_tar(head):
+        raise InputError(f"{printable_path(path)} is a compressed tar: WebDataset shards are read in place by "
+                         "byte offset, so .tar.gz/.tgz shards cannot be; decompress them first")
     what = describe(head, tail)
     if what is not None:
         packed = f" compressed with {codec}" if codec else ""
         raise InputError(f"{printable_path(path)} looks like {what}{packed}, not JSONL; "
                          f"vlmpack reads JSONL ({FORMATS}) and uncompressed WebDataset .tar inputs")
-
-
-def printable_path(path: str | os.PathLike[str]) -> str:
-    """``path`` as one printable line: bytes of a non-UTF-8 name (surrogate escapes in ``str``)
-    as ``\\xNN`` and control or other non-printable characters escaped. Never raises."""
-    text = os.fsdecode(path)
-    try:
-        text = os.fsencode(text).decode("utf-8", "backslashreplace")
-    except UnicodeError:  # a lone surrogate that is no escaped byte
-        text = text.encode("utf-8", "backslashreplace").decode("ascii")
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def _zstd_checked(path: str) -> bool:
@@ -277,4 +243,4 @@ def _text_not_jsonl(head: bytes) -> str | None:
     return what
 
 
-__all__ = ["BINARY_SHARE", "FORMATS", "SNIFF_BYTES", "codec_of", "describe", "printable_path", "sniff_input"]
+__all__ = ["BINARY_SHARE", "FORMATS", "SNIFF_BYTES", "describe", "sniff_input"]

@@ -6,9 +6,8 @@ The parsing rules (BOM, CRLF, blank lines, schemas, reason codes) live in
 
 from __future__ import annotations
 
-from vlmpack.errors import InputError
 from vlmpack.readers.jsonl import read_range, split_ranges
-from vlmpack.readers.sniff import printable_path, sniff_input
+from vlmpack.readers.sniff import sniff_input
 
 
 class JsonlSource:
@@ -24,14 +23,8 @@ class JsonlSource:
     @staticmethod
     def check(path: str) -> None:
         """Refuse a file that is not JSONL by content (:func:`vlmpack.readers.sniff_input`); a
-        compressed tar gets the WebDataset rule (shards are read in place, so uncompressed only)."""
-        try:
-            sniff_input(path)
-        except InputError as e:
-            if "looks like a tar archive" in str(e) and "compressed with" in str(e):
-                raise InputError(f"{printable_path(path)} is a compressed tar: WebDataset shards are read in place by "
-                                 "byte offset, so .tar.gz/.tgz shards cannot be; decompress them first") from None
-            raise
+        compressed tar is refused with the WebDataset rule (shards are read in place, so uncompressed only)."""
+        sniff_input(path, compressed_tar_rule=True)
 
     @staticmethod
     def split(path: str, target_bytes: int) -> list[tuple[int, int, int]]:

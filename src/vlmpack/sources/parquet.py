@@ -28,137 +28,16 @@ from __future__ import annotations
 import base64
 import json
 import os
-from collections import OrderedDict
 from collections.abc import Iterator
 
-from vlmpack.errors import InputError
-from vlmpack.media.probe import MediaError, resolve_ref
+from vlmpack.errors import MediaError
+from vlmpack.media.probe import resolve_ref
 from vlmpack.media.ref import parquet_cell_ref
+from vlmpack.media.tables import Table, remember_column, table_kind
 from vlmpack.readers.jsonl import parse_record
-from vlmpack.readers.sniff import printable_path
 from vlmpack.records import Locator, ReadStats, Rejection
 
-PAR1 = b"PAR1"
-ARROW1 = b"ARROW1"
-STREAM = b"\xff\xff\xff\xff"
 MEDIA_COLUMNS = {"images": "image", "image": "image", "videos": "video", "video": "video"}
-# open_ref's cache of group columns, per process (so x workers): 256 MiB took a 2 GB input's workers to
-# ~1.2 GB RSS each (bench_pack.py --parquet-rss); a file whose media exceed it re-reads groups when writing
-_CACHE_BYTES = 64 << 20
-
-
-def _kind(head: bytes) -> str | None:
-    if head.startswith(PAR1):
-        return "parquet"
-    if head.startswith(ARROW1):
-        return "arrow"
-    if head.startswith(STREAM) and len(head) >= 8 and 0 < int.from_bytes(head[4:8], "little") < (1 << 24):
-        return "stream"
-    return None
-
-
-class _Table:
-    """Random access to the groups of one Parquet / Arrow file (``pyarrow`` errors -> InputError)."""
-
-    def __init__(self, path: str):
-        import pyarrow as pa
-        import pyarrow.ipc as ipc
-        import pyarrow.parquet as pq
-
-        self.path = path
-        with open(path, "rb") as f:
-            self.kind = _kind(f.read(16))
-        try:
-            if self.kind == "parquet":
-                self._pf = pq.ParquetFile(path, memory_map=True)
-                meta = self._pf.metadata
-                self.rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-                self.sizes = [sum(meta.row_group(i).column(c).total_compressed_size
-                                  for c in range(meta.row_group(i).num_columns)) for i in range(meta.num_row_groups)]
-                self.names = list(self._pf.schema_arrow.names)
-            elif self.kind in ("arrow", "stream"):
-                src = pa.memory_map(path, "r")
-                if self.kind == "arrow":
-                    rd = ipc.open_file(src)
-                    self._batches = [rd.get_batch(i) for i in range(rd.num_record_batches)]
-                else:  # a stream has no index: map it once (zero-copy), batches are views
-                    self._batches = list(ipc.open_stream(src))
-                self.rows = [b.num_rows for b in self._batches]
-                self.sizes = [b.nbytes for b in self._batches]
-                self.names = list(self._batches[0].schema.names) if self._batches else []
-            else:
-                raise InputError(f"{printable_path(path)} is neither Parquet (PAR1) nor Arrow IPC; "
-                                 "pass --input-format for another format")
-        except (OSError, pa.ArrowException, ValueError) as e:
-            raise InputError(f"{printable_path(path)}: not a readable {self.kind} file ({_oneline(e)}); "
-                             "it is truncated or corrupt, re-create it") from None
-
-    def group(self, i: int, columns: list[str] | None = None):
-        """Group ``i`` as a ``pyarrow.Table`` / ``RecordBatch`` (only ``columns`` when given)."""
-        import pyarrow as pa
-
-        try:
-            if self.kind == "parquet":
-                return self._pf.read_row_group(i, columns=columns)
-            b = self._batches[i]
-            return b.select(columns) if columns is not None else b
-        except (OSError, pa.ArrowException, ValueError) as e:
-            raise InputError(f"{printable_path(self.path)}: row group {i} cannot be read ({_oneline(e)}); "
-                             "the file is truncated or corrupt, re-create it") from None
-
-
-def _oneline(e: BaseException) -> str:
-    return " ".join(str(e).split())[:200]
-
-
-_CELLS: OrderedDict[tuple, tuple[object, int]] = OrderedDict()
-
-
-def cell_bytes(file: str, group: int, row: int, column: str, index: int) -> bytes:
-    """The bytes of one media cell (``index=-1``: the cell itself, else item ``index`` of its list;
-    a struct gives its ``bytes`` field). The group's column is cached per process (LRU, up to
-    ~64 MiB), so a sample's images and neighbouring rows do not re-read the file. Raises
-    ``OSError`` when the file, group, row or value is not there (a changed or truncated file)."""
-    st = os.stat(file)
-    key = (file, st.st_mtime_ns, st.st_size, group, column)
-    hit = _CELLS.get(key)
-    if hit is None:
-        try:
-            tab = _Table(file)
-            if not 0 <= group < len(tab.rows):
-                raise OSError(f"{file} has no row group {group}")
-            col = tab.group(group, [column]).column(0)
-        except InputError as e:
-            raise OSError(str(e)) from None
-        _remember(key, col)
-    else:
-        _CELLS.move_to_end(key)
-        col = hit[0]
-    if not 0 <= row < len(col):
-        raise OSError(f"{file}: row group {group} has no row {row}")
-    value = col[row].as_py()
-    if index >= 0:
-        if not isinstance(value, list) or index >= len(value):
-            raise OSError(f"{file}: cell {group}:{row}:{column} has no item {index}")
-        value = value[index]
-    if isinstance(value, dict):
-        value = value.get("bytes")
-    if not isinstance(value, bytes):
-        raise OSError(f"{file}: cell {group}:{row}:{column}:{index} holds no bytes")
-    return value
-
-
-def _remember(key: tuple, col) -> None:
-    import pyarrow as pa
-
-    size = col.nbytes
-    evicted = False
-    while _CELLS and sum(v[1] for v in _CELLS.values()) + size > _CACHE_BYTES:
-        _CELLS.popitem(last=False)
-        evicted = True
-    _CELLS[key] = (col, size)
-    if evicted:  # else Arrow's allocator (mimalloc) keeps the freed columns: RSS ~2.5x the cache
-        pa.default_memory_pool().release_unused()
 
 
 def _json_default(v: object) -> object:
@@ -222,18 +101,18 @@ class ParquetSource:
     @staticmethod
     def sniff(head: bytes) -> bool:
         """``PAR1``, ``ARROW1`` or an Arrow IPC stream's continuation marker at the start."""
-        return _kind(head) is not None
+        return table_kind(head) is not None
 
     @staticmethod
     def check(path: str) -> None:
         """Refuse a file whose footer / schema cannot be read (truncated, corrupt), one line."""
-        _Table(path)
+        Table(path)
 
     @staticmethod
     def split(path: str, target_bytes: int) -> list[tuple[int, int, int]]:
         """Ranges ``(first group, end group (exclusive), first row number)``, >= ``target_bytes``
         (compressed Parquet bytes / Arrow buffer bytes) each except the last."""
-        tab = _Table(path)
+        tab = Table(path)
         ranges: list[tuple[int, int, int]] = []
         start, first, acc, row = 0, 1, 0, 1
         for i, (n, size) in enumerate(zip(tab.rows, tab.sizes, strict=True)):
@@ -254,7 +133,7 @@ class ParquetSource:
         strings resolve like JSONL's (``media_root``, ``allow_absolute_media``, ``lmdb_envs``: the
         ``--media-lmdb`` stores for ``lmdb://NAME/KEY`` names)."""
         stats = stats if stats is not None else ReadStats()
-        tab = _Table(path)
+        tab = Table(path)
         end = len(tab.rows) if end < 0 else min(end, len(tab.rows))
         no = first
         st = os.stat(path)
@@ -262,7 +141,7 @@ class ParquetSource:
             table = tab.group(g)
             for col in MEDIA_COLUMNS:  # the probes of this task read these cells next: no re-read
                 if col in table.column_names:
-                    _remember((path, st.st_mtime_ns, st.st_size, g, col), table.column(col))
+                    remember_column((path, st.st_mtime_ns, st.st_size, g, col), table.column(col))
             rows = table.to_pylist()
             del table
             for r, rec in enumerate(rows):

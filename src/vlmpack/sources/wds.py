@@ -29,12 +29,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
-from vlmpack.errors import InputError
-from vlmpack.media.probe import MediaError, resolve_ref
+from vlmpack.errors import InputError, MediaError, RecordError
+from vlmpack.fsio import printable_path
+from vlmpack.media.probe import resolve_ref
 from vlmpack.media.ref import LMDB, tar_member_ref
 from vlmpack.readers.jsonl import parse_record
-from vlmpack.readers.schemas import RecordError, normalize_native
-from vlmpack.readers.sniff import _is_tar, printable_path
+from vlmpack.readers.schemas import normalize_native
+from vlmpack.readers.sniff import _is_tar
 from vlmpack.records import Locator, ReadStats, Rejection
 
 _KEY = re.compile(r"^((?:.*/|)[^./][^/]*?)\.([^/]+)$")  # key = up to the first dot of the base name

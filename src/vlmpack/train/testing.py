@@ -1,22 +1,17 @@
-"""Helpers for the training-side tests and benchmarks: tiny random models, real packs, pack readers.
+"""Helpers for the training-side tests and benchmarks: tiny random models of each family, negative controls.
 
 - :func:`tiny_qwen2` / :func:`tiny_qwen2_5_vl` / :func:`tiny_qwen3_vl`: randomly initialised float32 models built from
   configs (no weights downloaded), sized to run in seconds on a CPU, with the real Qwen vocab
   and special token ids of ``model_dir`` so that real packs can be fed to them.
-- :func:`demo_packs`: runs the real ``vlmpack pack`` pipeline on the first lines of the demo set
-  (cached per process) and returns the output directory.
-- :func:`read_packs`: the packs of a vlmpack output as raw WebDataset dicts (tarfile, no Energon).
+
+Real packs for them come from ``demo_data.packs.demo_packs`` (``tools/``, outside the wheel) and
+are read with :func:`vlmpack.packfmt.read_packs`.
 """
 
 from __future__ import annotations
 
 import json
-import tarfile
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
-
-_CACHE: dict[tuple, Path] = {}
 
 
 def _token_ids(model_dir: str | Path) -> dict:
@@ -134,50 +129,3 @@ def plain_causal_inputs(batch: dict, attn_implementation: str = "sdpa") -> dict:
     return kw
 
 
-def demo_packs(real_data: str | Path, model_dir: str | Path, *, seq_len: int = 1024, n_lines: int = 300,
-               group_by_kind: bool = True, out: str | Path | None = None, **kw) -> Path:
-    """Run ``vlmpack pack`` on the first ``n_lines`` records of ``real_data/real_sft.jsonl``.
-
-    Returns the output directory (an Energon dataset of ``vlmpack.pack/1`` packs). Cached per
-    process and argument set.
-    """
-    from vlmpack.config import load_config
-    from vlmpack.pack.pipeline import run_pack
-
-    key = (str(real_data), str(model_dir), seq_len, n_lines, group_by_kind, str(out), tuple(sorted(kw.items())))
-    if key in _CACHE:
-        return _CACHE[key]
-    base = Path(out) if out else Path(tempfile.mkdtemp(prefix="vlmpack-train-"))
-    base.mkdir(parents=True, exist_ok=True)
-    src = base / "input.jsonl"
-    with open(Path(real_data) / "real_sft.jsonl", "rb") as f, open(src, "wb") as g:
-        for i, line in enumerate(f):
-            if i >= n_lines:
-                break
-            g.write(line)
-    dest = base / "packs"
-    cfg = load_config(input=[str(src)], media_root=str(real_data), model=str(model_dir), output=str(dest),
-                      seq_len=seq_len, progress=False, workers=1, group_by_kind=group_by_kind, **kw)
-    run_pack(cfg)
-    _CACHE[key] = dest
-    return dest
-
-
-def read_packs(out_dir: str | Path) -> Iterator[dict]:
-    """Yield every pack of a vlmpack output as a raw WebDataset dict
-    (``{"__key__", "json": bytes, "img0.png": bytes, ...}``), shards in name order."""
-    for shard in sorted(Path(out_dir).glob("*.tar")):
-        with tarfile.open(shard) as tf:
-            cur: dict | None = None
-            for m in tf:
-                if not m.isfile():
-                    continue
-                name = m.name.rsplit("/", 1)[-1]
-                key, part = name.split(".", 1)
-                if cur is None or cur["__key__"] != key:
-                    if cur is not None:
-                        yield cur
-                    cur = {"__key__": key}
-                cur[part] = tf.extractfile(m).read()
-            if cur is not None:
-                yield cur

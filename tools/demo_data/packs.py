@@ -1,0 +1,40 @@
+"""Small real outputs of ``vlmpack pack`` for the training-side tests and benchmarks.
+
+:func:`demo_packs` runs the real pipeline on the first lines of the demo set (cached per process).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+_CACHE: dict[tuple, Path] = {}
+
+
+def demo_packs(real_data: str | Path, model_dir: str | Path, *, seq_len: int = 1024, n_lines: int = 300,
+               group_by_kind: bool = True, out: str | Path | None = None, **kw) -> Path:
+    """Run ``vlmpack pack`` on the first ``n_lines`` records of ``real_data/real_sft.jsonl``.
+
+    Returns the output directory (an Energon dataset of ``vlmpack.pack/1`` packs). Cached per
+    process and argument set.
+    """
+    from vlmpack.config import load_config
+    from vlmpack.pack.pipeline import run_pack
+
+    key = (str(real_data), str(model_dir), seq_len, n_lines, group_by_kind, str(out), tuple(sorted(kw.items())))
+    if key in _CACHE:
+        return _CACHE[key]
+    base = Path(out) if out else Path(tempfile.mkdtemp(prefix="vlmpack-train-"))
+    base.mkdir(parents=True, exist_ok=True)
+    src = base / "input.jsonl"
+    with open(Path(real_data) / "real_sft.jsonl", "rb") as f, open(src, "wb") as g:
+        for i, line in enumerate(f):
+            if i >= n_lines:
+                break
+            g.write(line)
+    dest = base / "packs"
+    cfg = load_config(input=[str(src)], media_root=str(real_data), model=str(model_dir), output=str(dest),
+                      seq_len=seq_len, progress=False, workers=1, group_by_kind=group_by_kind, **kw)
+    run_pack(cfg)
+    _CACHE[key] = dest
+    return dest
