@@ -163,19 +163,6 @@ def is_member(ref: str) -> bool:
     return bool(_URL.match(ref)) or ref.startswith(DATA)
 
 
-def container_path(ref: str) -> str:
-    """The file that holds the item: the path itself, the archive of a member, the LMDB env
-    (``""`` for inline bytes)."""
-    if ref.startswith(DATA):
-        return ""
-    parsed = parse_ref(ref)
-    if isinstance(parsed, TarMember):
-        return parsed.archive
-    if isinstance(parsed, ParquetCell):
-        return parsed.file
-    return parsed.env if isinstance(parsed, LmdbValue) else parsed
-
-
 def _lmdb_env(path: str):
     """The read-only LMDB environment at ``path``, opened once per process (a forked worker opens
     its own: LMDB handles must not cross a fork). Raises ``OSError`` when it cannot be opened."""

@@ -51,9 +51,6 @@ CONTAINERS = {
     "avi": ("avi",),
 }
 
-#: Video file extensions (lower case, with the dot) that name the ``video`` kind.
-VIDEO_EXTENSIONS = (".mp4", ".webm", ".mkv", ".mov", ".avi", ".m4v")
-
 
 @dataclass(frozen=True, slots=True)
 class VideoHeader:

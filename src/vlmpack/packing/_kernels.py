@@ -33,16 +33,6 @@ def pack_renumbering(npacks: int, order: str, seed: int | None, first_member: Ca
     return new_id
 
 
-@njit(cache=True, inline="always")
-def _fits(p, i, cap, max_n, max_mc, max_mt, fill, cnt, pmc, pmt, eff, mc, mt):
-    return (
-        fill[p] + eff[i] <= cap
-        and cnt[p] < max_n
-        and pmc[p] + mc[i] <= max_mc
-        and pmt[p] + mt[i] <= max_mt
-    )
-
-
 @njit(cache=True)
 def first_fit_tree(eff, mc, mt, items, cap, max_n, max_mc, max_mt, n):
     """First-Fit over ``items`` in the given order: the lowest-numbered pack where the item fits.
