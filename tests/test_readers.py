@@ -703,9 +703,13 @@ def test_data_uri_is_inline_bytes(real_data):
 
 def test_every_registered_source_satisfies_the_protocol():
     import inspect
+    import typing
 
-    from vlmpack.sources import SOURCES, Source
+    from vlmpack.config import PackConfig
+    from vlmpack.sources import INPUT_FORMATS, SOURCES, Source
 
+    # --input-format (config input_format) accepts exactly the registered formats
+    assert set(typing.get_args(PackConfig.model_fields["input_format"].annotation)) == set(INPUT_FORMATS)
     for name, src in SOURCES.items():
         assert isinstance(src, Source) and src.name == name
         params = inspect.signature(src.read).parameters
