@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vlmpack.readers.schemas import to_canonical
+from vlmpack.layouts import to_canonical
 from vlmpack.train import PackCollator
 from vlmpack.train.encode import EncodedPack, PackItem, open_image
 

@@ -124,7 +124,7 @@ def test_traversal_allowed_with_allow_absolute_media(real_data):
     assert res.media[0].path == os.path.normpath(os.path.join(real_data, "../../../../etc/passwd"))
 
 
-def _unparse(messages: list[dict], media_refs: list[str]) -> list[tuple[str, str]]:
+def _unparse(messages: list[dict]) -> list[tuple[str, str]]:
     """Canonical messages back to (role, text with <image> placeholders): the inverse of parsing."""
     out = []
     for m in messages:
@@ -146,7 +146,7 @@ def test_all_real_samples_parse_and_validate(real_data):
         assert [m.ref for m in s.media] == rec["images"] and all(m.kind == "image" for m in s.media)
         assert [m.path for m in s.media] == [os.path.normpath(real_data / r) for r in rec["images"]]
         # byte-for-byte text: putting placeholders back gives the original conversation
-        assert _unparse(s.messages, rec["images"]) == [
+        assert _unparse(s.messages) == [
             (role[t["from"]], t["value"]) for t in rec["conversations"]
         ]
         parts = [p for m in s.messages for p in m["content"]]
@@ -243,8 +243,8 @@ def test_prompts_without_placeholders_put_images_first(real_data, real_samples):
             continue
         rec = {
             "images": [m.ref for m in s.media],
-            "prompts": [_unparse([m], [])[0][1].replace("<image>", "") for m in s.messages[0::2]],
-            "captions": [_unparse([m], [])[0][1] for m in s.messages[1::2]],
+            "prompts": [_unparse([m])[0][1].replace("<image>", "") for m in s.messages[0::2]],
+            "captions": [_unparse([m])[0][1] for m in s.messages[1::2]],
         }
         if any("<image>" in c for c in rec["captions"]):
             continue
@@ -703,9 +703,13 @@ def test_data_uri_is_inline_bytes(real_data):
 
 def test_every_registered_source_satisfies_the_protocol():
     import inspect
+    import typing
 
-    from vlmpack.sources import SOURCES, Source
+    from vlmpack.config import PackConfig
+    from vlmpack.sources import INPUT_FORMATS, SOURCES, Source
 
+    # --input-format (config input_format) accepts exactly the registered formats
+    assert set(typing.get_args(PackConfig.model_fields["input_format"].annotation)) == set(INPUT_FORMATS)
     for name, src in SOURCES.items():
         assert isinstance(src, Source) and src.name == name
         params = inspect.signature(src.read).parameters

@@ -23,7 +23,7 @@ def samples(real_data):
 def _read_samples(real_data, n):
     import json
 
-    from vlmpack.readers.schemas import to_canonical
+    from vlmpack.layouts import to_canonical
     from vlmpack.records import Locator, Media, Sample
 
     out = []

@@ -104,10 +104,10 @@ def cook_llava(raw: dict) -> UnpackedSample:
     """Crude WebDataset sample (LLaVA JSON + image parts) -> :class:`UnpackedSample`.
 
     The JSON names its image parts in ``image_keys`` (or ``images``) in order of the ``<image>``
-    placeholders; conversion to canonical messages is :func:`vlmpack.readers.schemas.to_canonical`
+    placeholders; conversion to canonical messages is :func:`vlmpack.layouts.to_canonical`
     (the same as ``vlmpack pack``). ``num_tokens`` is filled later by the task encoder.
     """
-    from vlmpack.readers.schemas import to_canonical
+    from vlmpack.layouts import to_canonical
 
     meta = raw["json"]
     if isinstance(meta, (bytes, bytearray, str)):

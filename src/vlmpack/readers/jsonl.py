@@ -33,8 +33,8 @@ from typing import IO
 
 from vlmpack.errors import InputError, MediaError, RecordError, StreamError
 from vlmpack.fsio import printable_path
+from vlmpack.layouts import SCHEMAS, to_canonical
 from vlmpack.media.probe import resolve_ref
-from vlmpack.readers.schemas import SCHEMAS, to_canonical
 from vlmpack.readers.sniff import sniff_input
 from vlmpack.readers.streams import broken_message, compression, open_stream
 from vlmpack.records import Locator, Media, ReadStats, Rejection, Sample
@@ -138,13 +138,13 @@ def parse_record(
     ``resolve_media(ref) -> str`` replaces the media-root resolution (an archive source maps part
     names to :mod:`vlmpack.media.ref` references; it raises ``MediaError`` for an unknown one).
     ``lmdb_envs``: the ``--media-lmdb`` stores (name -> env path) for ``lmdb://NAME/KEY`` references.
-    ``text_key``: the key of the turns (``--text-key``, :func:`vlmpack.readers.schemas.normalize_native`).
+    ``text_key``: the key of the turns (``--text-key``, :func:`vlmpack.layouts.native.normalize_native`).
 
     Steps and reason codes: strip BOM / trailing ``"\\r"``; UTF-8 (``not_utf8``, also for JSON
     ``\\uD800``-style lone surrogate escapes, which cannot be written back as UTF-8); JSON
     (``invalid_json``); an object (``not_an_object``); ``id`` int or non-empty str (``wrong_type``
     otherwise; absent or ``null`` -> ``f"{file}:{line}"`` with ``has_own_id=False``); schema and
-    structural checks of :func:`vlmpack.readers.schemas.to_canonical`; media references resolved
+    structural checks of :func:`vlmpack.layouts.to_canonical`; media references resolved
     lexically by :func:`vlmpack.media.probe.resolve_ref`. Any unexpected exception becomes a
     ``wrong_type`` rejection with a one-line detail. ``ValueError`` only for an unknown ``schema``.
     """

@@ -5,7 +5,7 @@ stream (what ``datasets.Dataset.save_to_disk`` writes as ``data-*.arrow``; it st
 ``0xFFFFFFFF`` continuation marker). A "group" is a Parquet row group or an Arrow record batch:
 tasks are ranges of groups and one group is read at a time (bounded memory: one group's rows).
 
-A row is a record in any schema of :mod:`vlmpack.readers.schemas` (``messages`` /
+A row is a record in any layout of :mod:`vlmpack.layouts` (``messages`` /
 ``conversations`` / prompts + captions columns...); the media columns ``images`` / ``image`` /
 ``videos`` / ``video`` hold, per row, one item or a list of items, each
 

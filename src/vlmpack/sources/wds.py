@@ -2,7 +2,7 @@
 
 A sample is the run of consecutive members that share a key (webdataset's ``base_plus_ext``
 rule: the key is the member name up to the first dot of its base name, the rest is the part
-name). Its conversation is the ``json`` part, in any schema of :mod:`vlmpack.readers.schemas`
+name). Its conversation is the ``json`` part, in any layout of :mod:`vlmpack.layouts`
 (the WDS-native packer's ``texts`` + ``media`` + ``name`` schema included, turns under
 ``--text-key``); media are named by a list in the JSON (``images`` / ``image_keys`` /
 ``media_files`` / ``name`` and ``videos`` / ``video_keys``: part names such as ``"0.png"`` or
@@ -31,10 +31,10 @@ from functools import lru_cache
 
 from vlmpack.errors import InputError, MediaError, RecordError
 from vlmpack.fsio import printable_path
+from vlmpack.layouts.native import normalize_native
 from vlmpack.media.probe import resolve_ref
 from vlmpack.media.ref import LMDB, tar_member_ref
 from vlmpack.readers.jsonl import parse_record
-from vlmpack.readers.schemas import normalize_native
 from vlmpack.readers.sniff import _is_tar
 from vlmpack.records import Locator, ReadStats, Rejection
 

@@ -1,0 +1,73 @@
+"""Record layouts: one module per layout of an input record's JSON object, and the registry.
+
+A layout (:class:`vlmpack.layouts.base.Layout`) detects its shape and converts a record to the
+canonical sample: canonical messages (:mod:`vlmpack.records`) and its media references, after the
+structural checks of :class:`vlmpack.layouts.builder.Builder`. Pure functions, no I/O; every
+source (JSONL, WebDataset, Parquet) and the online task encoder read records through
+:func:`to_canonical`.
+
+Layouts (:data:`LAYOUTS`, in detection order; ``--schema`` forces one):
+
+- ``llava`` (:mod:`~vlmpack.layouts.llava`): ``conversations: [{"from", "value"}]`` + ``image(s)``
+  / ``video(s)`` named by ``<image>`` / ``<video>`` placeholders;
+- ``messages`` (:mod:`~vlmpack.layouts.messages`): ``messages: [{"role", "content"}]``, content a
+  string with placeholders or a list of text / image / video parts;
+- ``prompts`` (:mod:`~vlmpack.layouts.prompts`): ``images`` + ``prompts`` + ``captions``.
+
+Before detection every record goes through :func:`~vlmpack.layouts.native.normalize_native`,
+which rewrites the WDS-native packer's ``texts`` + ``media`` + ``name`` schema (and turns under
+``--text-key``) into ``messages``.
+
+Adding a layout: write ``vlmpack/layouts/<name>.py`` with a class that satisfies
+:class:`~vlmpack.layouts.base.Layout` and add one line to :data:`LAYOUTS` where its detection
+must run (CONTRIBUTING.md).
+"""
+
+from __future__ import annotations
+
+from vlmpack.errors import RecordError
+from vlmpack.layouts.base import Canonical, Layout
+from vlmpack.layouts.llava import LlavaLayout
+from vlmpack.layouts.messages import MessagesLayout
+from vlmpack.layouts.native import LEADING, NATIVE_KINDS, normalize_native
+from vlmpack.layouts.prompts import PromptsLayout
+
+#: The registry: layout name -> layout. Detection tries them in order; the first match converts.
+LAYOUTS: dict[str, Layout] = {"llava": LlavaLayout(), "messages": MessagesLayout(), "prompts": PromptsLayout()}
+#: Values of ``--schema`` (config ``input_schema``).
+SCHEMAS = ("auto", *LAYOUTS)
+
+
+def detect_schema(obj: dict) -> str:
+    """The name of the first layout of :data:`LAYOUTS` that detects ``obj`` (``"llava"`` if
+    ``conversations`` is a key, else ``"messages"`` if ``messages`` is, else ``"prompts"`` if
+    ``prompts`` or ``captions`` is); raises :class:`RecordError` (``unknown_schema``)."""
+    for name, layout in LAYOUTS.items():
+        if layout.detect(obj):
+            return name
+    *rest, last = (layout.keys for layout in LAYOUTS.values())
+    keys = ", ".join(sorted(str(k) for k in obj)[:8]) or "none"
+    raise RecordError("unknown_schema", f"no {', '.join(rest)} or {last} key (keys: {keys})")
+
+
+def to_canonical(obj: dict, schema: str = "auto", text_key: str | None = None) -> Canonical:
+    """Convert a JSON object of one record to canonical messages and its media references.
+
+    Returns ``(messages, media)``: ``messages`` as documented in :mod:`vlmpack.records`
+    (``{"type": "image"|"video", "index": i}`` parts index ``media`` in order of appearance),
+    ``media`` a list of ``(kind, ref)`` with ``ref`` as written in the record (not yet resolved).
+    ``schema``: ``"auto"`` (detect) or a layout name; ``text_key``: the key of the turns
+    (``--text-key``, :func:`normalize_native`). Rewrites ``obj`` in place. Raises
+    :class:`RecordError` for any layout or structural failure; ``ValueError`` for an unknown
+    ``schema`` name.
+    """
+    if schema not in SCHEMAS:
+        raise ValueError(f"unknown schema {schema!r}; use one of {', '.join(SCHEMAS)}")
+    obj = normalize_native(obj, text_key)
+    leading = bool(obj.pop(LEADING, False))
+    layout = LAYOUTS[detect_schema(obj) if schema == "auto" else schema]
+    return layout.to_canonical(obj, leading=leading)
+
+
+__all__ = ["LAYOUTS", "NATIVE_KINDS", "SCHEMAS", "Canonical", "Layout", "detect_schema", "normalize_native",
+           "to_canonical"]

@@ -1,0 +1,114 @@
+"""What every layout shares: the top-level media lists, the canonical-message builder and the
+structural checks (all of them live here, at parse time, so that :mod:`vlmpack.pack.validate`
+only touches the file system).
+
+Top-level media: ``image`` (a string or a list) / ``images`` (a list) and ``video`` / ``videos``;
+``<image>`` / ``<video>`` placeholders in the text consume them in order. A key set to ``null``
+counts as absent; a ``null`` *entry* of a list is ``wrong_type``.
+
+Structural checks (:meth:`Builder.finish`): no empty turn, placeholders == media given, at least
+one turn, the first non-system turn is a user turn, an assistant turn exists.
+"""
+
+from __future__ import annotations
+
+import re
+
+from vlmpack.errors import RecordError
+from vlmpack.layouts.base import Canonical, short
+
+PLACEHOLDER = re.compile(r"(<image>|<video>)")
+_PLACEHOLDER_KIND = {"<image>": "image", "<video>": "video"}
+
+
+class Builder:
+    """Accumulates canonical turns; hands out media indices in order of appearance.
+
+    ``pending``: the top-level media per kind (:func:`top_level_media`), consumed by placeholders
+    in order."""
+
+    def __init__(self, pending: dict[str, list[object]]) -> None:
+        self.pending = pending
+        self.used = {"image": 0, "video": 0}
+        self.media: list[tuple[str, object]] = []
+        self.messages: list[dict] = []
+
+    def add_media(self, kind: str, ref: object) -> dict:
+        self.media.append((kind, ref))
+        return {"type": kind, "index": len(self.media) - 1}
+
+    def add_all_pending(self, content: list[dict]) -> None:
+        """Append every top-level media item (images, then videos) that no placeholder consumed."""
+        for kind in ("image", "video"):
+            for ref in self.pending[kind][self.used[kind]:]:
+                content.append(self.add_media(kind, ref))
+            self.used[kind] = len(self.pending[kind])
+
+    def add_text(self, content: list[dict], text: str) -> None:
+        """Append ``text`` split at placeholders (each consuming the next top-level media item)."""
+        if "<" not in text:
+            if text:
+                content.append({"type": "text", "text": text})
+            return
+        for piece in PLACEHOLDER.split(text):
+            kind = _PLACEHOLDER_KIND.get(piece)
+            if kind is None:
+                if piece:
+                    content.append({"type": "text", "text": piece})
+                continue
+            i = self.used[kind]
+            self.used[kind] += 1
+            refs = self.pending[kind]
+            content.append(self.add_media(kind, refs[i] if i < len(refs) else None))
+
+    def add_turn(self, role: str, content: list[dict], where: str) -> None:
+        if not content:
+            raise RecordError("empty_turn", f"{where} ({role}) has neither text nor media")
+        self.messages.append({"role": role, "content": content})
+
+    def finish(self) -> Canonical:
+        """Run the structural checks; ``(messages, media)``. Raises :class:`RecordError`
+        (``placeholder_mismatch``, ``empty_conversation``, ``no_assistant_turn``, ``bad_turn_order``)."""
+        for kind in ("image", "video"):
+            given, used = len(self.pending[kind]), self.used[kind]
+            if given != used:
+                raise RecordError(
+                    "placeholder_mismatch",
+                    f"{used} <{kind}> placeholder(s) in the text but {given} {kind}(s) given",
+                )
+        if not self.messages:
+            raise RecordError("empty_conversation", "the conversation has no turns")
+        first = next((m["role"] for m in self.messages if m["role"] != "system"), None)
+        if first is None:
+            raise RecordError("no_assistant_turn", "the conversation has only system turns")
+        if first != "user":
+            raise RecordError("bad_turn_order", f"the first non-system turn is {first!r}, not 'user'")
+        if not any(m["role"] == "assistant" for m in self.messages):
+            raise RecordError("no_assistant_turn", "the conversation has no assistant turn")
+        return self.messages, self.media
+
+
+def top_level_media(obj: dict) -> dict[str, list[object]]:
+    """The record's top-level media per kind (``{"image": [...], "video": [...]}``). Raises
+    :class:`RecordError` (``wrong_type``: both ``image`` and ``images``, ``images`` not a list, an
+    entry that is not a non-empty string)."""
+    out: dict[str, list[object]] = {}
+    for kind in ("image", "video"):
+        single, many = obj.get(kind), obj.get(kind + "s")
+        if single is not None and many is not None:
+            raise RecordError("wrong_type", f"both {kind!r} and {kind + 's'!r} are given; use one")
+        refs: list[object]
+        if many is not None:
+            if not isinstance(many, list):
+                raise RecordError("wrong_type", f"{kind + 's'!r} must be a list, got {type(many).__name__}")
+            refs = many
+        elif single is not None:
+            refs = single if isinstance(single, list) else [single]
+        else:
+            refs = []
+        for i, ref in enumerate(refs):
+            if not isinstance(ref, str) or not ref:
+                name = kind + "s" if many is not None else kind
+                raise RecordError("wrong_type", f"{name}[{i}] must be a non-empty string, got {short(ref)}")
+        out[kind] = refs
+    return out

@@ -1,0 +1,100 @@
+"""The turn walker shared by the chat layouts (:mod:`~vlmpack.layouts.llava`,
+:mod:`~vlmpack.layouts.messages`): a list of ``{role, text}`` turns whose text is a string (with
+``<image>`` / ``<video>`` placeholders) or a list of content parts.
+
+Roles: ``system``, ``user`` / ``human``, ``assistant`` / ``gpt`` (any case). Parts: a bare string,
+``{"type": "text", "text"}``, ``{"type": "image", "image"|"path"|"url": ref}``,
+``{"type": "image_url", "image_url": {"url": ref}}`` (or the url string) and the same for
+``video`` / ``video_url``; audio and file parts are ``media_unsupported``.
+"""
+
+from __future__ import annotations
+
+from vlmpack.errors import RecordError
+from vlmpack.layouts.base import short
+from vlmpack.layouts.builder import PLACEHOLDER, Builder
+
+ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
+_MEDIA_PART_KEYS = ("path", "url")  # keys of {"type": kind, kind|"path"|"url": ref} parts, in order
+_UNSUPPORTED_PARTS = ("audio", "input_audio", "audio_url", "file", "input_file")
+
+
+def chat_turns(turns: object, key: str, builder: Builder, names: tuple[str, str], alt_names: tuple[str, str],
+               leading: bool = False) -> None:
+    """Add the turns of ``obj[key]`` to ``builder``. ``names``: the ``(role, text)`` keys of a
+    turn; ``alt_names``: the other pair, also accepted. ``leading``: with no placeholder and no
+    media part anywhere, the pending media go first in the first user turn (see
+    :meth:`vlmpack.layouts.base.Layout.to_canonical`). Raises :class:`RecordError`."""
+    if not isinstance(turns, list):
+        raise RecordError("wrong_type", f"{key!r} must be a list of turns, got {type(turns).__name__}")
+    if not turns:
+        raise RecordError("empty_conversation", f"{key!r} is an empty list")
+    role_key, text_key = names
+    alt_role, alt_text = alt_names
+    leading = leading and not PLACEHOLDER.search(repr(turns)) and "'type': 'image" not in repr(turns) \
+        and "'type': 'video" not in repr(turns)
+    for i, turn in enumerate(turns):
+        where = f"{key}[{i}]"
+        if not isinstance(turn, dict):
+            raise RecordError("wrong_type", f"{where} must be an object, got {type(turn).__name__}")
+        raw_role = turn.get(role_key, turn.get(alt_role))
+        if not isinstance(raw_role, str):
+            raise RecordError("wrong_type", f"{where} has no string {role_key!r} (got {short(raw_role)})")
+        role = ROLES.get(raw_role.lower())
+        if role is None:
+            raise RecordError(
+                "unknown_role", f"{where} role {short(raw_role)} is not system/user/assistant (or human/gpt)"
+            )
+        value = turn[text_key] if text_key in turn else turn.get(alt_text)
+        content: list[dict] = []
+        if leading and role == "user":
+            leading = False
+            builder.add_all_pending(content)
+        if isinstance(value, str):
+            builder.add_text(content, value)
+        elif isinstance(value, list):
+            for j, part in enumerate(value):
+                _content_part(part, f"{where}.{text_key}[{j}]", content, builder)
+        else:
+            raise RecordError(
+                "wrong_type", f"{where} {text_key!r} must be a string or a list of parts, got {short(value)}"
+            )
+        builder.add_turn(role, content, where)
+
+
+def _content_part(part: object, where: str, content: list[dict], builder: Builder) -> None:
+    if isinstance(part, str):  # a bare string part: some exports write ["text", ...]
+        builder.add_text(content, part)
+        return
+    if not isinstance(part, dict):
+        raise RecordError("wrong_type", f"{where} must be an object, got {type(part).__name__}")
+    ptype = part.get("type")
+    if ptype == "text":
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise RecordError("wrong_type", f"{where} text part needs a string 'text', got {short(text)}")
+        builder.add_text(content, text)
+    elif ptype in ("image", "video"):
+        ref = next((part[k] for k in (ptype, *_MEDIA_PART_KEYS) if part.get(k) is not None), None)
+        content.append(builder.add_media(ptype, _media_ref(ref, ptype, where)))
+    elif ptype in ("image_url", "video_url"):
+        kind = ptype[:-4]
+        spec = part.get(ptype)
+        ref = spec.get("url") if isinstance(spec, dict) else spec
+        content.append(builder.add_media(kind, _media_ref(ref, kind, where)))
+    elif ptype in _UNSUPPORTED_PARTS:
+        raise RecordError(
+            "media_unsupported", f"{where} has a {ptype!r} part; only images and videos are supported"
+        )
+    else:
+        raise RecordError("wrong_type", f"{where} has unknown part type {short(ptype)}")
+
+
+def _media_ref(ref: object, kind: str, where: str) -> str:
+    if isinstance(ref, list) and kind == "video":
+        raise RecordError("media_unsupported", f"{where}: a video given as a list of frames is not supported")
+    if not isinstance(ref, str) or not ref:
+        raise RecordError(
+            "wrong_type", f"{where} {kind} part needs a non-empty path/url string, got {short(ref)}"
+        )
+    return ref
