@@ -33,7 +33,7 @@ from typing import IO
 
 from vlmpack.errors import InputError, MediaError, RecordError, StreamError
 from vlmpack.fsio import printable_path
-from vlmpack.media.probe import resolve_ref
+from vlmpack.media.resolve import resolve_ref
 from vlmpack.readers.schemas import SCHEMAS, to_canonical
 from vlmpack.readers.sniff import sniff_input
 from vlmpack.readers.streams import broken_message, compression, open_stream

@@ -31,8 +31,8 @@ import os
 from collections.abc import Iterator
 
 from vlmpack.errors import MediaError
-from vlmpack.media.probe import resolve_ref
 from vlmpack.media.ref import parquet_cell_ref
+from vlmpack.media.resolve import resolve_ref
 from vlmpack.media.tables import Table, remember_column, table_kind
 from vlmpack.readers.jsonl import parse_record
 from vlmpack.records import Locator, ReadStats, Rejection

@@ -31,8 +31,8 @@ from functools import lru_cache
 
 from vlmpack.errors import InputError, MediaError, RecordError
 from vlmpack.fsio import printable_path
-from vlmpack.media.probe import resolve_ref
 from vlmpack.media.ref import LMDB, tar_member_ref
+from vlmpack.media.resolve import resolve_ref
 from vlmpack.readers.jsonl import parse_record
 from vlmpack.readers.schemas import normalize_native
 from vlmpack.readers.sniff import _is_tar
