@@ -283,3 +283,16 @@ def test_online_on_bad_pack_skips_or_stops_on_an_undecodable_image(crude_wds_cut
     # the real shard also holds samples whose JSON names image parts that are not there: skipped
     # as vlmpack pack rejects them, one line each
     assert all("(MediaDecodeError)" in line or "(media_missing)" in line for line in logged), logged
+
+
+def test_online_rejections_are_skipped_even_when_fatal(crude_wds, model_dir, caplog):
+    """What ``vlmpack pack`` rejects (here: JSONs naming image parts the real shard lacks) is not a
+    bad pack: skipped with its reason code under ``on_bad_pack="fatal"`` too, for a whole epoch."""
+    te = VlmpackOnlineTaskEncoder(str(model_dir), seq_len=1024, rope_impl="numpy", on_bad_pack="fatal")
+    with caplog.at_level("WARNING", logger="vlmpack.energon.task_encoder"):
+        packs = _epoch_keys(crude_wds, te, packing_buffer_size=8)
+    logged = _logged(caplog)
+    missing = {re.search(r"sample '([^']+)'", line).group(1) for line in logged}
+    assert missing and all("(media_missing)" in line and "not in the shard" in line for line in logged), logged
+    samples = {s for k in packs for s in k.split("+")}
+    assert len(samples) > 100 and not missing & samples

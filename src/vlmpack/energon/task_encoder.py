@@ -29,8 +29,9 @@ Bad packs (``on_bad_pack``, both encoders), decided by exception class only:
   :class:`~vlmpack.errors.MediaDecodeError`) while cooking, encoding, packing or batching:
   ``"skip"`` (default) raises Energon's ``SkipSample`` after one log line naming the pack and the
   error; ``"fatal"`` raises Energon's ``FatalSampleError`` naming the pack, which stops training at
-  once. A :class:`vlmpack.errors.SampleError` (online packing: a sample ``vlmpack pack`` would
-  reject, e.g. ``media_unsupported``) is skipped the same way, as ``vlmpack pack`` rejects it.
+  once. A :class:`vlmpack.errors.SampleError` is a bad pack too, except while online packing
+  cooks and measures samples: there it is what ``vlmpack pack`` rejects (``media_missing``,
+  ``media_unsupported``, ``special_token_in_text``, ...), always skipped with its reason code.
 - :class:`vlmpack.errors.ConfigError` (e.g. media decoded by an Energon decoder that was switched
   on): always ``FatalSampleError``; every pack would fail alike.
 - anything else: left to Energon (its worker config's ``global_error_handler``, by default
@@ -112,20 +113,21 @@ class _CollatingTaskEncoder(DefaultTaskEncoder[Any, EncodedPackSample, dict, dic
         self.collator = PackCollator(model_dir, **collator_options)
         self._skips_in_a_row: dict[str, int] = {}
 
-    def _guarded(self, stage: str, what: str, fn: Callable[..., _T], *args: Any) -> _T:
+    def _guarded(self, stage: str, what: str, fn: Callable[..., _T], *args: Any, rejects: bool = False) -> _T:
         """``fn(*args)`` under the ``on_bad_pack`` policy; ``what`` (e.g. ``"pack 'x'"``) names the
-        pack or sample in the log line / ``FatalSampleError``, ``stage`` the Energon stage."""
+        pack or sample in the log line / ``FatalSampleError``, ``stage`` the Energon stage.
+        ``rejects``: a :class:`SampleError` is a rejection of ``vlmpack pack`` (online cooking and
+        measuring), always skipped; otherwise it is a bad pack like a :class:`PackError`."""
         try:
             out = fn(*args)
         except ConfigError as e:
             raise FatalSampleError(f"{stage}: {what}: {type(e).__name__}: {e}") from e
-        except PackError as e:
-            if self.on_bad_pack == "fatal":
+        except (PackError, SampleError) as e:
+            reason = e.reason if isinstance(e, SampleError) else type(e).__name__
+            if self.on_bad_pack == "fatal" and not (rejects and isinstance(e, SampleError)):
                 raise FatalSampleError(f"{stage}: {what} cannot be trained on (on_bad_pack='fatal'): "
                                        f"{type(e).__name__}: {e}") from e
-            self._skip(stage, what, type(e).__name__, str(e))
-        except SampleError as e:
-            self._skip(stage, what, e.reason, e.detail or str(e))
+            self._skip(stage, what, reason, str(e))
         self._skips_in_a_row[stage] = 0
         return out
 
@@ -228,7 +230,8 @@ class VlmpackOnlineTaskEncoder(_CollatingTaskEncoder):
     def cook_crude_sample(self, sample, cooker, aux):
         """Energon's cooking (:func:`cook_llava`) under the ``on_bad_pack`` policy (an image that
         does not decode, a record ``vlmpack pack`` would reject)."""
-        return self._guarded("cook", f"sample {sample['__key__']!r}", super().cook_crude_sample, sample, cooker, aux)
+        return self._guarded("cook", f"sample {sample['__key__']!r}", super().cook_crude_sample, sample, cooker, aux,
+                             rejects=True)
 
     @stateless
     def preencode_sample(self, sample: UnpackedSample) -> UnpackedSample:
@@ -237,7 +240,7 @@ class VlmpackOnlineTaskEncoder(_CollatingTaskEncoder):
         A sample whose text holds a special token of the tokenizer (it would fake or cut a turn)
         is skipped with a log line (Energon's ``SkipSample``), as ``vlmpack pack`` rejects it."""
         return self._guarded("preencode_sample", f"sample {sample.__key__!r} (id {sample.id!r})", self._measure,
-                             sample)
+                             sample, rejects=True)
 
     def _measure(self, sample: UnpackedSample) -> UnpackedSample:
         hit = self.collator.family.find_special_token(sample.messages)
