@@ -435,26 +435,27 @@ def _loader_decodes_bytes(data: bytes) -> bool:
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
-def test_energon_loader_names_pack_and_sample_of_an_undecodable_image(broken_pack, model_dir, capfd):
+def test_energon_loader_names_pack_and_sample_of_an_undecodable_image(broken_pack, model_dir, caplog):
     pytest.importorskip("megatron.energon")
-    from megatron.energon import WorkerConfig, get_loader, get_train_dataset, log_exception, reraise_exception
+    from megatron.energon import WorkerConfig, get_loader, get_train_dataset
+    from megatron.energon.errors import FatalSampleError
 
     from vlmpack.energon.task_encoder import VlmpackTaskEncoder
 
     out, key, sid, part = broken_pack
 
-    def load(handler):
-        wc = WorkerConfig(rank=0, world_size=1, num_workers=0, global_error_handler=handler)
+    def load(**te_options):
+        wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
         ds = get_train_dataset(str(out), batch_size=1, shuffle_buffer_size=None, max_samples_per_sequence=None,
-                               worker_config=wc, task_encoder=VlmpackTaskEncoder(str(model_dir)),
+                               worker_config=wc, task_encoder=VlmpackTaskEncoder(str(model_dir), **te_options),
                                auto_decode=False, repeat=False)
         return [k for b in get_loader(ds) for k in b["__keys__"]]
 
-    with pytest.raises(MediaDecodeError) as e:  # fail-fast handler: the error itself, named
-        load(reraise_exception)
-    assert f"pack {key!r}" in str(e.value) and f"sample {sid!r}" in str(e.value)
-    capfd.readouterr()
-    keys = load(log_exception)  # Energon's default: logs it (loudly) and goes on
-    printed = capfd.readouterr()
+    with pytest.raises(FatalSampleError) as e:  # fail fast: Energon's fatal error, naming the pack and sample
+        load(on_bad_pack="fatal")
+    assert f"pack {key!r}" in str(e.value) and f"sample {sid!r}" in str(e.value) and "MediaDecodeError" in str(e.value)
+    with caplog.at_level("WARNING", logger="vlmpack.energon.task_encoder"):
+        keys = load()  # default "skip": one log line naming the pack and the sample, and it goes on
+    logged = [r.getMessage() for r in caplog.records if r.name == "vlmpack.energon.task_encoder"]
     assert not any(k.endswith(key) for k in keys) and len(keys) > 0
-    assert f"pack {key!r}" in printed.out + printed.err and f"sample {sid!r}" in printed.out + printed.err
+    assert len(logged) == 1 and f"pack {key!r}" in logged[0] and f"sample {sid!r}" in logged[0]

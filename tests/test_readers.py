@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from vlmpack.errors import InputError, MediaError
-from vlmpack.media.probe import resolve_ref
+from vlmpack.media.resolve import resolve_ref
 from vlmpack.pack.validate import validate_sample
 from vlmpack.readers import iter_lines, parse_record, read_range, split_ranges
 from vlmpack.readers.streams import codec_of

@@ -3,6 +3,8 @@
 - :mod:`vlmpack.media.ref`: ``MediaRef`` strings (a local path, a tar member by offset, a Parquet
   cell, an LMDB key, inline ``data:`` bytes) and byte access on any of them.
 - :mod:`vlmpack.media.image`: the image format allowlist and the decodability checks.
-- :mod:`vlmpack.media.probe`: resolving a reference found in a record and probing its header
-  (size in pixels, orientation) with a bounded cache.
+- :mod:`vlmpack.media.resolve`: resolving a reference found in a record (lexically) and the
+  media-root rule with symlinks followed.
+- :mod:`vlmpack.media.probe`: probing a media file's header (size in pixels, orientation) and
+  checking it decodes, with a bounded cache.
 """

@@ -1,18 +1,15 @@
-"""Media references and probing: lexical path resolution, the media-root rule with symlinks
-followed, and image checks at three levels.
+"""Media probing: header facts of an image or video file (or bytes), with image checks at three
+levels. References are resolved before, by :func:`vlmpack.media.resolve.resolve_ref`.
 
-Two entry points used by the readers and by :mod:`vlmpack.pack.validate`:
-
-- :func:`resolve_ref` turns the reference written in a record (``"images/a.png"``,
-  ``"file:///data/a.png"``, ``"/abs/a.png"``) into an absolute path, *lexically*
-  (``os.path.normpath`` of the join; no file system access, used at parse time).
-- :func:`probe_media` checks the file at validation time: with ``media_root`` given, its
-  ``os.path.realpath`` (symlinks followed) must lie inside the media root's realpath unless
-  ``allow_absolute_media``; then the file is opened with PIL restricted to
+- :func:`probe_media` checks the file at validation time (:mod:`vlmpack.pack.validate`): with
+  ``media_root`` given, its ``os.path.realpath`` (symlinks followed) must lie inside the media
+  root's realpath unless ``allow_absolute_media`` (:func:`vlmpack.media.resolve.check_real_path`);
+  then the file is opened with PIL restricted to
   :data:`vlmpack.media.image.IMAGE_FORMATS` and checked at the asked level; it returns a
   :class:`MediaInfo` (width/height after EXIF orientation, PIL format name, file size).
   Results are cached per ``(path, kind, check, size, mtime)`` within a process: many samples share
   images.
+- :func:`probe_bytes`: the same for bytes in memory (not cached).
 
 Both raise :class:`MediaError` (``reason`` is a code of :data:`vlmpack.records.REASONS`).
 """
@@ -23,7 +20,6 @@ import hashlib
 import io
 import logging
 import os
-import re
 import stat
 import struct
 import warnings
@@ -33,7 +29,8 @@ from PIL import Image, UnidentifiedImageError
 
 from vlmpack.errors import MediaError
 from vlmpack.media.image import IMAGE_FORMATS, check_decodes, open_image_file
-from vlmpack.media.ref import DATA, LMDB, display_ref, is_member, lmdb_ref, open_ref, parse_ref, read_ref, ref_identity
+from vlmpack.media.ref import display_ref, is_member, open_ref, read_ref, ref_identity
+from vlmpack.media.resolve import check_real_path, clear_realpaths
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +38,8 @@ logger = logging.getLogger(__name__)
 #: accept exactly the images the loader decodes; ``header`` only opens them.
 CHECKS = ("header", "verify", "decode")
 
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
 _ORIENTATION_TAG = 0x0112
 _CACHE: dict[tuple, MediaInfo | MediaError] = {}
-_DIRS: dict[str, str] = {}
 _CACHE_MAX = 1 << 18
 
 
@@ -65,66 +60,6 @@ class MediaInfo:
     frames: int | None = None
 
 
-def resolve_ref(ref: object, media_root: str, *, allow_absolute_media: bool = False,
-                lmdb_envs: dict[str, str] | None = None) -> str:
-    """Resolve a media reference of a record to an absolute path, lexically.
-
-    ``ref``: a non-empty ``str``, relative to ``media_root`` or absolute, optionally prefixed by
-    ``file://``. Returns ``os.path.normpath(os.path.join(abspath(media_root), ref))``; a base64
-    ``data:`` URI (inline bytes, :mod:`vlmpack.media.ref`) is returned as it is.
-    Raises :class:`MediaError` with ``wrong_type`` (not a non-empty string / NUL byte),
-    ``media_unsupported`` (``http(s)://`` or any other URL scheme, a ``data:`` URI that is not
-    base64: only local and inline bytes are read), ``media_undecodable`` (invalid base64)
-    or ``media_outside_root`` (the path lands outside ``media_root`` and
-    ``allow_absolute_media`` is false; ``..`` is resolved lexically, symlinks are not followed
-    here: :func:`probe_media` applies the same rule to the realpath at validation time).
-    ``lmdb://NAME/KEY`` names the value of ``KEY`` (UTF-8) in the LMDB store ``NAME`` of
-    ``lmdb_envs`` (name -> env path, ``--media-lmdb``) and resolves to the
-    :func:`vlmpack.media.ref.lmdb_ref` of it (no file system access; a missing key is found by
-    :func:`probe_media`: ``media_missing``); an unknown ``NAME`` is ``media_unsupported``.
-    """
-    if not isinstance(ref, str) or not ref:
-        raise MediaError("wrong_type", f"media reference must be a non-empty string, got {_short(ref)}")
-    if "\x00" in ref:
-        raise MediaError("wrong_type", f"media reference contains a NUL byte: {_short(ref)}")
-    path = ref
-    if path.startswith("file://"):
-        path = path[len("file://") :]
-    elif path.startswith(LMDB):
-        return _resolve_lmdb(ref, lmdb_envs or {})
-    elif path[:5].lower() == DATA:
-        try:
-            parse_ref(DATA + path[5:])
-        except MediaError as e:
-            raise MediaError(e.reason, f"{e.detail}: {display_ref(ref)[:80]}") from None
-        return DATA + path[5:]
-    elif _SCHEME.match(path) and not _is_windows_drive(path):
-        kind = "remote media" if path.lower().startswith(("http://", "https://")) else "URL media"
-        raise MediaError("media_unsupported", f"{kind} is not supported (download it first): {_short(ref)}")
-    if not path:
-        raise MediaError("wrong_type", f"empty media path in {_short(ref)}")
-    root = os.path.normpath(os.path.abspath(media_root))
-    full = os.path.normpath(os.path.join(root, path))
-    if not allow_absolute_media and not _inside(full, root):
-        raise MediaError(
-            "media_outside_root",
-            f"media path {_short(ref)} resolves to {full}, outside media root {root} "
-            "(pass allow_absolute_media to accept it)",
-        )
-    return full
-
-
-def _resolve_lmdb(ref: str, envs: dict[str, str]) -> str:
-    name, _, key = ref[len(LMDB):].partition("/")
-    if name not in envs:
-        known = ", ".join(sorted(envs)) or "none"
-        raise MediaError("media_unsupported", f"LMDB store {name!r} of {_short(ref)} is not configured "
-                         f"(configured: {known}); pass --media-lmdb {name or 'NAME'}=PATH")
-    if not key:
-        raise MediaError("media_missing", f"LMDB reference {_short(ref)} names no key; write lmdb://NAME/KEY")
-    return lmdb_ref(os.path.abspath(envs[name]), key.encode("utf-8", "surrogatepass"))
-
-
 def probe_media(
     path: str,
     kind: str = "image",
@@ -133,13 +68,14 @@ def probe_media(
     media_root: str | None = None,
     allow_absolute_media: bool = False,
 ) -> MediaInfo:
-    """Header facts of the media file at ``path`` (absolute, as from :func:`resolve_ref`).
+    """Header facts of the media file at ``path`` (absolute, as from
+    :func:`vlmpack.media.resolve.resolve_ref`).
 
     ``media_root``: when given and ``allow_absolute_media`` is false, ``os.path.realpath(path)``
     (every symlink followed) must lie inside ``os.path.realpath(media_root)`` (README: "a path
-    resolving outside it is rejected"); ``None`` skips this rule (the lexical rule of
-    :func:`resolve_ref` still applied at parse time). Checked before anything else; only directory
-    realpaths are cached.
+    resolving outside it is rejected"; :func:`vlmpack.media.resolve.check_real_path`); ``None``
+    skips this rule (the lexical rule of :func:`vlmpack.media.resolve.resolve_ref` still applied at
+    parse time). Checked before anything else; only directory realpaths are cached.
     ``check`` (images; PIL opens only :data:`~vlmpack.media.image.IMAGE_FORMATS`):
 
     - ``"header"``: open and read the header only;
@@ -165,7 +101,7 @@ def probe_media(
     if is_member(path):  # a member of an input archive (read in place): no media-root rule
         return _probe_member(path, kind, check)
     if media_root is not None and not allow_absolute_media:
-        _check_real_path(path, media_root, kind)
+        check_real_path(path, media_root, kind)
     try:
         st = os.stat(path)
     except (OSError, ValueError) as e:
@@ -248,39 +184,7 @@ def clear_cache() -> None:
     """Forget all cached probe results and directory realpaths of this process (e.g. after files
     or symlinks changed in place)."""
     _CACHE.clear()
-    _DIRS.clear()
-
-
-def _check_real_path(path: str, media_root: str, kind: str) -> None:
-    try:
-        real, root = _realpath(path), _real_dir(media_root)
-    except (OSError, ValueError) as e:  # a NUL byte, an unreadable directory
-        raise MediaError("media_missing", f"{kind} path cannot be resolved: {path} ({_oneline(e)})") from None
-    if not _inside(real, root):
-        raise MediaError(
-            "media_outside_root",
-            f"{kind} path {path} resolves (symlinks followed) to {real}, outside media root {root} "
-            "(pass --allow-absolute-media / allow_absolute_media to accept it)",
-        )
-
-
-def _realpath(path: str) -> str:
-    """``os.path.realpath(path)`` with the directory part cached (``realpath`` lstat()s every
-    component: ~35 us a call, more than a cached probe)."""
-    head, tail = os.path.split(path)
-    full = os.path.join(_real_dir(head), tail)
-    return os.path.realpath(full) if os.path.islink(full) else full
-
-
-def _real_dir(path: str) -> str:
-    """``os.path.realpath`` of a directory, cached per process (a directory symlink changed during a
-    run is not seen: the written bytes are read later anyway; :func:`clear_cache` forgets)."""
-    hit = _DIRS.get(path)
-    if hit is None:
-        if len(_DIRS) >= _CACHE_MAX:
-            _DIRS.clear()
-        hit = _DIRS[path] = os.path.realpath(path)
-    return hit
+    clear_realpaths()
 
 
 def _probe_video(path: str, nbytes: int, check: str, data: bytes | None = None) -> MediaInfo:
@@ -374,20 +278,6 @@ def _png_trailing_exif(fh, start: int) -> bytes | None:
             return None
         fh.seek(length + 4, os.SEEK_CUR)
     return None
-
-
-def _inside(path: str, root: str) -> bool:
-    prefix = root if root.endswith(os.sep) else root + os.sep
-    return path == root or path.startswith(prefix)
-
-
-def _is_windows_drive(path: str) -> bool:
-    return os.name == "nt" and len(path) > 1 and path[1] == ":"
-
-
-def _short(value: object, limit: int = 120) -> str:
-    text = _oneline(repr(value))
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _oneline(value: object) -> str:

@@ -68,8 +68,9 @@ import numpy as np
 
 from vlmpack.errors import ConfigError, MediaRuleError
 from vlmpack.models.base import COUNTING_FILES, MediaSize, ProcessedImages, ProcessedVideos
+from vlmpack.models.chat_tokenizer import load_chat_tokenizer
 from vlmpack.models.frames_rule import SAMPLING_DEFAULTS, default_frame_indices, frame_settings
-from vlmpack.models.qwen2_vl import Qwen2VLFamily, load_chat_tokenizer
+from vlmpack.models.qwen2_vl import Qwen2VLFamily
 from vlmpack.models.special_tokens import special_token_pattern, special_token_strings
 
 __all__ = ["LlavaOnevisionFamily", "anyres_image_tokens"]

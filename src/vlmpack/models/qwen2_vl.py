@@ -13,7 +13,8 @@ at it, so::
 
 Videos: ``<|video_pad|>`` is expanded the same way to ``video_grid_thw.prod() // merge_size**2``
 copies, the grid from the video *header* (frames, fps, size; :mod:`vlmpack.media.video`) through
-the video processor's frame sampling and resize rule (:meth:`Qwen2VLFamily.video_grid`).
+the video processor's frame sampling and resize rule (:class:`vlmpack.models.qwen_video_rule.QwenVideoRule`,
+a mixin of :class:`Qwen2VLFamily`).
 
 ``n_i`` comes from the image *header* (width, height after EXIF orientation) through
 ``Qwen2VLImageProcessorPil.get_number_of_image_patches(height, width) // merge_size**2``, the same
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 from collections.abc import Sequence
 from functools import lru_cache
@@ -41,7 +41,9 @@ import numpy as np
 
 from vlmpack.errors import ConfigError, MediaRuleError
 from vlmpack.models.base import COUNTING_FILES, MediaSize, ProcessedImages, ProcessedVideos
+from vlmpack.models.chat_tokenizer import load_chat_tokenizer
 from vlmpack.models.chatml import assistant_label_mask
+from vlmpack.models.qwen_video_rule import QwenVideoRule
 from vlmpack.models.special_tokens import (
     find_special_token,
     render_pieces,
@@ -49,7 +51,6 @@ from vlmpack.models.special_tokens import (
     special_token_strings,
     tokenize_pieces,
 )
-from vlmpack.models.video_config import video_settings, video_size_edges
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ __all__ = ["MAX_ASPECT_RATIO", "MediaRuleError", "Qwen2VLFamily"]
 MAX_ASPECT_RATIO = 200.0
 
 
-class Qwen2VLFamily:
+class Qwen2VLFamily(QwenVideoRule):
     """Renderer, counter, encoder and training rules for one Qwen2-VL / Qwen2.5-VL model directory
     (a :class:`vlmpack.models.base.ModelFamily`).
 
@@ -133,73 +134,6 @@ class Qwen2VLFamily:
         if media.kind != "image":
             raise MediaRuleError(f"{media.kind} token counting is not implemented for {self.name}")
         return self.image_tokens(media.width, media.height)
-
-    # ------------------------------------------------------------------ video rule
-    #: transformers' ``Qwen2VLVideoProcessor`` class defaults (``video_processing_qwen2_vl.py``),
-    #: overridden by the model directory's video processor config (:func:`vlmpack.models.video_config.video_settings`).
-    video_defaults = {"size": {"shortest_edge": 128 * 28 * 28, "longest_edge": 28 * 28 * 768}, "patch_size": 14,
-                      "temporal_patch_size": 2, "merge_size": 2, "min_frames": 4, "max_frames": 768,
-                      "do_sample_frames": False, "fps": None, "num_frames": None,
-                      "cap_pixels_per_frame": None, "max_video_tokens": 128000}
-
-    @property
-    def video_config(self) -> dict:
-        """The video processor settings of the model directory (read once, on first use)."""
-        cfg = getattr(self, "_video_config", None)
-        if cfg is None:
-            cfg = self._video_config = video_settings(Path(self.model_dir), self.video_defaults,
-                                                      pixels_keys=self.name == "qwen2_vl")
-        return cfg
-
-    def video_frames(self, frames: int, fps: float | None) -> int:
-        """Frames the processor keeps of a video of ``frames`` frames at ``fps`` (average frames per
-        second): transformers' ``Qwen2VLVideoProcessor.sample_frames`` when ``do_sample_frames``
-        (``num_frames`` rounded to ``temporal_patch_size``, or ``fps`` frames a second clamped to
-        ``[min_frames, max_frames]``, ``total`` and floored to ``temporal_patch_size``; the kept
-        count is the length of ``torch.arange(0, total, total / n)``), else all of them."""
-        c = self.video_config
-        tp, num, rate = int(c["temporal_patch_size"]), c["num_frames"], c["fps"]
-        if not c["do_sample_frames"] or (num is None and rate is None):
-            return frames
-        if num is not None and rate is not None:
-            raise MediaRuleError("the video processor config sets both num_frames and fps")
-        if num is not None:
-            n = round(num / tp) * tp
-        else:
-            if not fps:
-                raise MediaRuleError("video has no frame rate; the processor samples at fps")
-            top = math.floor(min(c["max_frames"], frames) / tp) * tp
-            n = math.floor(min(max(frames / fps * rate, c["min_frames"]), top, frames) / tp) * tp
-        if n > frames or n <= 0:
-            raise MediaRuleError(f"the processor cannot sample {n} frames of a {frames}-frame video")
-        return math.ceil(frames / (frames / n))  # len(torch.arange(0, frames, frames / n))
-
-    def video_grid(self, media: MediaSize) -> tuple[int, int, int]:
-        """``(t, h, w)`` patches of a video (``media.frames``, ``fps``, ``width``, ``height``): the
-        kept frames (:meth:`video_frames`) padded to ``temporal_patch_size``, each frame resized by
-        the video processor's ``smart_resize`` with ``size`` (``shortest_edge``/``longest_edge``
-        pixels), capped per frame when ``cap_pixels_per_frame`` (``Qwen2VLVideoProcessor.resize``)."""
-        if not media.frames or media.frames <= 0 or media.width <= 0 or media.height <= 0:
-            raise MediaRuleError(f"video has no frames or size ({media.frames} frames, {media.width}x{media.height})")
-        c = self.video_config
-        n = self.video_frames(int(media.frames), media.fps)
-        tp, patch, merge = int(c["temporal_patch_size"]), int(c["patch_size"]), int(c["merge_size"])
-        factor = patch * merge
-        lo, hi = video_size_edges(c["size"])
-        if c["cap_pixels_per_frame"]:
-            total_pixels = int(c["max_video_tokens"] * factor * factor * 0.9)
-            hi = max(min(hi, total_pixels * tp // n), int(lo * 1.05))
-        try:
-            h, w = _video_smart_resize(int(media.height), int(media.width), factor, lo, hi)
-        except ValueError as e:
-            raise MediaRuleError(str(e)) from None
-        return -(-n // tp), h // patch, w // patch
-
-    def video_tokens(self, media: MediaSize) -> int:
-        """``<|video_pad|>`` tokens of a video: ``t * h * w // merge_size**2`` of :meth:`video_grid`
-        (``Qwen2VLProcessor`` expands each video pad to that many). Raises :class:`MediaRuleError`."""
-        t, h, w = self.video_grid(media)
-        return t * h * w // int(self.video_config["merge_size"]) ** 2
 
     def media_problem(self, kind: str, width: int, height: int) -> str | None:
         """The size rule of ``smart_resize`` (``max(w, h) / min(w, h) <= 200``) for images, as a
@@ -386,45 +320,3 @@ class Qwen2VLFamily:
                        dtype=np.int64)
         return ids, [Image.new("RGB", (side, side))]
 
-
-def _video_smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """transformers' ``video_processing_qwen2_vl.smart_resize`` (the module imports torchvision,
-    so it is restated here; ``tests/test_video.py`` runs the original's source against it)."""
-    if max(height, width) / min(height, width) > 200:
-        ratio = max(height, width) / min(height, width)
-        raise ValueError(f"absolute aspect ratio must be smaller than 200, got {ratio}")
-    h_bar = round(height / factor) * factor
-    w_bar = round(width / factor) * factor
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
-
-
-def load_chat_tokenizer(model_dir: str | Path):
-    """The fast tokenizer of ``model_dir`` with its chat template (from ``chat_template.json`` /
-    ``chat_template.jinja`` when ``tokenizer_config.json`` has none, as transformers' processors
-    load it). Raises :class:`ConfigError` (one line) when it cannot be loaded."""
-    from transformers import AutoTokenizer
-
-    try:
-        tok = AutoTokenizer.from_pretrained(str(model_dir))
-    except Exception as e:  # noqa: BLE001 - transformers raises many kinds here
-        raise ConfigError(f"{model_dir}: cannot load the tokenizer ({type(e).__name__}: {e})") from None
-    if not getattr(tok, "chat_template", None):
-        tok.chat_template = _template_from_files(Path(model_dir))
-    return tok
-
-
-def _template_from_files(model_dir: Path) -> str:
-    for name in ("chat_template.jinja", "chat_template.json"):
-        p = model_dir / name
-        if p.is_file():
-            text = p.read_text()
-            return json.loads(text)["chat_template"] if name.endswith(".json") else text
-    raise ConfigError(f"{model_dir}: the tokenizer has no chat template and there is no chat_template.json/.jinja")

@@ -1,6 +1,6 @@
 """The video processor settings of a model directory, read as transformers reads them.
 
-Shared by every family that counts videos from the container header (:mod:`vlmpack.models.qwen2_vl`,
+Shared by every family that counts videos from the container header (:mod:`vlmpack.models.qwen_video_rule`,
 :mod:`vlmpack.models.qwen3_vl`, :mod:`vlmpack.models.qwen_video`); pure functions of the directory's
 JSON files.
 """

@@ -34,7 +34,7 @@ from typing import IO
 from vlmpack.errors import InputError, MediaError, RecordError, StreamError
 from vlmpack.fsio import printable_path
 from vlmpack.layouts import SCHEMAS, to_canonical
-from vlmpack.media.probe import resolve_ref
+from vlmpack.media.resolve import resolve_ref
 from vlmpack.readers.sniff import sniff_input
 from vlmpack.readers.streams import broken_message, compression, open_stream
 from vlmpack.records import Locator, Media, ReadStats, Rejection, Sample
@@ -145,7 +145,7 @@ def parse_record(
     (``invalid_json``); an object (``not_an_object``); ``id`` int or non-empty str (``wrong_type``
     otherwise; absent or ``null`` -> ``f"{file}:{line}"`` with ``has_own_id=False``); schema and
     structural checks of :func:`vlmpack.layouts.to_canonical`; media references resolved
-    lexically by :func:`vlmpack.media.probe.resolve_ref`. Any unexpected exception becomes a
+    lexically by :func:`vlmpack.media.resolve.resolve_ref`. Any unexpected exception becomes a
     ``wrong_type`` rejection with a one-line detail. ``ValueError`` only for an unknown ``schema``.
     """
     if schema not in SCHEMAS:

@@ -14,7 +14,7 @@ A row is a record in any layout of :mod:`vlmpack.layouts` (``messages`` /
   ``parquet://<file>#<group>:<row in group>:<column>:<list index or -1>``), without ``bytes`` its
   ``path`` is a file path;
 - a binary value: read in place like the struct's bytes;
-- a string: a file path resolved against ``media_root`` (:func:`vlmpack.media.probe.resolve_ref`,
+- a string: a file path resolved against ``media_root`` (:func:`vlmpack.media.resolve.resolve_ref`,
   the JSONL rules).
 
 Locators: ``Locator(file, line=1-based row number in the file, offset=group index, unit="row")``.
@@ -31,8 +31,8 @@ import os
 from collections.abc import Iterator
 
 from vlmpack.errors import MediaError
-from vlmpack.media.probe import resolve_ref
 from vlmpack.media.ref import parquet_cell_ref
+from vlmpack.media.resolve import resolve_ref
 from vlmpack.media.tables import Table, remember_column, table_kind
 from vlmpack.readers.jsonl import parse_record
 from vlmpack.records import Locator, ReadStats, Rejection

@@ -10,7 +10,7 @@ name). Its conversation is the ``json`` part, in any layout of :mod:`vlmpack.lay
 else taken from the sample's parts by extension (sorted by part name). Each media item becomes a
 ``tar://`` reference (:mod:`vlmpack.media.ref`) to the member's bytes, so probing, counting and
 writing read the shard in place (an ``lmdb://NAME/KEY`` name is a value of an ``--media-lmdb``
-store instead, :func:`vlmpack.media.probe.resolve_ref`). The id is the JSON's ``id``, else the sample key.
+store instead, :func:`vlmpack.media.resolve.resolve_ref`). The id is the JSON's ``id``, else the sample key.
 
 Tasks are byte ranges of whole samples (:meth:`WdsSource.split` scans the member headers once,
 seeking over the data). A member that ends past the end of the file, or a shard cut without its
@@ -32,8 +32,8 @@ from functools import lru_cache
 from vlmpack.errors import InputError, MediaError, RecordError
 from vlmpack.fsio import printable_path
 from vlmpack.layouts.native import normalize_native
-from vlmpack.media.probe import resolve_ref
 from vlmpack.media.ref import LMDB, tar_member_ref
+from vlmpack.media.resolve import resolve_ref
 from vlmpack.readers.jsonl import parse_record
 from vlmpack.readers.sniff import _is_tar
 from vlmpack.records import Locator, ReadStats, Rejection
