@@ -31,9 +31,6 @@ from collections.abc import Callable, Sequence
 
 from vlmpack.errors import TemplateSplitError
 
-#: Values of ``--special-tokens``.
-POLICIES = ("reject", "split")
-
 _OPEN, _CLOSE = "\ue000", "\ue001"  # Unicode private-use characters: the text sentinels
 _SENTINEL = re.compile(_OPEN + r"(\d+)" + _CLOSE)
 

@@ -194,6 +194,3 @@ def mrope_positions_numpy(ids: np.ndarray, lengths: Sequence[int], grids: Sequen
     return pos
 
 
-def with_text_row(mrope: np.ndarray, text_positions: np.ndarray) -> np.ndarray:
-    """``[4, T]`` = the text row (per-sample restarting positions) stacked over ``[3, T]`` mRoPE."""
-    return np.concatenate([np.asarray(text_positions, dtype=np.int64)[None], mrope], axis=0)
