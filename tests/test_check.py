@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from vlmpack.check import check_output
+from vlmpack.packfmt import ShardPacks
 
 SHARD = "shard-000001.tar"
 
@@ -48,15 +49,8 @@ def out(packed, tmp_path) -> Path:
 
 # ------------------------------------------------------------------------------------------- helpers
 def _read_tar(path: Path) -> list[tuple[str, list[tuple[str, bytes]]]]:
-    """[(key, [(part, bytes), ...]), ...] in tar order."""
-    packs: list[tuple[str, list[tuple[str, bytes]]]] = []
-    with tarfile.open(path) as tf:
-        for m in tf:
-            key, part = m.name.split(".", 1)
-            if not packs or packs[-1][0] != key:
-                packs.append((key, []))
-            packs[-1][1].append((part, tf.extractfile(m).read()))
-    return packs
+    """[(key, [(part, bytes), ...]), ...] in tar order (vlmpack.packfmt.ShardPacks)."""
+    return [(p.key, list(p.parts.items())) for p in ShardPacks(path)]
 
 
 def _write_tar(path: Path, packs) -> list[int]:

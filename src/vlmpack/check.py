@@ -34,42 +34,31 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import tarfile
-import tempfile
-import warnings
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from vlmpack.energon.load import ErrorLog as _ErrorLog
+from vlmpack.check_load import EnergonChecks
+from vlmpack.check_load import eg as _eg
+from vlmpack.check_load import is_int as _is_int
 from vlmpack.energon.load import iter_energon_packs
 from vlmpack.energon.load import one_line as _one_line
-from vlmpack.errors import ConfigError, VlmpackError
 from vlmpack.pack.rundir import RUN_DIR
+from vlmpack.packfmt import EXTRA_PARTS, FORMAT, ShardPacks
 from vlmpack.records import ID_KINDS  # manifest ``id_kind`` int8 value -> pack JSON ``"id_kind"``
 
 __all__ = ["check_output", "iter_energon_packs"]
 
-FORMAT = "vlmpack.pack/1"  # = vlmpack.pack.write.FORMAT (not imported: it would load the model stack)
-_EXTRA_PARTS = {"json", "input_ids.npy"}  # parts a pack may have besides its media
-
-
-def _eg(items: list, n: int = 3) -> str:
-    return ", ".join(str(x) for x in items[:n]) + (", ..." if len(items) > n else "")
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _read_json(path: Path):
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-class _Checker:
+class _Checker(EnergonChecks):
     """One check of ``out``: the problems found and what the tars hold."""
 
     def __init__(self, out: Path):
@@ -219,39 +208,33 @@ class _Checker:
             self.add(f"{name}.idx entry {i} is {offs[i]}, the tar has {want_offs[i]}")
 
     def read_tar(self, name: str, path: Path, size: int) -> tuple[list[int], int, bool]:
-        """Walk the tar's headers and check every pack's JSON; returns the packs' header offsets,
-        the end-of-archive offset and whether the tar was whole (else problems were added)."""
+        """Walk the tar's packs (:class:`vlmpack.packfmt.ShardPacks`, the JSON parts read) and check
+        every pack; returns the packs' header offsets, the end-of-archive offset and whether the
+        tar was whole (else problems were added)."""
         starts: list[int] = []
-        cur, parts, body, end = None, set(), None, 0
+
+        def bad(kind: str, m) -> None:
+            if kind == "truncated":
+                self.add(f"{name}: truncated (member {m.name} ends at byte {m.offset_data + m.size}, "
+                         f"the file has {size})")
+            else:
+                self.add(f"{name}: bad member {m.name!r} (not a regular file named <key>.<part>)")
+
+        packs = ShardPacks(path, read=lambda part: part == "json", size=size, on_bad=bad)
         try:
-            with tarfile.open(path, "r:") as tf:
-                while (m := tf.next()) is not None:
-                    if m.offset_data + m.size > size:
-                        self.add(f"{name}: truncated (member {m.name} ends at byte {m.offset_data + m.size}, "
-                                 f"the file has {size})")
-                        return starts, 0, False
-                    if not m.isreg() or "/" in m.name or "." not in m.name:
-                        self.add(f"{name}: bad member {m.name!r} (not a regular file named <key>.<part>)")
-                        continue
-                    key, part = m.name.split(".", 1)
-                    if key != cur:
-                        if cur is not None:
-                            self.check_pack(name, cur, body, parts)
-                        if key in self.keys:
-                            self.add(f"{name}: key {key} appears twice in the dataset (keys must be unique, "
-                                     "contiguous)")
-                        cur, parts, body = key, set(), None
-                        self.keys[key] = name
-                        starts.append(m.offset)
-                    parts.add(part)
-                    if part == "json":
-                        body = tf.extractfile(m).read()
-                if cur is not None:
-                    self.check_pack(name, cur, body, parts)
-                end = tf.offset
+            for pack in packs:
+                if pack.key in self.keys:
+                    self.add(f"{name}: key {pack.key} appears twice in the dataset (keys must be unique, "
+                             "contiguous)")
+                self.keys[pack.key] = name
+                starts.append(pack.offset)
+                self.check_pack(name, pack.key, pack.parts.get("json"), set(pack.parts))
         except (tarfile.TarError, OSError, EOFError) as e:
             self.add(f"{name}: not a readable tar ({_one_line(e)})")
             return starts, 0, False
+        if not packs.whole:  # stopped at a truncated member
+            return starts, 0, False
+        end = packs.end
         with open(path, "rb") as f:
             f.seek(end)
             tail = f.read(1 << 16)
@@ -294,8 +277,8 @@ class _Checker:
             self.add(f"{where}: seq_len {seq_len}, report.json says {rep_len}")
         if media - parts:
             self.add(f"{where}: referenced media parts missing from the tar: {_eg(sorted(media - parts))}")
-        if parts - media - _EXTRA_PARTS:
-            self.add(f"{where}: bad member(s) referenced by no sample: {_eg(sorted(parts - media - _EXTRA_PARTS))}")
+        if parts - media - EXTRA_PARTS:
+            self.add(f"{where}: bad member(s) referenced by no sample: {_eg(sorted(parts - media - EXTRA_PARTS))}")
         self.packs[key] = (shard, ids)
         self.totals.update(packs=1, samples=len(ids), tokens=total)
 
@@ -325,77 +308,6 @@ class _Checker:
         if extra:
             self.add(f"{len(extra)} packed sample ids are not in the manifest (injected, or dropped as overlong): "
                      f"{_eg(extra)}")
-
-    # ---------------------------------------------------------------------------- Energon
-    def take(self, pack, res: dict, seen: Counter, pairs: Counter) -> None:
-        """Account one pack Energon yielded and compare it with the tar's."""
-        from vlmpack.train.encode import open_image
-        key, n = pack.__key__, pack.num_tokens if _is_int(pack.num_tokens) else 0
-        samples = [s for s in pack.samples if isinstance(s, dict)] if isinstance(pack.samples, list) else []
-        ids = [(s.get("id_kind", "str"), str(s.get("id"))) for s in samples]
-        seen[key] += 1
-        pairs.update(ids)
-        res["ids"].update(p[1] for p in ids)
-        res.update(packs=res["packs"] + 1, samples=res["samples"] + len(ids), tokens=res["tokens"] + n,
-                   max_pack_tokens=max(res["max_pack_tokens"], n))
-        if key not in self.keys:
-            self.add(f"Energon yielded pack {key}, which the tars do not hold")
-        elif key in self.packs and ids != self.packs[key][1]:
-            self.add(f"{self.packs[key][0]}/{key}: Energon yielded other sample ids than the tar holds")
-        n_media = sum(len(s.get("media") or ()) for s in samples)
-        if len(pack.media) != n_media:
-            self.add(f"{self.keys.get(key, '?')}/{key}: Energon yielded {len(pack.media)} media for {n_media} "
-                     "referenced")
-        owner = {m.get("part"): s.get("id") for s in samples for m in (s.get("media") or ()) if isinstance(m, dict)}
-        for part, raw in zip(pack.media_parts, pack.media):  # decoded as the training side does
-            where = f"{self.keys.get(key, '?')}/{key}: sample {owner.get(part)!r} part {part}"
-            if str(part).startswith("vid"):  # a video part: every frame decodes, as many as its header says
-                from vlmpack.errors import MediaError
-                from vlmpack.media.probe import probe_bytes
-                try:
-                    probe_bytes(bytes(raw), "video", "decode", name=str(part))
-                except MediaError as e:
-                    self.add(f"{where}: video does not decode ({e.detail}); re-pack it")
-                continue
-            try:
-                open_image(raw, where=where)
-            except VlmpackError as e:
-                self.add(str(e))
-
-    def check_energon(self, num_workers: int) -> dict:
-        res = {"packs": 0, "samples": 0, "tokens": 0, "max_pack_tokens": 0, "ids": Counter()}
-        seen: Counter[str] = Counter()
-        pairs: Counter[tuple[str, str]] = Counter()
-        raised = None
-        with tempfile.TemporaryDirectory(prefix="vlmpack-check-") as tmp:
-            log = _ErrorLog(Path(tmp) / "errors.jsonl")
-            try:  # Energon's prints, pin_memory / PIL palette warnings: noise here (failures reach `log`)
-                with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-                    warnings.simplefilter("ignore")
-                    for pack in iter_energon_packs(self.out, num_workers=num_workers, error_handler=log):
-                        self.take(pack, res, seen, pairs)
-            except ConfigError as e:
-                self.add(f"cannot load through Energon: {e}")
-                return res
-            except Exception as e:  # noqa: BLE001 - whatever Energon raises is a finding of the gate
-                raised = _one_line(e)
-            errors = [json.loads(x) for x in log.path.read_text().splitlines()] if log.path.exists() else []
-        for err in errors[:10]:
-            self.add(f"Energon could not load {err['shard'] or '?'}/{err['key'] or '?'}: {err['error']}")
-        if len(errors) > 10:
-            self.add(f"Energon could not load {len(errors) - 10} more samples")
-        lost = [k for k in self.packs if k not in seen]
-        if raised is not None:
-            self.add(f"Energon raised while loading (after {res['packs']} of {len(self.packs)} packs): {raised}")
-        elif lost:
-            n = sum(len(self.packs[k][1]) for k in lost)
-            self.add(f"Energon did not yield {len(lost)} packs ({n} samples lost at load): "
-                     f"{_eg([f'{self.packs[k][0]}/{k}' for k in lost])}")
-        twice = [k for k, v in seen.items() if v > 1]
-        if twice:
-            self.add(f"Energon yielded {len(twice)} packs more than once: {_eg(twice)}")
-        res.update(unique_ids=len(res["ids"]), duplicates=sum(1 for v in pairs.values() if v > 1))
-        return res
 
 
 def check_output(out_dir: str | Path, *, num_workers: int = 2, run_dir: bool = True) -> dict:

@@ -15,13 +15,13 @@ import base64
 import html
 import json
 import random
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from vlmpack.errors import ConfigError, InputError
+from vlmpack.packfmt import ShardPacks
 
 __all__ = ["InspectedSample", "find_packs", "inspect_pack", "render_html", "render_terminal"]
 
@@ -47,20 +47,10 @@ class InspectedSample:
 
 def _shard_packs(path: Path, want=None):
     """``(key, {part: bytes})`` of the packs of one shard for which ``want(key, json bytes)`` is true."""
-    with tarfile.open(path, mode="r:") as tf:
-        key, parts, keep = None, {}, False
-        for m in tf:
-            k, _, part = m.name.partition(".")
-            if k != key:
-                if keep:
-                    yield key, parts
-                key, parts, keep = k, {}, False
-            data = tf.extractfile(m).read()
-            parts[part] = data
-            if part == "json":
-                keep = want is None or want(k, data)
-        if keep:
-            yield key, parts
+    for pack in ShardPacks(path):
+        body = pack.parts.get("json")
+        if body is not None and (want is None or want(pack.key, body)):
+            yield pack.key, pack.parts
 
 
 def find_packs(out_dir: str | Path, *, pack: str | None = None, sample: str | None = None, random_n: int = 0,

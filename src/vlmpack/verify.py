@@ -22,30 +22,13 @@ from __future__ import annotations
 
 import json
 import tarfile
-from collections.abc import Iterator
 from pathlib import Path
 
 from vlmpack.errors import ConfigError, VlmpackError
 from vlmpack.pack.rundir import RUN_DIR
+from vlmpack.packfmt import ShardPacks
 
 __all__ = ["recount_shard", "verify_output"]
-
-
-def _packs(path: Path) -> Iterator[tuple[str, dict[str, bytes]]]:
-    """``(key, {part: bytes})`` per pack of a shard, in order (consecutive members share a key)."""
-    key, parts = None, {}
-    with tarfile.open(path, mode="r:") as tf:
-        for m in tf:
-            if not m.isreg() or "." not in m.name:
-                continue
-            k, _, part = m.name.partition(".")
-            if k != key and parts:
-                yield key, parts
-                parts = {}
-            key = k
-            parts[part] = tf.extractfile(m).read()
-    if parts:
-        yield key, parts
 
 
 def _indexed(messages: list[dict], parts: list[str]) -> list[dict]:
@@ -74,7 +57,8 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False) -> list[str]
     name = Path(shard).name
     problems: list[str] = []
     try:
-        for key, parts in _packs(Path(shard)):
+        for pack in ShardPacks(shard):
+            key, parts = pack.key, pack.parts
             where = f"{name} {key}"
             try:
                 obj = json.loads(parts["json"])

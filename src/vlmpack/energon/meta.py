@@ -88,8 +88,11 @@ def read_tar_idx(path: str | Path) -> np.ndarray:
     return np.fromfile(path, dtype="<u8")
 
 
-def write_metadata(root: str | Path, shard_counts: dict[str, int]) -> None:
-    """Write ``.nv-meta/`` for the shards ``shard_counts`` (relative path -> number of packs).
+def write_metadata(root: str | Path, shard_counts: dict[str, int], dataset_files: dict[str, bytes] | None = None
+                   ) -> None:
+    """Write ``.nv-meta/`` for the shards ``shard_counts`` (relative path -> number of packs):
+    ``.info.json``, ``split.yaml`` and the output layout's ``dataset_files`` (file name -> bytes;
+    default: :data:`DATASET_YAML` + :data:`SAMPLE_LOADER_SOURCE`, the ``vlmpack.pack/1`` layout).
 
     Raises ``ValueError`` for an empty shard (Energon asserts against those).
     """
@@ -103,5 +106,7 @@ def write_metadata(root: str | Path, shard_counts: dict[str, int]) -> None:
     split = "split_parts:\n  train:" + ("".join(f"\n  - {json.dumps(s)}" for s in shards) or " []") + "\n"
     split += "  val: []\n  test: []\nexclude: []\n"
     _atomic_write(meta / "split.yaml", split.encode())
-    _atomic_write(meta / "dataset.yaml", DATASET_YAML.encode())
-    _atomic_write(meta / "sample_loader.py", SAMPLE_LOADER_SOURCE.encode())
+    if dataset_files is None:
+        dataset_files = {"dataset.yaml": DATASET_YAML.encode(), "sample_loader.py": SAMPLE_LOADER_SOURCE.encode()}
+    for name, data in dataset_files.items():
+        _atomic_write(meta / name, data)

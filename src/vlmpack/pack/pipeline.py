@@ -51,6 +51,7 @@ from vlmpack.pack.stages import count_cache_dir, count_key, count_payload, plan_
 from vlmpack.pack.write import ShardResult, ShardTask, assign_shards, estimate_pack_bytes, write_shard
 from vlmpack.packing import PackPlan, plan_packs
 from vlmpack.records import Rejection
+from vlmpack.sinks import DEFAULT_LAYOUT, get_sink
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +265,7 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
     shards = _write(cfg, run, tasks, keys["write"], reuse)
     timings["write"] = time.perf_counter() - t
     if shards:
-        write_metadata(cfg.output, {s.name: s.num_packs for s in shards})
+        write_metadata(cfg.output, {s.name: s.num_packs for s in shards}, get_sink(DEFAULT_LAYOUT).dataset_files())
     _write_rejects(cfg, rejections)
     stats = read_stats(results)
     timings["worker_read_validate"] = sum(r.seconds_read for r in results)

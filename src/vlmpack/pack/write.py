@@ -1,13 +1,13 @@
-"""Write stage: packed-sample format v1 (docs/format.md) into deterministic WebDataset tars.
+"""Write stage: packs into deterministic WebDataset tars, their members made by the output layout.
 
-One tar sample per pack, key ``pack<global index:09d>`` (unique, no dots): ``<key>.json``, the
-original media bytes as ``<key>.img<i>.<ext>`` (never re-encoded; ``ext`` from the decoded
-format so that Energon's decoder picks the right handler) and, with ``--pretokenize``,
-``<key>.input_ids.npy`` (int32 ``[T]``). Tars are byte-reproducible: members
-sorted by name, mtime 0, uid/gid 0, empty uname/gname, mode 0644, ustar headers (a PAX header
-only where a name needs one). A shard is written as ``<name>.tmp`` and renamed when complete;
-its ``.tar.idx`` (Energon, little-endian uint64, N+1 entries) comes from the offsets recorded
-while writing (``TarFile.offset`` before each sample's first member, and before ``close()``).
+One tar sample per pack, key ``pack<global index:09d>`` (:func:`vlmpack.packfmt.pack_key`); its
+members come from the output layout's sink (:mod:`vlmpack.sinks`; ``vlmpack``: ``<key>.json``,
+the original media bytes, ``<key>.input_ids.npy`` with ``--pretokenize``). Tars are
+byte-reproducible: members sorted by name, with :func:`vlmpack.packfmt.tarinfo` headers (mtime 0,
+uid/gid 0, empty uname/gname, mode 0644, ustar; a PAX header only where a name needs one). A shard
+is written as ``<name>.tmp`` and renamed when complete; its ``.tar.idx`` (Energon, little-endian
+uint64, N+1 entries) comes from the offsets recorded while writing (``TarFile.offset`` before each
+sample's first member, and before ``close()``).
 """
 
 from __future__ import annotations
@@ -26,12 +26,10 @@ from vlmpack.energon.meta import write_tar_idx
 from vlmpack.errors import InputError
 from vlmpack.fsio import fsync_dir
 from vlmpack.media.ref import display_ref, read_ref, ref_identity
-from vlmpack.models import load_model
 from vlmpack.pack.count import part_path
+from vlmpack.packfmt import pack_key, tarinfo
+from vlmpack.sinks import DEFAULT_LAYOUT, get_sink
 
-FORMAT = "vlmpack.pack/1"
-EXT_BY_FORMAT = {"JPEG": "jpg", "PNG": "png", "GIF": "gif", "WEBP": "webp", "BMP": "bmp", "TIFF": "tiff",
-                 "MPO": "jpg"}
 _TAR_OVERHEAD = 512 * 3  # header + padding of the json member, plus slack
 
 
@@ -52,6 +50,7 @@ class ShardTask:
     output_dir: str
     records_dir: str
     model_dir: str | None = None  # set: also write <key>.input_ids.npy (pretokenized packs)
+    layout: str = DEFAULT_LAYOUT  # the output layout (vlmpack.sinks) that makes each pack's members
 
     @property
     def num_packs(self) -> int:
@@ -73,11 +72,6 @@ class ShardResult:
     num_tokens: int
     nbytes: int
     sha256: str
-
-
-def pack_key(global_pack: int) -> str:
-    """The tar key of a pack: ``pack`` + 9 digits (no dots, unique in the dataset)."""
-    return f"pack{global_pack:09d}"
 
 
 def assign_shards(pack_bytes: np.ndarray, max_packs: int, max_bytes: int) -> np.ndarray:
@@ -127,78 +121,6 @@ class _HashingWriter:
         return self.size
 
 
-def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
-    ti = tarfile.TarInfo(name)
-    ti.size = size
-    ti.mtime = 0
-    ti.mode = 0o644
-    ti.uid = ti.gid = 0
-    ti.uname = ti.gname = ""
-    ti.type = tarfile.REGTYPE
-    return ti
-
-
-def build_pack(records: list[dict], seq_len: int) -> tuple[dict, list[tuple]]:
-    """The pack JSON object and its media parts ``[(part name, source path, size in bytes,
-    mtime in ns)]`` (size/mtime as counted, None when unknown) from the canonical records of its
-    samples (see :func:`vlmpack.pack.count.canonical_record`)."""
-    samples, media_parts = [], []
-    for rec in records:
-        names = []
-        for m in rec["media"]:
-            ext = EXT_BY_FORMAT.get(m["format"], m["format"].lower() or "bin")
-            tag = "img" if m["kind"] == "image" else "vid"
-            names.append(f"{tag}{len(media_parts)}.{ext}")
-            media_parts.append((names[-1], m["path"], m.get("nbytes"), m.get("mtime_ns")))
-        messages = [{"role": msg["role"],
-                     "content": [{"type": p["type"], "part": names[p["index"]]} if "index" in p else p
-                                 for p in msg["content"]]} for msg in rec["messages"]]
-        media = [{"part": n, "kind": m["kind"], "width": m["width"], "height": m["height"],
-                  "num_tokens": m["num_tokens"]} for n, m in zip(names, rec["media"])]
-        sample = {"id": rec["id"], "id_kind": rec.get("id_kind", "str"), "num_tokens": rec["num_tokens"],
-                  "source": rec["source"], "messages": messages, "media": media}
-        if rec.get("special_tokens") == "split":  # the collator must tokenize this text the same way
-            sample["special_tokens"] = "split"
-        samples.append(sample)
-    total = sum(s["num_tokens"] for s in samples)
-    return {"format": FORMAT, "seq_len": seq_len, "num_tokens": total, "samples": samples}, media_parts
-
-
-def _sample_input_ids(family, rec: dict, sample: dict, parts: dict[str, bytes]) -> np.ndarray:
-    """One sample's ids: the family's ``encode``; with videos, ``expand_videos`` with each video's
-    layout (Qwen3-VL: the timestamp text) from the header of the bytes being written."""
-    tokens = [m["num_tokens"] for m in rec["media"]]
-    if not any(m["kind"] == "video" for m in rec["media"]):
-        return family.encode(rec["messages"], tokens, rec.get("special_tokens"))
-    from vlmpack.media.probe import probe_bytes
-    from vlmpack.models import MediaSize
-
-    layouts = []
-    for m in sample["media"]:
-        if m["kind"] == "video":
-            info = probe_bytes(parts[m["part"]], "video", name=m["part"])
-            layouts.append(family.video_layout(MediaSize("video", info.width, info.height, info.duration_s,
-                                                         info.fps, info.frames)))
-    ids = family.token_ids([rec["messages"]], [rec.get("special_tokens")])[0]
-    return family.expand_videos(np.asarray(ids, dtype=np.int64), tokens, layouts, rec.get("special_tokens"),
-                                kinds=[m["kind"] for m in rec["media"]])
-
-
-def pack_input_ids(model_dir: str, records: list[dict], obj: dict, key: str,
-                   parts: dict[str, bytes] | None = None) -> bytes:
-    """The ``input_ids.npy`` part of a pack: int32 ``[T]``, the samples' ids concatenated in order,
-    each equal to the family's ``encode`` (what the collator would tokenize; a sample with videos:
-    ``expand_videos`` with the layouts read from the video ``parts`` being written, part name ->
-    bytes). Raises ``RuntimeError`` when T differs from the counted ``num_tokens``."""
-    family = load_model(model_dir)
-    ids = np.concatenate([_sample_input_ids(family, r, s, parts or {}) for r, s in zip(records, obj["samples"])])
-    if len(ids) != obj["num_tokens"]:
-        raise RuntimeError(f"pack {key}: encoded {len(ids)} tokens but counted {obj['num_tokens']}")
-    buf = io.BytesIO()
-    np.save(buf, ids.astype("<i4"), allow_pickle=False)
-    return buf.getvalue()
-
-
 def _read_media(ref: str, nbytes: int | None, mtime_ns: int | None) -> bytes:
     """The bytes of a media item (a file or an archive member, :mod:`vlmpack.media.ref`), checked
     against the size/mtime it had when it was counted. Raises :class:`vlmpack.errors.InputError`
@@ -224,6 +146,7 @@ def write_shard(task: ShardTask) -> ShardResult:
     offsets: list[int] = []
     n_samples = n_tokens = 0
     handles: dict[int, object] = {}
+    sink = get_sink(task.layout)
     try:
         with open(tmp, "wb") as raw:
             f = _HashingWriter(raw)
@@ -237,21 +160,14 @@ def write_shard(task: ShardTask) -> ShardResult:
                         fh = handles[part]
                         fh.seek(off)
                         records.append(json.loads(fh.read(length)))
-                    obj, media = build_pack(records, task.seq_len)
                     key = pack_key(task.first_pack + j)
-                    entries = [(f"{key}.json", json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode())]
-                    parts = {}
-                    for part_name, src, nbytes, mtime in media:
-                        parts[part_name] = _read_media(src, nbytes, mtime)
-                        entries.append((f"{key}.{part_name}", parts[part_name]))
-                    if task.model_dir is not None:
-                        entries.append((f"{key}.input_ids.npy",
-                                        pack_input_ids(task.model_dir, records, obj, key, parts)))
+                    entries, pack_tokens = sink.pack_members(key, records, task.seq_len, _read_media,
+                                                             model_dir=task.model_dir)
                     offsets.append(tf.offset)
                     for name, data in sorted(entries):
-                        tf.addfile(_tarinfo(name, len(data)), io.BytesIO(data))
+                        tf.addfile(tarinfo(name, len(data)), io.BytesIO(data))
                     n_samples += len(records)
-                    n_tokens += obj["num_tokens"]
+                    n_tokens += pack_tokens
                 offsets.append(tf.offset)
             raw.flush()
             os.fsync(raw.fileno())

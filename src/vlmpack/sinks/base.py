@@ -1,0 +1,32 @@
+"""The ``Sink`` protocol: what one output layout module provides (see :mod:`vlmpack.sinks`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+#: ``read_media(reference, size in bytes | None, mtime in ns | None) -> bytes``: the original bytes of
+#: one media item, checked against what was counted (the writer's own reader).
+MediaReader = Callable[[str, "int | None", "int | None"], bytes]
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """One output layout: how a pack becomes tar members and which Energon files the output ships.
+
+    Implementations are stateless, so shards are pure functions of their tasks (byte-reproducible
+    whatever the workers)."""
+
+    #: the layout's name: the registry key (and, later, the value of ``--layout``)
+    name: str
+
+    def pack_members(self, key: str, records: list[dict], seq_len: int, read_media: MediaReader, *,
+                     model_dir: str | None = None) -> tuple[list[tuple[str, bytes]], int]:
+        """The tar members ``[(member name, bytes)]`` of the pack ``key`` (any order: the writer
+        sorts them) from the canonical records of its samples (``vlmpack.pack.count.canonical_record``)
+        and the number of tokens it holds. ``model_dir`` set: also the pretokenized ids, where the
+        layout has them. Raises :class:`vlmpack.errors.InputError` (a media file that changed)."""
+
+    def dataset_files(self) -> dict[str, bytes]:
+        """The layout's own files of ``.nv-meta/`` (file name -> bytes): Energon's ``dataset.yaml``
+        and the ``sample_loader.py`` it names (``.info.json`` and ``split.yaml`` are common)."""
