@@ -46,7 +46,7 @@ from demo_data import build_demo_data, build_qwen2_5_vl_model_dir  # noqa: E402
 from vlmpack.config import load_config
 from vlmpack.media.probe import _orientation, clear_cache, probe_media
 from vlmpack.models import load_model
-from vlmpack.pack.count import count_samples
+from vlmpack.pack.count_task import count_samples
 from vlmpack.pack.pipeline import make_plan, run_pack
 from vlmpack.pack.validate import validate_sample
 from vlmpack.readers import read_range, split_ranges

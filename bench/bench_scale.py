@@ -74,7 +74,7 @@ def base_results(data: Path, model_dir: Path) -> Path:
 
     from vlmpack.config import load_config
     from vlmpack.pack import stages
-    from vlmpack.pack.measure import count_stage
+    from vlmpack.pack.count_stage import count_stage
     from vlmpack.pack.nodes import node_ranges
 
     dest = CACHE / "scale_base.pkl"
@@ -97,7 +97,7 @@ def replicate(base: list, n: int):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from vlmpack.pack.count import MeasureResult, id_key_hashes
+    from vlmpack.pack.count_task import MeasureResult, id_key_hashes
 
     left, copy, index = n, 0, 0
     while left > 0:
@@ -127,9 +127,9 @@ def driver_child(n: int, seq_len: int, base_pkl: str, model_dir: str) -> dict:
     import numpy as np
 
     from vlmpack.config import load_config
-    from vlmpack.pack.count import result_path
+    from vlmpack.pack.count_stage import media_digest, read_stats
+    from vlmpack.pack.count_task import result_path
     from vlmpack.pack.manifest import build_manifest, manifest_digest
-    from vlmpack.pack.measure import media_digest, read_stats
     from vlmpack.pack.pipeline import _overlong_rejections, _plan, _shard_tasks
     from vlmpack.pack.report import build_report
     from vlmpack.pack.stages import plan_key

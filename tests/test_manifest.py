@@ -15,7 +15,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vlmpack.pack.count import id_key_hashes
+from vlmpack.pack.count_task import id_key_hashes
 from vlmpack.pack.manifest import duplicate_positions, manifest_digest
 
 ids_st = st.lists(st.tuples(st.sampled_from(["", "a", "b", "ä", "a\n", "10", "1", "é" * 3, "x" * 40]),

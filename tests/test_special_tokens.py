@@ -19,7 +19,7 @@ import pytest
 from vlmpack.config import load_config
 from vlmpack.errors import PackMismatchError
 from vlmpack.models import load_model
-from vlmpack.pack.count import count_samples
+from vlmpack.pack.count_task import count_samples
 from vlmpack.pack.pipeline import run_pack
 from vlmpack.readers import parse_record
 from vlmpack.records import Locator, Sample

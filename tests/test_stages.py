@@ -1,7 +1,7 @@
 """Count once, plan many: per-stage keys, the count cache, and ``vlmpack plan --input`` (issue 11, items 2-3).
 
 Real data (the demo set) and the real Qwen tokenizer. That a stage did not run is proven by a spy on
-the counter (``vlmpack.pack.count.run_task``, runs in process with ``workers=1``), by making every
+the counter (``vlmpack.pack.count_task.run_task``, runs in process with ``workers=1``), by making every
 ``load_model`` raise, and by the report's ``reused`` record; never by a timing. That reused counts
 are right is proven by comparing the shards with a run that counts from scratch.
 """
@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 import vlmpack.models
 from vlmpack.cli import app
 from vlmpack.config import PackConfig, load_config
-from vlmpack.pack import count as count_mod
+from vlmpack.pack import count_task as count_mod
 from vlmpack.pack import executors
 from vlmpack.pack import write as write_mod
 from vlmpack.pack.pipeline import run_pack

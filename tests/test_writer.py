@@ -131,7 +131,7 @@ def test_model_dir_fixture_is_complete(model_dir: Path):
 
 def test_rerun_same_config_skips_counting_and_planning(small_out, real_data, model_dir, monkeypatch):
     """Same fingerprint: finished counting tasks and the saved plan are reused, shards are kept."""
-    import vlmpack.pack.count as count
+    import vlmpack.pack.count_task as count
     import vlmpack.pack.pipeline as pipeline
 
     out, report = small_out

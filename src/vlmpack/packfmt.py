@@ -53,7 +53,7 @@ def tarinfo(name: str, size: int) -> tarfile.TarInfo:
 def build_pack(records: list[dict], seq_len: int) -> tuple[dict, list[tuple]]:
     """The pack JSON object and its media parts ``[(part name, source reference, size in bytes,
     mtime in ns)]`` (size/mtime as counted, None when unknown) from the canonical records of its
-    samples (``vlmpack.pack.count.canonical_record``: media by ``index``, with ``path``/``format``/
+    samples (``vlmpack.pack.count_task.canonical_record``: media by ``index``, with ``path``/``format``/
     ``nbytes``/``mtime_ns``). Media are numbered over the pack in sample order; a content part
     ``{"type", "index"}`` becomes ``{"type", "part"}``. ``seq_len`` in tokens."""
     samples, media_parts = [], []

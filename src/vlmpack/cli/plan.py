@@ -2,7 +2,7 @@
 
 Counts come from a finished ``pack`` (``SOURCE``: its OUT dir or manifest), a lengths file, or the
 inputs and model themselves (``--input`` + ``--model``, no ``SOURCE``): then they are counted
-through ``pack``'s count stage and cache (:func:`vlmpack.pack.measure.count_inputs`), writing no
+through ``pack``'s count stage and cache (:func:`vlmpack.pack.count_stage.count_inputs`), writing no
 shard, and a later ``vlmpack pack`` with the same count options reuses them.
 """
 
@@ -109,7 +109,7 @@ def _count(config: Path | None, **overrides):
     returns the :class:`vlmpack.pack.preflight.PlanInput`. One line on stderr says what was read,
     rejected and reused. Raises :class:`ConfigError` / :class:`vlmpack.errors.InputError`."""
     from vlmpack.config import load_config
-    from vlmpack.pack.measure import count_inputs
+    from vlmpack.pack.count_stage import count_inputs
     from vlmpack.pack.preflight import plan_input_from_table
 
     if not overrides.get("input") and config is None:

@@ -1,7 +1,7 @@
 """Where pool tasks run: in-process, a local process pool, or a Ray cluster.
 
 All three are ``concurrent.futures.Executor`` objects, so the stages submit the same pure task
-functions (:func:`vlmpack.pack.count.run_task`, :func:`vlmpack.pack.write.write_shard`) to any of them
+functions (:func:`vlmpack.pack.count_task.run_task`, :func:`vlmpack.pack.write.write_shard`) to any of them
 and the output bytes do not depend on the choice. Ray is an existing engine (``ray.remote`` +
 ``ObjectRef.future()``); vlmpack has no scheduler of its own. With Ray, the input, media, model
 directory and output must be on a file system every node sees at the same path.

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vlmpack.config import PackConfig
-from vlmpack.pack.count import MeasureResult, result_path
+from vlmpack.pack.count_task import MeasureResult, result_path
 from vlmpack.pack.rundir import read_pickle
 from vlmpack.records import ID_KINDS, Locator, Rejection
 from vlmpack.sources import get_source, resolve_format
@@ -30,7 +30,7 @@ def duplicate_positions(ids, id_kind: np.ndarray, hashes: np.ndarray | None = No
     ``(id_kind, id)`` occurred before, in increasing order, and the position of that first
     occurrence for each.
 
-    With ``hashes`` (uint64 per sample, :func:`vlmpack.pack.count.id_key_hashes`): a stable argsort
+    With ``hashes`` (uint64 per sample, :func:`vlmpack.pack.count_task.id_key_hashes`): a stable argsort
     of the hashes puts equal keys next to each other in input order; only runs of equal hashes
     (duplicates, or a 64-bit collision) are then compared on the ids themselves, so a collision
     never merges two different ids. Memory: 8-byte permutation + sorted hashes. Without: a stable

@@ -7,7 +7,7 @@ keyed by the stage's own inputs (:mod:`vlmpack.pack.stages`: count, plan and wri
 - ``config.json``: the config and its fingerprint; a run with another fingerprint is refused
   (:class:`RunDirError`) unless ``overwrite`` is set, which keeps the stage files below (each is
   reused only under its own key). ``lock``: the lock of a running run.
-- ``records/``: the count store (:mod:`vlmpack.pack.measure`): per count task the canonical
+- ``records/``: the count store (:mod:`vlmpack.pack.count_stage`): per count task the canonical
   accepted samples and the task's arrays/rejections, for the count key in ``records/count.json``;
   shared through the count cache (``--cache-dir``), so another ``OUT`` or ``vlmpack plan --input``
   does not count again;
@@ -40,10 +40,10 @@ from vlmpack.energon.meta import write_metadata
 from vlmpack.errors import OverlongError, RunFailedError
 from vlmpack.fsio import atomic_write, atomic_write_parquet, json_bytes, read_json
 from vlmpack.pack import stages
-from vlmpack.pack.count import MeasureResult
+from vlmpack.pack.count_stage import count_stage, media_digest, read_stats
+from vlmpack.pack.count_task import MeasureResult
 from vlmpack.pack.executors import guarded_executor, run_tasks
 from vlmpack.pack.manifest import build_manifest, locator, manifest_digest
-from vlmpack.pack.measure import count_stage, media_digest, read_stats
 from vlmpack.pack.nodes import InputRange, check_node_output, model_fingerprint, node_ranges, node_record, shard_prefix
 from vlmpack.pack.report import build_report, write_report_html
 from vlmpack.pack.rundir import RUN_DIR, prepare_output, unlock_output

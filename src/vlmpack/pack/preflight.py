@@ -4,10 +4,10 @@ Input: the counted manifest of a ``pack`` run (``OUT/.vlmpack/manifest.parquet``
 ``num_tokens``, ``media_tokens``, ``num_media``, ``kind``), that parquet file, a lengths file
 (``.npy`` integer array, or text with one integer per line), or the inputs and model themselves
 (``vlmpack plan --input ... --model ...``: counted through the count stage and its cache,
-:func:`vlmpack.pack.measure.count_inputs`, so a later ``pack`` does not count again). For each ``seq_len`` it reports
-samples, overlong (count, %, tokens lost, per kind), packs, the lower bounds L1 = ceil(sum/L) and L2
-(Martello–Toth), utilization, samples per pack and media tokens per pack (p50/p99/max, media tokens
-also per kind). :func:`sweep_lengths` adds a geometric grid of L so that :func:`plot` draws curves
+:func:`vlmpack.pack.count_stage.count_inputs`, so a later ``pack`` does not count again). For each
+``seq_len`` it reports samples, overlong (count, %, tokens lost, per kind), packs, the lower bounds
+L1 = ceil(sum/L) and L2 (Martello–Toth), utilization, samples per pack and media tokens per pack (p50/p99/max,
+media tokens also per kind). :func:`sweep_lengths` adds a geometric grid of L so that :func:`plot` draws curves
 against L, and :func:`recommend_seq_len` picks the smallest L that drops fewer than ``max_drop`` of
 the samples (issue 12: "the smallest L with < 0.1 % samples dropped").
 """
@@ -28,7 +28,7 @@ from vlmpack.packing import PackPlan, lower_bound_l1, lower_bound_l2, plan_packs
 logger = logging.getLogger(__name__)
 
 MANIFEST = Path(".vlmpack") / "manifest.parquet"
-#: Names of the manifest's ``kind`` codes 0/1/2 (``vlmpack.pack.count``).
+#: Names of the manifest's ``kind`` codes 0/1/2 (``vlmpack.pack.count_task``).
 KINDS = ("text", "image", "video")
 #: Default share of samples that the recommended L may drop as overlong (issue 12: < 0.1 %).
 MAX_DROP = 0.001
@@ -84,7 +84,7 @@ def load_plan_input(source: str | Path) -> PlanInput:
 def plan_input_from_table(table: Any, source: str) -> PlanInput:
     """The :class:`PlanInput` of a manifest table (``pyarrow.Table`` with int ``num_tokens`` and
     optionally ``media_tokens``, ``num_media``, ``kind``; missing media columns read as zeros):
-    a parquet file's, or the one :func:`vlmpack.pack.measure.count_inputs` builds. ``source`` names
+    a parquet file's, or the one :func:`vlmpack.pack.count_stage.count_inputs` builds. ``source`` names
     it in the plot. Raises :class:`InputError` when ``num_tokens`` is missing."""
     if "num_tokens" not in table.column_names:
         raise InputError(f"{source} has no num_tokens column; pass the manifest of a `vlmpack pack` run")

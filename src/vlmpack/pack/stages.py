@@ -10,7 +10,7 @@ before:
   identity (absolute path, size in bytes, mtime in ns), the model directory (absolute path and the
   sha256 of each counting file, ``ModelFamily.counting_files``) and :data:`COUNT_OPTIONS`. The
   identity of each media file is checked per task at reuse time instead (size + mtime, see
-  :func:`vlmpack.pack.count.media_changed`), as before.
+  :func:`vlmpack.pack.count_task.media_changed`), as before.
 - plan key (:func:`plan_key`): sha256 of the manifest digest (the counts) and :data:`PLAN_OPTIONS`.
 - write key (:func:`write_key`): sha256 of the count key, the plan key, the media files as counted
   (path, size, mtime: they are copied into the shards) and :data:`WRITE_OPTIONS`.
@@ -57,7 +57,7 @@ def _digest(obj) -> str:
 #: planning, writing, reports and the output checks.
 COUNTING_CODE_EXCLUDE = ("train", "cli", "energon", "packing", "pack/write.py", "pack/report.py",
                          "pack/figures.py", "pack/preflight.py", "check.py", "check_blend.py", "verify.py",
-                         "inspection.py")
+                         "inspection.py", "check_load.py", "sinks", "packfmt.py")
 
 
 @functools.lru_cache(maxsize=1)

@@ -26,7 +26,7 @@ from vlmpack.energon.meta import write_tar_idx
 from vlmpack.errors import InputError
 from vlmpack.fsio import fsync_dir
 from vlmpack.media.ref import display_ref, read_ref, ref_identity
-from vlmpack.pack.count import part_path
+from vlmpack.pack.count_task import part_path
 from vlmpack.packfmt import pack_key, tarinfo
 from vlmpack.sinks import DEFAULT_LAYOUT, get_sink
 

@@ -23,7 +23,7 @@ class Sink(Protocol):
     def pack_members(self, key: str, records: list[dict], seq_len: int, read_media: MediaReader, *,
                      model_dir: str | None = None) -> tuple[list[tuple[str, bytes]], int]:
         """The tar members ``[(member name, bytes)]`` of the pack ``key`` (any order: the writer
-        sorts them) from the canonical records of its samples (``vlmpack.pack.count.canonical_record``)
+        sorts them) from the canonical records of its samples (``vlmpack.pack.count_task.canonical_record``)
         and the number of tokens it holds. ``model_dir`` set: also the pretokenized ids, where the
         layout has them. Raises :class:`vlmpack.errors.InputError` (a media file that changed)."""
 

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 def measure_item(family, item: PackItem) -> int:
     """Exact tokens of one sample by the family's rule (``num_tokens`` of its ``token_ids`` and
     ``media_tokens`` in order of appearance), the same calls as
-    :func:`vlmpack.pack.count.count_samples`: images by the size of the EXIF-oriented image, videos
+    :func:`vlmpack.pack.count_task.count_samples`: images by the size of the EXIF-oriented image, videos
     by their container header (:func:`vlmpack.models.qwen_video.video_header`; the item keeps a
     re-readable source for the collator). Raises :class:`vlmpack.models.MediaRuleError` for media
     the processor refuses, :class:`vlmpack.errors.MediaDecodeError` for an unreadable video,

@@ -3,7 +3,7 @@
 A *store* is a folder holding the count tasks' outputs for one count key
 (:func:`vlmpack.pack.stages.count_key`): per task ``part-<task>.jsonl`` (the canonical accepted
 records, read back by the writer) and ``part-<task>.result.pkl`` (its
-:class:`~vlmpack.pack.count.MeasureResult`), plus ``count.json`` naming the key it holds. Two
+:class:`~vlmpack.pack.count_task.MeasureResult`), plus ``count.json`` naming the key it holds. Two
 stores exist:
 
 - the run's own, ``OUT/.vlmpack/records/`` (resume; kept by ``--overwrite``, so another
@@ -16,7 +16,7 @@ stores exist:
 
 A task's output is reused when both files are readable and consistent (the part file has the size
 the result's offsets say) and none of its media files changed since (size + mtime,
-:func:`vlmpack.pack.count.media_changed`); otherwise the task is counted again. Files are written
+:func:`vlmpack.pack.count_task.media_changed`); otherwise the task is counted again. Files are written
 with :func:`vlmpack.pack.rundir.atomic_write` (the part first: a result file marks a task done), so
 a kill at any point leaves stores that the next run can use.
 """
@@ -39,9 +39,16 @@ import pyarrow as pa
 from vlmpack import signals
 from vlmpack.config import PackConfig
 from vlmpack.fsio import atomic_write, fsync_dir, json_bytes, read_json
-from vlmpack.pack import count as count_mod
+from vlmpack.pack import count_task as count_mod
 from vlmpack.pack import stages
-from vlmpack.pack.count import MeasureResult, MeasureTask, media_changed, media_files_sha256, part_path, result_path
+from vlmpack.pack.count_task import (
+    MeasureResult,
+    MeasureTask,
+    media_changed,
+    media_files_sha256,
+    part_path,
+    result_path,
+)
 from vlmpack.pack.executors import guarded_executor, run_tasks
 from vlmpack.pack.manifest import build_manifest
 from vlmpack.pack.nodes import InputRange, node_ranges
