@@ -714,3 +714,77 @@ def test_every_registered_source_satisfies_the_protocol():
         assert isinstance(src, Source) and src.name == name
         params = inspect.signature(src.read).parameters
         assert list(params)[:4] == ["path", "start", "end", "first"], name
+
+
+# --- one parse per record: the object-level entry and the surrogate walk --------------------------------------
+
+
+def _dump_clean(obj) -> bool:  # the former check: a full dump of the record
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"a": "x"},
+        {"a": "\U0001f600", "b": ["é", {"c": "ü"}]},
+        {"a": "\ud800"},
+        {"\udfff": 1},
+        {"a": [1, 2.5, None, True, {"b": ["ok", "\udc80"]}]},
+        {"a": ("t", "\ud83d")},
+        [["\ud83d\ude00"]],
+        "\ud800x",
+    ],
+)
+def test_surrogate_walk_decides_like_the_former_dump(obj):
+    from vlmpack.readers.jsonl import _has_lone_surrogate
+
+    assert _has_lone_surrogate(obj) is not _dump_clean(obj)
+
+
+_ANY_CHAR = st.characters(blacklist_categories=()) | st.characters(
+    min_codepoint=0xD7FF, max_codepoint=0xE000, blacklist_categories=()
+)
+
+
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(_ANY_CHAR, max_size=6),
+                    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(_ANY_CHAR, max_size=4), c, max_size=4),
+                    max_leaves=20))
+@settings(max_examples=200, deadline=None)
+def test_surrogate_walk_matches_dump_on_any_value(obj):
+    from vlmpack.readers.jsonl import _has_lone_surrogate
+
+    assert _has_lone_surrogate(obj) is not _dump_clean(obj)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"id": "s", "conversations": [{"from": "human", "value": "hi \\ud83d\\ude00"},'
+        b' {"from": "gpt", "value": "y"}]}',
+        b'{"id": "s", "conversations": [{"from": "human", "value": "hi \\ud800"}, {"from": "gpt", "value": "y"}]}',
+        b'{"id": 7, "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}',
+        b'{"id": "", "messages": []}',
+        b'{"id": null, "conversations": "nope"}',
+        b'[1, 2]',
+        b'{"id": "m", "images": ["../x.png"], "conversations": [{"from": "human", "value": "<image>q"},'
+        b' {"from": "gpt", "value": "a"}]}',
+    ],
+)
+def test_record_to_sample_gives_what_parse_record_gives(line):
+    """A source holding the parsed object gets the same Sample / Rejection (reason, detail, id)
+    as the byte-level route, surrogate check on (sources always walk)."""
+    from vlmpack.readers.jsonl import record_to_sample
+
+    loc = Locator("f.jsonl", 3, 10)
+    want = parse_record(line, loc, media_root="/data")
+    got = record_to_sample(json.loads(line), loc, media_root="/data")
+    assert type(got) is type(want)
+    if isinstance(want, Rejection):
+        assert (got.reason, got.detail, got.id, got.locator) == (want.reason, want.detail, want.id, want.locator)
+    else:
+        assert (got.id, got.messages, got.media, got.locator) == (want.id, want.messages, want.media, want.locator)

@@ -261,3 +261,26 @@ def test_cell_cache_stays_bounded(both, real_data, monkeypatch):
             assert len(parquet._CELLS) == 1 and sum(v[1] for v in parquet._CELLS.values()) <= cap
             seen.add(parse_ref(m.path).group)
     assert len(samples) > 200 and seen == set(range(len(tab.rows)))
+
+
+def test_row_values_are_those_of_the_former_dump_and_parse():
+    """A row reaches the record checks as plain JSON values built directly, equal to what the former
+    ``json.dumps(row, default=_json_default)`` + ``json.loads`` gave (bytes -> base64 text, dates /
+    decimals / times -> ``str``, map entries -> lists, non-string dict keys -> strings)."""
+    import datetime
+    import decimal
+
+    from vlmpack.sources.parquet import _json_default, _plain
+
+    row = {
+        "id": 3, "f": 1.5, "nan": float("nan"), "big": 2**70, "t": True, "n": None, "s": "é\U0001f600",
+        "b": b"\x00\xff", "ba": bytearray(b"ab"), "d": datetime.date(2024, 1, 2),
+        "dt": datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc), "dec": decimal.Decimal("1.10"),
+        "td": datetime.timedelta(seconds=3), "map": [("k", 1), ("j", [b"x"])],
+        "nested": {"a": [{"b": datetime.time(1, 2)}], "c": {1: "int key", None: "none key"}},
+        "conversations": [{"from": "human", "value": "x"}],
+    }
+    want = json.loads(json.dumps(row, ensure_ascii=True, default=_json_default))
+    got = _plain(row)
+    assert json.dumps(got, sort_keys=False) == json.dumps(want, sort_keys=False)
+    assert list(got) == list(want) and got["nan"] != got["nan"]

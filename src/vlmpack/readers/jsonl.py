@@ -147,10 +147,11 @@ def parse_record(
     structural checks of :func:`vlmpack.layouts.to_canonical`; media references resolved
     lexically by :func:`vlmpack.media.resolve.resolve_ref`. Any unexpected exception becomes a
     ``wrong_type`` rejection with a one-line detail. ``ValueError`` only for an unknown ``schema``.
+    The byte-level steps (to ``not_utf8`` / ``invalid_json``) are done here, once; the parsed value goes
+    to :func:`record_to_sample`, the object-level entry that sources holding a parsed record call.
     """
     if schema not in SCHEMAS:
         raise ValueError(f"unknown schema {schema!r}; use one of {', '.join(SCHEMAS)}")
-    rid: str | None = None
     try:
         if raw.startswith(_BOM):
             raw = raw[3:]
@@ -173,6 +174,44 @@ def parse_record(
             return Rejection(locator, "invalid_json", "JSON nested too deeply to parse")
         except ValueError as e:  # e.g. an integer literal longer than Python's int/str digit limit
             return Rejection(locator, "invalid_json", f"invalid JSON: {_short(str(e))}")
+    except Exception as e:  # noqa: BLE001 - one bad record must never stop a run
+        return _unexpected(locator, e, None)
+    return record_to_sample(
+        obj,
+        locator,
+        schema=schema,
+        media_root=media_root,
+        allow_absolute_media=allow_absolute_media,
+        resolve_media=resolve_media,
+        lmdb_envs=lmdb_envs,
+        text_key=text_key,
+        check_surrogates=_SURROGATE_ESCAPE.search(raw) is not None,
+    )
+
+
+def record_to_sample(
+    obj: object,
+    locator: Locator,
+    *,
+    schema: str = "auto",
+    media_root: str = ".",
+    allow_absolute_media: bool = False,
+    resolve_media=None,
+    lmdb_envs: dict[str, str] | None = None,
+    text_key: str | None = None,
+    check_surrogates: bool = True,
+) -> Sample | Rejection:
+    """The object-level half of :func:`parse_record`, for a record already parsed (a JSONL line
+    by :func:`parse_record`, a WebDataset ``.json`` part, a Parquet row as plain JSON values):
+    the same checks, reasons and details from ``not_an_object`` on (see :func:`parse_record`),
+    never raises except ``ValueError`` for an unknown ``schema``. ``obj`` is used, not copied
+    (``to_canonical`` may keep parts of it). ``check_surrogates``: look for lone UTF-16
+    surrogates in its strings (keys included; ``not_utf8``); False only when the caller knows
+    there can be none (:func:`parse_record` saw no ``\\uD8..``-``\\uDF..`` escape in the line)."""
+    if schema not in SCHEMAS:
+        raise ValueError(f"unknown schema {schema!r}; use one of {', '.join(SCHEMAS)}")
+    rid: str | None = None
+    try:
         if not isinstance(obj, dict):
             return Rejection(
                 locator, "not_an_object", f"top-level JSON value is a {type(obj).__name__}, not an object"
@@ -184,7 +223,7 @@ def parse_record(
                     locator, "wrong_type", f"'id' must be an int or a non-empty string, got {_short(own)}"
                 )
             rid = str(own)
-        if _SURROGATE_ESCAPE.search(raw) and not _utf8_clean(obj):
+        if check_surrogates and _has_lone_surrogate(obj):
             return Rejection(
                 locator, "not_utf8", "a string holds a lone UTF-16 surrogate escape (\\uD800-\\uDFFF)", rid
             )
@@ -206,8 +245,12 @@ def parse_record(
     except RecursionError:
         return Rejection(locator, "wrong_type", "record nested too deeply", rid)
     except Exception as e:  # noqa: BLE001 - one bad record must never stop a run
-        logger.debug("unexpected error parsing %s", locator, exc_info=True)
-        return Rejection(locator, "wrong_type", f"unexpected {type(e).__name__}: {_short(str(e))}", rid)
+        return _unexpected(locator, e, rid)
+
+
+def _unexpected(locator: Locator, e: Exception, rid: str | None) -> Rejection:
+    logger.debug("unexpected error parsing %s", locator, exc_info=True)
+    return Rejection(locator, "wrong_type", f"unexpected {type(e).__name__}: {_short(str(e))}", rid)
 
 
 def read_range(
@@ -267,12 +310,25 @@ def _salvage_id(raw: bytes) -> str | None:
         return None
 
 
-def _utf8_clean(obj: object) -> bool:
-    try:
-        json.dumps(obj, ensure_ascii=False).encode("utf-8")
-        return True
-    except UnicodeEncodeError:
-        return False
+def _has_lone_surrogate(obj: object) -> bool:
+    """Whether a string of ``obj`` (dict keys included, any depth) holds a lone UTF-16 surrogate,
+    i.e. cannot be encoded as UTF-8: the decision ``json.dumps(obj, ensure_ascii=False)
+    .encode("utf-8")`` made, without writing the text. Iterative (no depth limit)."""
+    stack = [obj]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if not v.isascii():
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:
+                    return True
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+    return False
 
 
 def _short(value: object, limit: int = 120) -> str:
@@ -284,6 +340,7 @@ __all__ = [
     "iter_lines",
     "parse_record",
     "read_range",
+    "record_to_sample",
     "sniff_input",
     "split_ranges",
 ]

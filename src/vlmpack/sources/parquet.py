@@ -34,7 +34,7 @@ from vlmpack.errors import MediaError
 from vlmpack.media.ref import parquet_cell_ref
 from vlmpack.media.resolve import resolve_ref
 from vlmpack.media.tables import Table, remember_column, table_kind
-from vlmpack.readers.jsonl import parse_record
+from vlmpack.readers.jsonl import record_to_sample
 from vlmpack.records import Locator, ReadStats, Rejection
 
 MEDIA_COLUMNS = {"images": "image", "image": "image", "videos": "video", "video": "video"}
@@ -46,10 +46,29 @@ def _json_default(v: object) -> object:
     return str(v)  # dates, decimals...
 
 
+def _plain(v: object) -> object:
+    """``v`` as ``json.loads(json.dumps(v, default=_json_default))`` gives it back, built directly
+    (no text): tuples (map entries) become lists, bytes base64 text, dates / decimals / times
+    ``str(v)``; anything else unusual (a dict with non-string keys, an int or float subclass)
+    takes that round trip itself, so the values are exactly those of the former dump + parse."""
+    t = type(v)
+    if t is str or t is int or t is float or t is bool or v is None:
+        return v
+    if t is dict:
+        if all(type(k) is str for k in v):  # type: ignore[union-attr]
+            return {k: _plain(x) for k, x in v.items()}  # type: ignore[union-attr]
+    elif t is list or t is tuple:
+        return [_plain(x) for x in v]  # type: ignore[union-attr]
+    elif t is bytes or t is bytearray:
+        return base64.b64encode(bytes(v)).decode()  # type: ignore[arg-type]
+    return json.loads(json.dumps(v, ensure_ascii=True, default=_json_default))
+
+
 def _row_record(path: str, group: int, row: int, rec: dict, media_root: str, allow_absolute_media: bool,
                 lmdb_envs: dict[str, str] | None = None):
-    """``(json bytes, resolve)`` of one row: media columns become placeholder names that
-    ``resolve`` maps to references (raising :class:`MediaError` for an unusable item)."""
+    """``(record, resolve)`` of one row, the record as plain JSON values (:func:`_plain`): media
+    columns become placeholder names that ``resolve`` maps to references (raising
+    :class:`MediaError` for an unusable item)."""
     targets: dict[str, object] = {}
 
     def place(col: str, idx: int, item: object) -> str:
@@ -89,7 +108,7 @@ def _row_record(path: str, group: int, row: int, rec: dict, media_root: str, all
         raise MediaError("wrong_type", f"media item must be an Image struct, bytes or a path, got "
                                        f"{type(what).__name__}")
 
-    return json.dumps(rec, ensure_ascii=True, default=_json_default).encode(), resolve
+    return _plain(rec), resolve
 
 
 class ParquetSource:
@@ -147,9 +166,9 @@ class ParquetSource:
             for r, rec in enumerate(rows):
                 stats.lines += 1
                 stats.records += 1
-                raw, resolve = _row_record(path, g, r, rec, media_root, allow_absolute_media, lmdb_envs)
-                res = parse_record(raw, Locator(path, no, g, None, "row"), schema=schema, resolve_media=resolve,
-                                   text_key=text_key)
+                obj, resolve = _row_record(path, g, r, rec, media_root, allow_absolute_media, lmdb_envs)
+                res = record_to_sample(obj, Locator(path, no, g, None, "row"), schema=schema,
+                                       resolve_media=resolve, text_key=text_key)
                 if isinstance(res, Rejection):
                     stats.reasons[res.reason] = stats.reasons.get(res.reason, 0) + 1
                 yield res

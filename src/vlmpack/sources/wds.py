@@ -34,7 +34,7 @@ from vlmpack.fsio import printable_path
 from vlmpack.layouts.native import normalize_native
 from vlmpack.media.ref import LMDB, tar_member_ref
 from vlmpack.media.resolve import resolve_ref
-from vlmpack.readers.jsonl import parse_record
+from vlmpack.readers.jsonl import parse_record, record_to_sample
 from vlmpack.readers.sniff import _is_tar
 from vlmpack.records import Locator, ReadStats, Rejection
 
@@ -192,7 +192,7 @@ def _sample(path: str, fh, key: str, members: list[Part], loc: Locator, schema: 
     fh.seek(meta.offset)
     raw = fh.read(meta.size)
     try:
-        obj = json.loads(raw)
+        obj = json.loads(raw)  # the one parse of the part (bytes: UTF-8/16/32 detected, as before)
     except (ValueError, RecursionError):
         obj = None  # parse_record gives the reason
     if isinstance(obj, dict):
@@ -207,7 +207,6 @@ def _sample(path: str, fh, key: str, members: list[Part], loc: Locator, schema: 
                 exts = IMAGE_EXTS if kind == "image" else VIDEO_EXTS
                 given = sorted(p for p in parts if p.rsplit(".", 1)[-1].lower() in exts)
             obj[names[0]] = given
-        raw = json.dumps(obj, ensure_ascii=True).encode()
 
     def resolve(name: object) -> str:
         part = name if isinstance(name, str) else None
@@ -220,4 +219,6 @@ def _sample(path: str, fh, key: str, members: list[Part], loc: Locator, schema: 
             raise MediaError("media_missing", f"sample {key!r} has no part {name!r} (parts: {sorted(parts)[:8]})")
         return tar_member_ref(path, m.offset, m.size)
 
-    return parse_record(raw, loc, schema=schema, resolve_media=resolve, text_key=text_key)
+    if isinstance(obj, dict):  # the parsed object goes on as it is: never dumped and parsed again
+        return record_to_sample(obj, loc, schema=schema, resolve_media=resolve, text_key=text_key)
+    return parse_record(raw, loc, schema=schema, resolve_media=resolve, text_key=text_key)  # its reason
