@@ -48,6 +48,7 @@ from vlmpack.media.probe import _orientation, clear_cache, probe_media
 from vlmpack.models import load_model
 from vlmpack.pack.count_task import count_samples
 from vlmpack.pack.pipeline import make_plan, run_pack
+from vlmpack.pack.stages import PlanOptions
 from vlmpack.pack.validate import validate_sample
 from vlmpack.readers import read_range, split_ranges
 from vlmpack.records import ReadStats, Rejection
@@ -353,8 +354,8 @@ def main() -> None:
         import pyarrow.parquet as pq
 
         manifest = pq.read_table(Path(tmp) / "w1" / ".vlmpack" / "manifest.parquet")
-        make_plan(cfg, manifest)  # JIT warm-up outside the timing
-        t_plan, _ = _median_time(lambda: make_plan(cfg, manifest), args.repeat)
+        make_plan(PlanOptions.of(cfg), manifest)  # JIT warm-up outside the timing
+        t_plan, _ = _median_time(lambda: make_plan(PlanOptions.of(cfg), manifest), args.repeat)
         rows.append(("plan (1 core)", manifest.num_rows, t_plan))
         rows.append(("write (1 core)", report["samples_packed"], report["seconds"]["write"]))
         times = []

@@ -47,7 +47,7 @@ from vlmpack.pack.manifest import build_manifest, locator, manifest_digest
 from vlmpack.pack.nodes import InputRange, check_node_output, model_fingerprint, node_ranges, node_record, shard_prefix
 from vlmpack.pack.report import build_report, write_report_html
 from vlmpack.pack.rundir import RUN_DIR, prepare_output, unlock_output
-from vlmpack.pack.stages import count_cache_dir, count_key, count_payload, plan_key, write_key
+from vlmpack.pack.stages import PlanOptions, count_cache_dir, count_key, count_payload, plan_key, write_key
 from vlmpack.pack.write import ShardResult, ShardTask, assign_shards, estimate_pack_bytes, write_shard
 from vlmpack.packing import PackPlan, plan_packs
 from vlmpack.records import Rejection
@@ -59,15 +59,18 @@ __all__ = ["RUN_DIR", "build_manifest", "make_plan", "manifest_digest", "run_pac
 
 
 # ---------------------------------------------------------------------------------------- plan
-def make_plan(cfg: PackConfig, manifest: pa.Table) -> PackPlan:
-    """Bin-pack the manifest's samples with the configured algorithm and constraints."""
+def make_plan(opts: PlanOptions, manifest: pa.Table) -> PackPlan:
+    """Bin-pack the manifest's samples (columns ``num_tokens``, ``num_media``, ``media_tokens``,
+    ``kind``: one row per sample) with the algorithm and constraints of ``opts`` (the plan stage;
+    a plain table of those columns is enough). Raises :class:`vlmpack.errors.ConfigError` for an
+    unknown algorithm or a bad constraint."""
     col = lambda name: manifest.column(name).to_numpy()  # noqa: E731
-    return plan_packs(col("num_tokens").astype(np.int64), cfg.seq_len, algorithm=cfg.algorithm,
-                      max_samples_per_pack=cfg.max_samples_per_pack, media_counts=col("num_media").astype(np.int64),
+    return plan_packs(col("num_tokens").astype(np.int64), opts.seq_len, algorithm=opts.algorithm,
+                      max_samples_per_pack=opts.max_samples_per_pack, media_counts=col("num_media").astype(np.int64),
                       media_tokens=col("media_tokens").astype(np.int64), kinds=col("kind"),
-                      max_media_per_pack=cfg.max_media_per_pack,
-                      max_media_tokens_per_pack=cfg.max_media_tokens_per_pack, group_by_kind=cfg.group_by_kind,
-                      pad_to_multiple_of=cfg.pad_to_multiple_of, seed=cfg.seed)
+                      max_media_per_pack=opts.max_media_per_pack,
+                      max_media_tokens_per_pack=opts.max_media_tokens_per_pack, group_by_kind=opts.group_by_kind,
+                      pad_to_multiple_of=opts.pad_to_multiple_of, seed=opts.seed)
 
 
 def _ids_at(run: Path, rows: np.ndarray) -> list[str]:
@@ -182,7 +185,7 @@ def _plan(cfg: PackConfig, run: Path, manifest: pa.Table, key: str, reuse: dict)
             log.warning("plan.npz in %s cannot be read; planning again", run)
     atomic_write_parquet(run / "manifest.parquet", manifest)
     manifest = manifest.drop_columns(["id"])
-    plan = make_plan(cfg, manifest)
+    plan = make_plan(PlanOptions.of(cfg), manifest)
     reuse["plan_reused"] = False
     npz = io.BytesIO()
     plan.to_npz(npz)
@@ -253,7 +256,7 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
     t = time.perf_counter()
     manifest, rejections = build_manifest(cfg, results, run / "records")
     _reject_gate(cfg, fingerprint, results, rejections)
-    keys["plan"] = plan_key(cfg, manifest_digest(manifest))
+    keys["plan"] = plan_key(PlanOptions.of(cfg), manifest_digest(manifest))
     manifest, plan = _plan(cfg, run, manifest, keys["plan"], reuse)  # the ids stay on disk from here
     rejections += _overlong_rejections(cfg, run, manifest, plan)
     manifest = manifest.drop_columns(["line", "offset", "id_kind"])  # only locators needed them (done)

@@ -25,6 +25,7 @@ import functools
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from vlmpack import __version__
@@ -38,6 +39,29 @@ COUNT_OPTIONS = ("input", "input_format", "input_schema", "text_key", "media_roo
 #: Options that decide the plan, given the counts (the plan stage; ``overlong``: drop or stop).
 PLAN_OPTIONS = ("seq_len", "algorithm", "max_samples_per_pack", "max_media_per_pack", "max_media_tokens_per_pack",
                 "group_by_kind", "pad_to_multiple_of", "seed", "overlong")
+@dataclass(frozen=True)
+class PlanOptions:
+    """What the plan stage uses (:data:`PLAN_OPTIONS`, nothing else): capacity ``seq_len`` and the
+    per-pack budgets in tokens, the algorithm name (:data:`vlmpack.packing.ALGORITHMS`), the
+    constraints, the pack-order ``seed`` and the ``overlong`` policy (``"drop"`` | ``"error"``).
+    Built from a config with :meth:`of`; the plan key and the plan are functions of it alone."""
+
+    seq_len: int
+    algorithm: str = "bfd"
+    max_samples_per_pack: int | None = None
+    max_media_per_pack: int | None = None
+    max_media_tokens_per_pack: int | None = None
+    group_by_kind: bool = False
+    pad_to_multiple_of: int | None = None
+    seed: int = 0
+    overlong: str = "drop"
+
+    @classmethod
+    def of(cls, cfg: PackConfig) -> PlanOptions:
+        """The plan options of ``cfg``."""
+        return cls(**{k: getattr(cfg, k) for k in PLAN_OPTIONS})
+
+
 #: Options that decide the shard bytes and names, given the plan (the write stage).
 WRITE_OPTIONS = ("pretokenize", "max_packs_per_shard", "max_shard_bytes", "shard_prefix", "num_nodes", "node_rank")
 #: Options that change no output byte (where to write, how fast, when to stop, where the cache is).
@@ -94,10 +118,11 @@ def count_key(cfg: PackConfig, payload: dict) -> str:
     return _digest(count_payload(cfg, payload))
 
 
-def plan_key(cfg: PackConfig, manifest_digest: str) -> str:
+def plan_key(opts: PlanOptions | PackConfig, manifest_digest: str) -> str:
     """sha256 (hex) of the manifest digest (:func:`vlmpack.pack.manifest.manifest_digest`) and
-    :data:`PLAN_OPTIONS`: the key of ``plan.npz``."""
-    return _digest({"manifest": manifest_digest, "options": {k: getattr(cfg, k) for k in PLAN_OPTIONS}})
+    :data:`PLAN_OPTIONS` (of a :class:`PlanOptions`, or of a config: the same key): the key of
+    ``plan.npz``."""
+    return _digest({"manifest": manifest_digest, "options": {k: getattr(opts, k) for k in PLAN_OPTIONS}})
 
 
 def write_key(cfg: PackConfig, count: str, plan: str, media_files: list) -> str:
