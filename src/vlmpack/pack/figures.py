@@ -342,12 +342,3 @@ def report_pngs(d: ReportData) -> dict[str, bytes]:
     return out
 
 
-def report_overview(d: ReportData, title: str = "") -> bytes:
-    """All report figures in one PNG (3 x 2 panels)."""
-    fig = Figure(figsize=(15, 12.5))
-    for ax, (_name, _caption, draw) in zip(fig.subplots(3, 2).ravel(), REPORT_FIGURES):
-        draw(ax, d)
-    if title:
-        fig.suptitle(title, fontsize=11)
-    fig.tight_layout(rect=(0, 0, 1, 0.98 if title else 1))
-    return _png(fig)

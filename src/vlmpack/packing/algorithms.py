@@ -58,6 +58,29 @@ def _limit(value: int | None, name: str, minimum: int) -> np.int64:
     return np.int64(value)
 
 
+def _window_kernel(eff, mc, mt, items, cap, max_n, max_mc, max_mt, n, window):
+    k = int(window) if window is not None else DEFAULT_WINDOW
+    return _kernels.window(eff, mc, mt, items, cap, max_n, max_mc, max_mt, n, k)
+
+
+#: The kernels of the algorithms other than ``bfd`` (which has its own fast and constrained paths in
+#: :func:`_run`): name -> (items longest first?, ``kernel(eff, media_counts, media_tokens, items,
+#: cap, max_n, max_mc, max_mt, n, window) -> (pack_of int32 [n], number of packs)``, a pure
+#: function, numba-compiled in :mod:`vlmpack.packing._kernels`). A new algorithm is one kernel,
+#: one line here and one ``_make`` + :data:`ALGORITHMS` line below (CONTRIBUTING.md).
+KERNELS: dict[str, tuple[bool, Callable]] = {
+    "ffd": (True, lambda eff, mc, mt, items, cap, max_n, max_mc, max_mt, n, window:
+            _kernels.first_fit_tree(eff, mc, mt, items, cap, max_n, max_mc, max_mt, n)),
+    "greedy_knapsack": (True, lambda eff, mc, mt, items, cap, max_n, max_mc, max_mt, n, window:
+                        _kernels.greedy_knapsack(eff, mc, mt, items, cap, max_n, max_mc, max_mt, n)),
+    "next_fit": (False, lambda eff, mc, mt, items, cap, max_n, max_mc, max_mt, n, window:
+                 _kernels.next_fit(eff, mc, mt, items, cap, max_n, max_mc, max_mt, n)),
+    "first_fit": (False, lambda eff, mc, mt, items, cap, max_n, max_mc, max_mt, n, window:
+                  _kernels.next_fit(eff, mc, mt, items, cap, max_n, max_mc, max_mt, n)),
+    "window": (False, _window_kernel),
+}
+
+
 def _run(
     kind: str,
     lengths: object,
@@ -128,7 +151,7 @@ def _run(
     npacks = 0
     for g in groups:
         mask = packable if g is None else (packable & g)
-        if kind in ("bfd", "ffd", "greedy_knapsack"):
+        if kind == "bfd" or KERNELS[kind][0]:
             items = _bfd.sort_decreasing(eff, mask, cap)
         else:
             items = np.flatnonzero(mask).astype(np.int32)
@@ -136,17 +159,8 @@ def _run(
             po, p = _bfd.bfd_capped(eff, items, cap, max_n, n)
         elif kind == "bfd":
             po, p = _bfd.bfd_constrained(eff, mc_k, mt_k, items, cap, max_n, max_mc, max_mt, n, _bfd.DEBRUIJN_TABLE)
-        elif kind == "ffd":
-            po, p = _kernels.first_fit_tree(eff, mc_k, mt_k, items, cap, max_n, max_mc, max_mt, n)
-        elif kind == "greedy_knapsack":
-            po, p = _kernels.greedy_knapsack(eff, mc_k, mt_k, items, cap, max_n, max_mc, max_mt, n)
-        elif kind in ("next_fit", "first_fit"):
-            po, p = _kernels.next_fit(eff, mc_k, mt_k, items, cap, max_n, max_mc, max_mt, n)
-        elif kind == "window":
-            k = int(window) if window is not None else DEFAULT_WINDOW
-            po, p = _kernels.window(eff, mc_k, mt_k, items, cap, max_n, max_mc, max_mt, n, k)
-        else:  # pragma: no cover - registry and dispatch are kept in sync
-            raise ConfigError(f"algorithm {kind!r} is unknown; use one of {sorted(ALGORITHMS)}")
+        else:
+            po, p = KERNELS[kind][1](eff, mc_k, mt_k, items, cap, max_n, max_mc, max_mt, n, window)
         if g is None:
             pack_of = po
         else:
