@@ -21,9 +21,9 @@ from vlmpack.cli import app
 from vlmpack.config import PackConfig, load_config
 from vlmpack.pack import count_task as count_mod
 from vlmpack.pack import executors
-from vlmpack.pack import write as write_mod
 from vlmpack.pack.pipeline import run_pack
 from vlmpack.pack.stages import COUNT_OPTIONS, NO_STAGE, PLAN_OPTIONS, WRITE_OPTIONS, count_key, plan_key, write_key
+from vlmpack.sinks import vlmpack as vlmpack_sink
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +59,7 @@ def _forbid_model(monkeypatch) -> None:
     def boom(*_a, **_k):
         raise AssertionError("the model was loaded")
 
-    for mod in (vlmpack.models, count_mod, executors, write_mod):
+    for mod in (vlmpack.models, count_mod, executors, vlmpack_sink):  # the sink loads it to pretokenize
         monkeypatch.setattr(mod, "load_model", boom)
 
 
