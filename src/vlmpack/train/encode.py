@@ -166,10 +166,6 @@ def open_image(obj: Any, *, where: str = "") -> Image.Image:
                                "that every image decodes)") from None
 
 
-def _image_parts_in_order(messages: Sequence[dict]) -> list[dict]:
-    return [p for p in _media_parts_in_order(messages) if p["type"] == "image"]
-
-
 def _media_parts_in_order(messages: Sequence[dict]) -> list[dict]:
     return [p for m in messages for p in m["content"] if p.get("type") in ("image", "video")]
 
