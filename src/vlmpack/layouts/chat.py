@@ -11,8 +11,8 @@ Roles: ``system``, ``user`` / ``human``, ``assistant`` / ``gpt`` (any case). Par
 from __future__ import annotations
 
 from vlmpack.errors import RecordError
-from vlmpack.layouts.base import short
-from vlmpack.layouts.builder import PLACEHOLDER, Builder
+from vlmpack.layouts.base import Canonical, short
+from vlmpack.layouts.builder import PLACEHOLDER, Builder, top_level_media
 
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 _MEDIA_PART_KEYS = ("path", "url")  # keys of {"type": kind, kind|"path"|"url": ref} parts, in order
@@ -98,3 +98,27 @@ def _media_ref(ref: object, kind: str, where: str) -> str:
             "wrong_type", f"{where} {kind} part needs a non-empty path/url string, got {short(ref)}"
         )
     return ref
+
+
+class ChatLayout:
+    """A layout whose record holds a list of chat turns under one ``key`` (a
+    :class:`vlmpack.layouts.base.Layout`): turns are read by :func:`chat_turns` with ``names``
+    (the layout's own role/text keys) first and ``alt_names`` accepted too; media from the
+    top-level lists (:func:`vlmpack.layouts.builder.top_level_media`)."""
+
+    def __init__(self, name: str, key: str, names: tuple[str, str], alt_names: tuple[str, str]):
+        self.name, self.key, self.names, self.alt_names = name, key, names, alt_names
+        self.keys = f"{key!r}"
+
+    def detect(self, obj: dict) -> bool:
+        """True when the record has the layout's key."""
+        return self.key in obj
+
+    def to_canonical(self, obj: dict, *, leading: bool = False) -> Canonical:
+        """The canonical messages and media references; :class:`RecordError` with a reason code."""
+        builder = Builder(top_level_media(obj))
+        if self.key not in obj:
+            raise RecordError("unknown_schema",
+                              f"schema {self.name!r} forced but the record has no {self.key!r} key")
+        chat_turns(obj[self.key], self.key, builder, self.names, self.alt_names, leading=leading)
+        return builder.finish()

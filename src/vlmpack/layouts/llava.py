@@ -10,26 +10,11 @@ Example: ``{"image": "a.jpg", "conversations": [{"from": "human", "value": "<ima
 
 from __future__ import annotations
 
-from vlmpack.errors import RecordError
-from vlmpack.layouts.base import Canonical
-from vlmpack.layouts.builder import Builder, top_level_media
-from vlmpack.layouts.chat import chat_turns
-
-KEY = "conversations"
+from vlmpack.layouts.chat import ChatLayout
 
 
-class LlavaLayout:
-    name = "llava"
-    keys = f"{KEY!r}"
+class LlavaLayout(ChatLayout):
+    """The ``llava`` layout (module docstring)."""
 
-    @staticmethod
-    def detect(obj: dict) -> bool:
-        return KEY in obj
-
-    @staticmethod
-    def to_canonical(obj: dict, *, leading: bool = False) -> Canonical:
-        builder = Builder(top_level_media(obj))
-        if KEY not in obj:
-            raise RecordError("unknown_schema", f"schema 'llava' forced but the record has no {KEY!r} key")
-        chat_turns(obj[KEY], KEY, builder, ("from", "value"), ("role", "content"), leading=leading)
-        return builder.finish()
+    def __init__(self) -> None:
+        super().__init__("llava", "conversations", ("from", "value"), ("role", "content"))

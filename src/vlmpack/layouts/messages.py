@@ -12,26 +12,11 @@ Example: ``{"messages": [{"role": "user", "content": [{"type": "image", "image":
 
 from __future__ import annotations
 
-from vlmpack.errors import RecordError
-from vlmpack.layouts.base import Canonical
-from vlmpack.layouts.builder import Builder, top_level_media
-from vlmpack.layouts.chat import chat_turns
-
-KEY = "messages"
+from vlmpack.layouts.chat import ChatLayout
 
 
-class MessagesLayout:
-    name = "messages"
-    keys = f"{KEY!r}"
+class MessagesLayout(ChatLayout):
+    """The ``messages`` layout (module docstring)."""
 
-    @staticmethod
-    def detect(obj: dict) -> bool:
-        return KEY in obj
-
-    @staticmethod
-    def to_canonical(obj: dict, *, leading: bool = False) -> Canonical:
-        builder = Builder(top_level_media(obj))
-        if KEY not in obj:
-            raise RecordError("unknown_schema", f"schema 'messages' forced but the record has no {KEY!r} key")
-        chat_turns(obj[KEY], KEY, builder, ("role", "content"), ("from", "value"), leading=leading)
-        return builder.finish()
+    def __init__(self) -> None:
+        super().__init__("messages", "messages", ("role", "content"), ("from", "value"))
