@@ -22,6 +22,7 @@ import numpy as np
 
 from vlmpack.errors import ConfigError, InputError
 from vlmpack.packfmt import ShardPacks
+from vlmpack.sinks import get_sink
 
 __all__ = ["InspectedSample", "find_packs", "inspect_pack", "render_html", "render_terminal"]
 
@@ -94,7 +95,7 @@ def inspect_pack(parts: dict[str, bytes], model_dir: str) -> list[InspectedSampl
 
     family = load_model(str(model_dir))
     tok = family.tokenizer
-    obj = json.loads(parts["json"])
+    obj = get_sink().read_pack(parts)
     out = []
     for s in obj["samples"]:
         media = s.get("media", [])

@@ -11,15 +11,20 @@ A shard holds one tar sample per pack: members ``<key>.<part>`` that share the p
 - Reading: :class:`ShardPacks` iterates the packs of one shard (members grouped by key, in
   order); :func:`read_packs` gives every pack of an output as a raw WebDataset dict. ``check``,
   ``verify``, ``inspect``, the training-side tests and loaders use these and nothing else groups
-  tar members into packs.
+  tar members into packs. :func:`group_by_key` is the grouping itself (consecutive members with
+  the same key), shared with the WebDataset input source (:mod:`vlmpack.sources.wds`), whose
+  samples follow webdataset's own member rules.
 """
 
 from __future__ import annotations
 
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 #: The format string in every pack object.
 FORMAT = "vlmpack.pack/1"
@@ -77,6 +82,21 @@ def build_pack(records: list[dict], seq_len: int) -> tuple[dict, list[tuple]]:
     return {"format": FORMAT, "seq_len": seq_len, "num_tokens": total, "samples": samples}, media_parts
 
 
+def group_by_key(members: Iterable[tuple[str, T]]) -> Iterator[tuple[str, list[T]]]:
+    """``(key, [item, ...])`` for each run of consecutive ``(key, item)`` with the same key, in
+    order (a WebDataset sample: the members that share a key). A group is yielded once the next
+    key starts or ``members`` ends; what ``members`` raises goes through (its open group is lost)."""
+    key, group = None, []
+    for k, item in members:
+        if k != key and group:
+            yield key, group
+            group = []
+        key = k
+        group.append(item)
+    if group:
+        yield key, group
+
+
 @dataclass(slots=True)
 class RawPack:
     """One pack as stored: its ``key``, ``offset`` (bytes to its first member's header: the
@@ -86,6 +106,10 @@ class RawPack:
     key: str
     offset: int
     parts: dict[str, bytes | None]
+
+
+class _Truncated(Exception):
+    """Internal: a member ends past the end of the file (ends :class:`ShardPacks`' walk)."""
 
 
 class ShardPacks:
@@ -105,25 +129,27 @@ class ShardPacks:
         self.whole = False
 
     def __iter__(self) -> Iterator[RawPack]:
-        cur: RawPack | None = None
+        try:
+            for key, parts in group_by_key(self._members()):
+                yield RawPack(key, parts[0][0], {part: data for _, part, data in parts})
+        except _Truncated:  # the pack cut short is not yielded
+            return
+
+    def _members(self) -> Iterator[tuple[str, tuple[int, str, bytes | None]]]:
+        """``(key, (header offset, part, bytes or None))`` per pack member, in tar order."""
         with tarfile.open(self.path, mode="r:") as tf:
             while (m := tf.next()) is not None:
                 if self._size is not None and m.offset_data + m.size > self._size:
                     if self._on_bad:
                         self._on_bad("truncated", m)
-                    return
+                    raise _Truncated
                 if not m.isreg() or "/" in m.name or "." not in m.name:
                     if self._on_bad:
                         self._on_bad("name", m)
                     continue
                 key, part = m.name.split(".", 1)
-                if cur is None or key != cur.key:
-                    if cur is not None:
-                        yield cur
-                    cur = RawPack(key, m.offset, {})
-                cur.parts[part] = tf.extractfile(m).read() if self._read is None or self._read(part) else None
-            if cur is not None:
-                yield cur
+                read = self._read is None or self._read(part)
+                yield key, (m.offset, part, tf.extractfile(m).read() if read else None)
             self.end = tf.offset
             self.whole = True
 

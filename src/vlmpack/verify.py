@@ -27,6 +27,7 @@ from pathlib import Path
 from vlmpack.errors import ConfigError, VlmpackError
 from vlmpack.pack.rundir import RUN_DIR
 from vlmpack.packfmt import ShardPacks
+from vlmpack.sinks import get_sink
 
 __all__ = ["recount_shard", "verify_output"]
 
@@ -55,13 +56,14 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False) -> list[str]
 
         encoder = PackEncoder(family)
     name = Path(shard).name
+    sink = get_sink()
     problems: list[str] = []
     try:
         for pack in ShardPacks(shard):
             key, parts = pack.key, pack.parts
             where = f"{name} {key}"
             try:
-                obj = json.loads(parts["json"])
+                obj = sink.read_pack(parts)
                 samples = obj["samples"]
             except (KeyError, ValueError, TypeError) as e:
                 problems.append(f"{where}: no readable pack JSON ({type(e).__name__}: {e})")

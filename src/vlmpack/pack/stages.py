@@ -80,8 +80,8 @@ def _digest(obj) -> str:
 #: other ``.py`` files are hashed into the count key): the training side, the CLI, Energon loading,
 #: planning, writing, reports and the output checks.
 COUNTING_CODE_EXCLUDE = ("train", "cli", "energon", "packing", "pack/write.py", "pack/report.py",
-                         "pack/figures.py", "pack/preflight.py", "check.py", "check_blend.py", "verify.py",
-                         "inspection.py", "check_load.py", "sinks", "packfmt.py")
+                         "pack/figures.py", "pack/preflight.py", "check", "check_blend.py", "verify.py",
+                         "inspection.py", "sinks", "packfmt.py")
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,9 +1,10 @@
 """Output layouts ("sinks"): one module per layout behind one interface, and the registry that picks one.
 
 A sink (:class:`vlmpack.sinks.base.Sink`) turns the canonical records of a pack's samples into
-its tar members and names the Energon files (``dataset.yaml``, ``sample_loader.py``) the output
-ships. The shard writer (:mod:`vlmpack.pack.write`) owns everything else: shard rollover, tar
-headers, ``.tar.idx``, hashes, atomic files.
+its tar members, reads a pack object back from its parts and names the Energon files
+(``dataset.yaml``, ``sample_loader.py``) the output ships. The shard writer
+(:mod:`vlmpack.pack.write`) owns everything else: shard rollover, tar headers, ``.tar.idx``,
+hashes, atomic files; :mod:`vlmpack.packfmt` groups a shard's members into packs.
 
 Layouts (:data:`SINKS`): ``vlmpack`` (:mod:`vlmpack.sinks.vlmpack`, the ``vlmpack.pack/1``
 format of docs/format.md).

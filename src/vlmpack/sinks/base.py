@@ -1,4 +1,8 @@
-"""The ``Sink`` protocol: what one output layout module provides (see :mod:`vlmpack.sinks`)."""
+"""The ``Sink`` protocol: what one output layout module provides (see :mod:`vlmpack.sinks`).
+
+The writer side (``pack_members``) and the reader side (``read_pack``) of one layout, and the
+Energon files that make Energon load it (``dataset_files``). Grouping tar members into packs is
+not a sink's job: :class:`vlmpack.packfmt.ShardPacks` does it for every layout."""
 
 from __future__ import annotations
 
@@ -26,6 +30,12 @@ class Sink(Protocol):
         sorts them) from the canonical records of its samples (``vlmpack.pack.count_task.canonical_record``)
         and the number of tokens it holds. ``model_dir`` set: also the pretokenized ids, where the
         layout has them. Raises :class:`vlmpack.errors.InputError` (a media file that changed)."""
+
+    def read_pack(self, parts: dict[str, bytes | None]) -> dict:
+        """The reader side: the pack object of one pack from its tar parts (part name after
+        ``<key>.`` -> bytes, as :class:`vlmpack.packfmt.ShardPacks` groups them; parts not read
+        may be None). Raises ``KeyError`` / ``ValueError`` / ``TypeError`` for parts that hold no
+        readable pack object."""
 
     def dataset_files(self) -> dict[str, bytes]:
         """The layout's own files of ``.nv-meta/`` (file name -> bytes): Energon's ``dataset.yaml``

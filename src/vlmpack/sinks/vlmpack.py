@@ -75,6 +75,12 @@ class VlmpackSink:
         return entries, obj["num_tokens"]
 
     @staticmethod
+    def read_pack(parts: dict[str, bytes | None]) -> dict:
+        """The pack object: ``<key>.json`` decoded (``KeyError`` without it, ``ValueError`` for
+        bytes that are no JSON, ``TypeError`` when it was not read)."""
+        return json.loads(parts["json"])
+
+    @staticmethod
     def dataset_files() -> dict[str, bytes]:
         """``dataset.yaml`` (sample type :class:`vlmpack.energon.sample.VlmpackPack`) and its
         ``sample_loader.py`` (:mod:`vlmpack.energon.meta`)."""

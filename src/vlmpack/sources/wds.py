@@ -1,6 +1,7 @@
 """The WebDataset source: uncompressed tar shards read in place (never unpacked, never copied).
 
-A sample is the run of consecutive members that share a key (webdataset's ``base_plus_ext``
+A sample is the run of consecutive members that share a key (grouped by
+:func:`vlmpack.packfmt.group_by_key`, like the packs of an output; webdataset's ``base_plus_ext``
 rule: the key is the member name up to the first dot of its base name, the rest is the part
 name). Its conversation is the ``json`` part, in any layout of :mod:`vlmpack.layouts`
 (the WDS-native packer's ``texts`` + ``media`` + ``name`` schema included, turns under
@@ -34,6 +35,7 @@ from vlmpack.fsio import printable_path
 from vlmpack.layouts.native import normalize_native
 from vlmpack.media.ref import LMDB, tar_member_ref
 from vlmpack.media.resolve import resolve_ref
+from vlmpack.packfmt import group_by_key
 from vlmpack.readers.jsonl import parse_record, record_to_sample
 from vlmpack.readers.sniff import _is_tar
 from vlmpack.records import Locator, ReadStats, Rejection
@@ -63,12 +65,17 @@ class Part:
 
 def iter_samples(path: str, start: int = 0, end: int = -1) -> Iterator[tuple[str, list[Part]]]:
     """Yield ``(key, parts)`` for the samples whose first header lies in ``[start, end)``
-    (bytes; ``end=-1``: to the end). Regular files and hard links (tar writers store a repeated
-    file as a link to its first copy; its data is that member's) count; other members and names
-    without a part are skipped. Raises :class:`InputError` (one line) for a truncated or corrupt
-    shard or a link to a member that is not in it."""
+    (bytes; ``end=-1``: to the end): the consecutive parts that share a key
+    (:func:`vlmpack.packfmt.group_by_key`). Regular files and hard links (tar writers store a
+    repeated file as a link to its first copy; its data is that member's) count; other members and
+    names without a part are skipped. Raises :class:`InputError` (one line) for a truncated or
+    corrupt shard or a link to a member that is not in it."""
+    return group_by_key(_parts(path, start, end))
+
+
+def _parts(path: str, start: int, end: int) -> Iterator[tuple[str, Part]]:
+    """``(key, part)`` per member of :func:`iter_samples`' range, in tar order."""
     size = os.path.getsize(path)
-    key, group = None, []
     pos = start
     try:
         with open(path, "rb") as fh:
@@ -88,25 +95,19 @@ def iter_samples(path: str, start: int = 0, end: int = -1) -> Iterator[tuple[str
                 kp = split_key(member.name) if member.isreg() or member.islnk() else None
                 if kp is None:
                     continue
-                if kp[0] != key and group:
-                    yield key, group
-                    group = []
-                key = kp[0]
                 if member.islnk():
                     target = _regular_members(path, os.path.getmtime(path)).get(member.linkname)
                     if target is None:
                         raise InputError(f"{printable_path(path)}: member {member.name!r} links to "
                                          f"{member.linkname!r}, which the shard does not hold; re-create it")
-                    group.append(Part(kp[1], member.offset, *target))
+                    yield kp[0], Part(kp[1], member.offset, *target)
                 else:
-                    group.append(Part(kp[1], member.offset, member.offset_data, member.size))
+                    yield kp[0], Part(kp[1], member.offset, member.offset_data, member.size)
             if end < 0 or end >= size:
                 _check_end(path, tf.offset, size)
     except tarfile.TarError as e:
         raise InputError(f"{printable_path(path)}: not a readable tar after byte {pos} ({e}); "
                          "the shard is truncated or corrupt, re-create it") from None
-    if group:
-        yield key, group
 
 
 @lru_cache(maxsize=8)

@@ -1,0 +1,88 @@
+"""``vlmpack check``: a gate that ``OUT`` is exactly what ``vlmpack pack`` wrote, and that it loads.
+
+Checks, cheapest first; every finding is one line in ``problems`` and nothing raises:
+
+1. ``OUT`` is an existing, non-empty directory with a readable ``report.json`` (an object with
+   ``shard_sha256``) and ``.nv-meta/`` (``.info.json`` with ``shard_counts``, ``split.yaml``,
+   ``dataset.yaml``).
+2. Shard lists: ``.info.json`` and ``report.json`` list the same shards, each of them exists,
+   and no ``<prefix>-*`` file (a tar, an ``.idx``, a ``.tmp``) listed by neither lies in ``OUT``.
+3. Per shard: the sha256 (streamed) equals ``report.json``'s, the size the run dir marker's,
+   and all sizes sum to ``shard_bytes``; the tar reads to its end-of-archive zero blocks (not
+   truncated, nothing appended); every member is a regular file ``<key>.<part>`` with contiguous,
+   globally unique keys; each key has a ``json`` part of format ``vlmpack.pack/1`` and exactly
+   the media parts it references; ``<shard>.idx`` exists and holds N+1 offsets equal to the
+   tar's sample header offsets and its end-of-archive offset, N = ``.info.json``'s count.
+4. Token counts: in each pack the samples' ``num_tokens`` sum to the pack's ``num_tokens``
+   ``<= seq_len`` (= ``report.json``'s); each sample's ``num_tokens`` equals the manifest's;
+   the totals equal ``report.json``'s ``packs``, ``samples_packed`` and ``tokens``.
+5. Completeness against the run dir ``OUT/.vlmpack`` (``manifest.parquet``: columns ``id``,
+   ``num_tokens``, optional int8 ``id_kind``; ``plan.npz``: :class:`vlmpack.packing.PackPlan`
+   whose ``overlong`` rows were dropped): every manifest id not overlong is in exactly one pack,
+   and no other id is. Ids are compared as ``(kind, id)`` with kind ``"str"|"int"|"line"``
+   (manifest ``id_kind`` 0/1/2, pack JSON ``"id_kind"``; missing means ``"str"``). A missing run
+   dir is a problem unless ``run_dir=False``.
+6. Energon (when ``.nv-meta`` is complete): one pass of Energon's own ``get_train_dataset(OUT,
+   repeat=False, auto_decode=False)``; every pack found in the tars comes out exactly once with
+   the same sample ids, nothing else comes out, and every media part decodes with the training
+   side's :func:`vlmpack.train.encode.open_image` (accepted formats only: a shard never makes
+   ``check`` open an EPS). Samples Energon fails on (in training it
+   logs and skips them) and exceptions it raises become problem lines naming shard and key.
+
+Modules, by concern: :mod:`~vlmpack.check.findings` (what a check has found so far),
+:mod:`~vlmpack.check.records` (steps 1, 2, 5: ``report.json``, ``.nv-meta``, the run dir, shard
+lists, completeness), :mod:`~vlmpack.check.shards` (steps 3, 4: hashes, tars, packs, ``.tar.idx``)
+and :mod:`~vlmpack.check.load` (step 6: Energon).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from vlmpack.check.findings import Findings
+from vlmpack.check.load import check_energon
+from vlmpack.check.records import check_totals, load_records, load_run_dir, shard_names
+from vlmpack.check.shards import check_shard
+from vlmpack.energon.load import iter_energon_packs, one_line
+
+__all__ = ["check_output", "iter_energon_packs"]
+
+
+def check_output(out_dir: str | Path, *, num_workers: int = 2, run_dir: bool = True) -> dict:
+    """Check ``out_dir`` as described in the module docstring; never raises for a bad output.
+
+    ``num_workers``: Energon loader worker processes (0 = in this process). ``run_dir=False``:
+    check without ``OUT/.vlmpack`` (no completeness, no per-sample token counts).
+    Returns ``{"packs", "samples", "unique_ids", "tokens", "max_pack_tokens", "duplicates",
+    "problems", "ids"}``: counts as Energon yielded them (``ids``: Counter id -> times yielded,
+    ``duplicates``: ``(kind, id)`` pairs yielded more than once) and ``problems``, a list of
+    one-line strings, empty when everything holds.
+    """
+    out = Path(out_dir)
+    f = Findings(out)
+    res = {"packs": 0, "samples": 0, "unique_ids": 0, "tokens": 0, "max_pack_tokens": 0, "duplicates": 0,
+           "problems": f.problems, "ids": Counter()}
+    try:
+        if not out.is_dir():
+            f.add(f"{out} does not exist" if not out.exists() else f"{out} is not a directory")
+            return res
+        if not any(out.iterdir()):
+            f.add(f"{out} is empty: not a vlmpack output (run vlmpack pack first)")
+            return res
+        if not load_records(f):
+            return res
+        if run_dir:
+            load_run_dir(f)
+        for name in shard_names(f):
+            try:
+                check_shard(f, name)
+            except OSError as e:
+                f.add(f"{name}: cannot be read ({one_line(e)})")
+        check_totals(f)
+    except OSError as e:  # e.g. an unreadable directory
+        f.add(f"{out}: cannot be read ({one_line(e)})")
+        return res
+    if f.meta_ok:
+        res.update(check_energon(f, num_workers))
+    return res

@@ -1,0 +1,52 @@
+"""What one ``vlmpack check`` run has found so far: the problem lines and what the records and the
+tars hold, shared by the steps of :mod:`vlmpack.check` (records, shards, Energon load)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Findings:
+    """The state of one check of ``out``.
+
+    ``problems``: one-line findings, in the order found. From the records: ``report``
+    (``report.json``), ``counts`` (``.info.json`` ``shard_counts``: shard -> packs), ``meta_ok``
+    (``.nv-meta`` complete: Energon may load it), ``expected`` (the run dir's manifest
+    ``(kind, id)`` -> ``num_tokens``, overlong samples left out; None without it). From the tars:
+    ``keys`` (every key found -> its shard), ``packs`` (key -> (shard, ``(kind, id)`` of its
+    samples)), ``totals`` (``packs``, ``samples``, ``tokens``, ``bytes``) and ``token_diffs``
+    (samples whose ``num_tokens`` differs from the manifest's)."""
+
+    out: Path
+    problems: list[str] = field(default_factory=list)
+    report: dict | None = None
+    counts: dict[str, int] | None = None
+    meta_ok: bool = False
+    expected: dict[tuple[str, str], int] | None = None
+    keys: dict[str, str] = field(default_factory=dict)
+    packs: dict[str, tuple[str, list[tuple[str, str]]]] = field(default_factory=dict)
+    totals: Counter[str] = field(default_factory=Counter)
+    token_diffs: list[str] = field(default_factory=list)
+
+    def add(self, msg: str) -> None:
+        """Record one problem line."""
+        self.problems.append(msg)
+
+
+def eg(items: list, n: int = 3) -> str:
+    """The first ``n`` items as ``"a, b, c, ..."`` (problem lines name a few examples)."""
+    return ", ".join(str(x) for x in items[:n]) + (", ..." if len(items) > n else "")
+
+
+def is_int(v) -> bool:
+    """An ``int`` that is not a ``bool`` (JSON counts)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def read_json(path: Path):
+    """The JSON value of a UTF-8 file (raises ``OSError`` / ``ValueError``)."""
+    return json.loads(path.read_text(encoding="utf-8"))

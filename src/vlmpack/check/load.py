@@ -1,0 +1,92 @@
+"""The Energon half of ``vlmpack check`` (step 6 of :mod:`vlmpack.check`): one pass of Energon's own
+loader over ``OUT``, every pack it yields compared with what the tars hold (``Findings.keys``,
+``Findings.packs``), every media part decoded as the training side does."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import tempfile
+import warnings
+from collections import Counter
+from pathlib import Path
+
+from vlmpack.check.findings import Findings, eg, is_int
+from vlmpack.energon.load import ErrorLog, iter_energon_packs, one_line
+from vlmpack.errors import ConfigError, VlmpackError
+
+
+def take(f: Findings, pack, res: dict, seen: Counter, pairs: Counter) -> None:
+    """Account one pack Energon yielded and compare it with the tar's."""
+    from vlmpack.train.encode import open_image
+    key, n = pack.__key__, pack.num_tokens if is_int(pack.num_tokens) else 0
+    samples = [s for s in pack.samples if isinstance(s, dict)] if isinstance(pack.samples, list) else []
+    ids = [(s.get("id_kind", "str"), str(s.get("id"))) for s in samples]
+    seen[key] += 1
+    pairs.update(ids)
+    res["ids"].update(p[1] for p in ids)
+    res.update(packs=res["packs"] + 1, samples=res["samples"] + len(ids), tokens=res["tokens"] + n,
+               max_pack_tokens=max(res["max_pack_tokens"], n))
+    if key not in f.keys:
+        f.add(f"Energon yielded pack {key}, which the tars do not hold")
+    elif key in f.packs and ids != f.packs[key][1]:
+        f.add(f"{f.packs[key][0]}/{key}: Energon yielded other sample ids than the tar holds")
+    n_media = sum(len(s.get("media") or ()) for s in samples)
+    if len(pack.media) != n_media:
+        f.add(f"{f.keys.get(key, '?')}/{key}: Energon yielded {len(pack.media)} media for {n_media} "
+              "referenced")
+    owner = {m.get("part"): s.get("id") for s in samples for m in (s.get("media") or ()) if isinstance(m, dict)}
+    for part, raw in zip(pack.media_parts, pack.media):  # decoded as the training side does
+        where = f"{f.keys.get(key, '?')}/{key}: sample {owner.get(part)!r} part {part}"
+        if str(part).startswith("vid"):  # a video part: every frame decodes, as many as its header says
+            from vlmpack.errors import MediaError
+            from vlmpack.media.probe import probe_bytes
+            try:
+                probe_bytes(bytes(raw), "video", "decode", name=str(part))
+            except MediaError as e:
+                f.add(f"{where}: video does not decode ({e.detail}); re-pack it")
+            continue
+        try:
+            open_image(raw, where=where)
+        except VlmpackError as e:
+            f.add(str(e))
+
+
+def check_energon(f: Findings, num_workers: int) -> dict:
+    """Load ``f.out`` once through Energon (``num_workers`` loader processes) and add what differs
+    from the tars to ``f``; returns the counts as Energon yielded them (``packs``, ``samples``,
+    ``unique_ids``, ``tokens``, ``max_pack_tokens``, ``duplicates``, ``ids``)."""
+    res = {"packs": 0, "samples": 0, "tokens": 0, "max_pack_tokens": 0, "ids": Counter()}
+    seen: Counter[str] = Counter()
+    pairs: Counter[tuple[str, str]] = Counter()
+    raised = None
+    with tempfile.TemporaryDirectory(prefix="vlmpack-check-") as tmp:
+        log = ErrorLog(Path(tmp) / "errors.jsonl")
+        try:  # Energon's prints, pin_memory / PIL palette warnings: noise here (failures reach `log`)
+            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+                warnings.simplefilter("ignore")
+                for pack in iter_energon_packs(f.out, num_workers=num_workers, error_handler=log):
+                    take(f, pack, res, seen, pairs)
+        except ConfigError as e:
+            f.add(f"cannot load through Energon: {e}")
+            return res
+        except Exception as e:  # noqa: BLE001 - whatever Energon raises is a finding of the gate
+            raised = one_line(e)
+        errors = [json.loads(x) for x in log.path.read_text().splitlines()] if log.path.exists() else []
+    for err in errors[:10]:
+        f.add(f"Energon could not load {err['shard'] or '?'}/{err['key'] or '?'}: {err['error']}")
+    if len(errors) > 10:
+        f.add(f"Energon could not load {len(errors) - 10} more samples")
+    lost = [k for k in f.packs if k not in seen]
+    if raised is not None:
+        f.add(f"Energon raised while loading (after {res['packs']} of {len(f.packs)} packs): {raised}")
+    elif lost:
+        n = sum(len(f.packs[k][1]) for k in lost)
+        f.add(f"Energon did not yield {len(lost)} packs ({n} samples lost at load): "
+              f"{eg([f'{f.packs[k][0]}/{k}' for k in lost])}")
+    twice = [k for k, v in seen.items() if v > 1]
+    if twice:
+        f.add(f"Energon yielded {len(twice)} packs more than once: {eg(twice)}")
+    res.update(unique_ids=len(res["ids"]), duplicates=sum(1 for v in pairs.values() if v > 1))
+    return res

@@ -1,0 +1,141 @@
+"""What ``OUT`` records about itself, for ``vlmpack check`` (steps 1, 2 and 5 of :mod:`vlmpack.check`):
+``report.json`` and ``.nv-meta/`` (:func:`load_records`), the run dir's manifest and plan
+(:func:`load_run_dir`), the shard lists (:func:`shard_names`) and, once the tars are read, their
+totals and sample ids against those records (:func:`check_totals`)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import numpy as np
+
+from vlmpack.check.findings import Findings, eg, is_int, read_json
+from vlmpack.energon.load import one_line
+from vlmpack.pack.rundir import RUN_DIR
+from vlmpack.records import ID_KINDS  # manifest ``id_kind`` int8 value -> pack JSON ``"id_kind"``
+
+
+def load_records(f: Findings) -> bool:
+    """Read report.json and .nv-meta into ``f``; False when the report says the run failed
+    (nothing more to check)."""
+    rp, meta = f.out / "report.json", f.out / ".nv-meta"
+    try:
+        rep = read_json(rp)
+        if isinstance(rep, dict) and rep.get("status") == "failed":
+            f.add(f"{rp} records a failed run (stage {rep.get('stage')!r}): {f.out} is no usable output")
+            return False
+        if not isinstance(rep, dict) or not isinstance(rep.get("shard_sha256"), dict):
+            raise ValueError("not a vlmpack report (no shard_sha256 object)")
+        f.report = rep
+    except FileNotFoundError:
+        f.add(f"{rp} is missing: shard hashes cannot be checked (not a finished vlmpack output)")
+    except (OSError, ValueError) as e:
+        f.add(f"{rp} is corrupt ({one_line(e)}): shard hashes cannot be checked")
+    if not meta.is_dir():
+        f.add(f"{meta} is missing: Energon cannot load {f.out}")
+        return True
+    try:
+        counts = read_json(meta / ".info.json")["shard_counts"]
+        if not isinstance(counts, dict) or not all(is_int(v) for v in counts.values()):
+            raise ValueError("shard_counts is not an object of integers")
+        f.counts = counts
+    except FileNotFoundError:
+        f.add(f"{meta / '.info.json'} is missing: Energon cannot load {f.out}")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        f.add(f"{meta / '.info.json'} is corrupt ({one_line(e)})")
+    missing = [n for n in ("split.yaml", "dataset.yaml") if not (meta / n).is_file()]
+    if missing:
+        f.add(f"{meta} lacks {', '.join(missing)}: Energon cannot load {f.out}")
+    f.meta_ok = f.counts is not None and not missing
+    return True
+
+
+def load_run_dir(f: Findings) -> None:
+    """``f.expected`` from the run dir's ``manifest.parquet`` + ``plan.npz`` (a problem when they
+    are missing, unreadable or inconsistent)."""
+    run = f.out / RUN_DIR
+    man, plan_path = run / "manifest.parquet", run / "plan.npz"
+    if not man.is_file() or not plan_path.is_file():
+        f.add(f"the run record {run}/manifest.parquet + plan.npz is missing: completeness and per-sample "
+              "token counts cannot be checked (pass --no-run-dir to check without it)")
+        return
+    try:
+        import pyarrow.parquet as pq
+
+        from vlmpack.packing import PackPlan
+
+        table = pq.read_table(man)
+        ids = [str(x) for x in table.column("id").to_pylist()]
+        tokens = table.column("num_tokens").to_numpy().astype(np.int64).tolist()
+        kinds = (table.column("id_kind").to_numpy().astype(np.int64) if "id_kind" in table.column_names
+                 else np.zeros(len(ids), np.int64))
+        plan = PackPlan.from_npz(plan_path)
+    except Exception as e:  # noqa: BLE001 - an unreadable run record is a finding, not a crash
+        f.add(f"the run record in {run} is unreadable ({one_line(e)}): completeness cannot be checked")
+        return
+    over = plan.overlong
+    if plan.num_samples != len(ids) or (len(over) and (over.min() < 0 or over.max() >= len(ids))) or (
+            len(kinds) and (kinds.min() < 0 or kinds.max() >= len(ID_KINDS))):
+        f.add(f"the run record in {run} is inconsistent ({plan.num_samples} samples planned, {len(ids)} in "
+              "the manifest, or id_kind outside 0..2): completeness cannot be checked")
+        return
+    keep = np.ones(len(ids), bool)
+    keep[over] = False
+    f.expected = {(ID_KINDS[k], i): t for i, t, k, ok in zip(ids, tokens, kinds.tolist(), keep.tolist()) if ok}
+
+
+def shard_names(f: Findings) -> list[str]:
+    """The shards listed by .info.json and/or report.json that exist; problems for the rest and
+    for ``<prefix>-*`` files listed by neither."""
+    info, rep = set(f.counts or ()), set(f.report["shard_sha256"]) if f.report else set()
+    if f.counts is not None and f.report is not None:
+        for a, b, names in (("report.json", ".info.json", rep - info), (".info.json", "report.json", info - rep)):
+            if names:
+                f.add(f"{len(names)} shards listed in {a} but not in {b}: {eg(sorted(names))}")
+    listed, good = sorted(info | rep), []
+    for name in listed:
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            f.add(f"shard name {name!r} points outside {f.out}")
+        elif not (f.out / name).is_file():
+            f.add(f"shard {name} is listed but missing from {f.out}")
+        else:
+            good.append(name)
+    prefixes = {n.rsplit("-", 1)[0] for n in listed if "-" in n} | {"shard"}
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        prefixes.add(str(read_json(f.out / RUN_DIR / "config.json")["options"]["shard_prefix"]))
+    known = set(listed) | {n + ".idx" for n in listed}
+    foreign = sorted({p.name for pre in prefixes for p in f.out.glob(f"{pre}-*") if p.name not in known})
+    if foreign:
+        f.add(f"{len(foreign)} foreign or leftover files listed by neither .info.json nor report.json: "
+              f"{eg(foreign)}")
+    return good
+
+
+def check_totals(f: Findings) -> None:
+    """The tars' findings against the records: per-sample token counts and totals vs the manifest
+    and ``report.json``, ids packed twice, and (with the run dir) ids lost or injected."""
+    if f.token_diffs:
+        f.add(f"{len(f.token_diffs)} samples record num_tokens other than the manifest's (pack vs "
+              f"manifest): {eg(f.token_diffs)}")
+    rep = f.report or {}
+    diff = [f"{k} {rep[k]} vs {f.totals[t]}" for k, t in (("packs", "packs"), ("samples_packed", "samples"),
+            ("tokens", "tokens"), ("shard_bytes", "bytes")) if is_int(rep.get(k)) and rep[k] != f.totals[t]]
+    if diff:
+        f.add(f"report.json totals differ from the shards (recorded vs found): {', '.join(diff)}")
+    where: dict[tuple[str, str], list[str]] = {}
+    for key, (shard, ids) in f.packs.items():
+        for pair in ids:
+            where.setdefault(pair, []).append(f"{shard}/{key}")
+    dups = [f"{p[1]!r} in {' and '.join(w[:2])}" for p, w in where.items() if len(w) > 1]
+    if dups:
+        f.add(f"{len(dups)} sample ids are packed more than once: {eg(dups)}")
+    if f.expected is None:
+        return
+    missing = [repr(p[1]) for p in f.expected if p not in where]
+    if missing:
+        f.add(f"{len(missing)} samples of the run record's manifest are in no pack (lost): {eg(missing)}")
+    extra = [f"{p[1]!r} ({p[0]}) in {w[0]}" for p, w in where.items() if p not in f.expected]
+    if extra:
+        f.add(f"{len(extra)} packed sample ids are not in the manifest (injected, or dropped as overlong): "
+              f"{eg(extra)}")

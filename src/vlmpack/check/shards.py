@@ -1,0 +1,141 @@
+"""The shards of ``OUT``, for ``vlmpack check`` (steps 3 and 4 of :mod:`vlmpack.check`): per shard its
+sha256 and size against the records, its tar read to the end-of-archive blocks through
+:class:`vlmpack.packfmt.ShardPacks` (the one reader that groups members into packs), every pack
+object and its parts, and its ``.tar.idx`` against the tar's offsets."""
+
+from __future__ import annotations
+
+import hashlib
+import tarfile
+from pathlib import Path
+
+import numpy as np
+
+from vlmpack.check.findings import Findings, eg, is_int, read_json
+from vlmpack.energon.load import one_line
+from vlmpack.pack.rundir import RUN_DIR
+from vlmpack.packfmt import EXTRA_PARTS, FORMAT, ShardPacks
+from vlmpack.records import ID_KINDS
+from vlmpack.sinks import get_sink
+
+
+def check_shard(f: Findings, name: str) -> None:
+    """Every check of the shard ``name`` (raises ``OSError`` for a shard that cannot be read)."""
+    path, idx_path = f.out / name, f.out / (name + ".idx")
+    h, size = hashlib.sha256(), 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    f.totals["bytes"] += size
+    try:  # the run dir's marker of the shard: {"sha256", "nbytes", ...}
+        marker = read_json(f.out / RUN_DIR / "shards" / (name + ".json"))
+    except (OSError, ValueError):
+        marker = {}
+    marker = marker if isinstance(marker, dict) else {}
+    want = (f.report or {}).get("shard_sha256", {}).get(name) or marker.get("sha256")
+    if want is not None and h.hexdigest() != want:
+        f.add(f"{name}: sha256 {h.hexdigest()[:16]}... differs from the recorded {str(want)[:16]}... "
+              "(the shard was modified after packing)")
+    if is_int(marker.get("nbytes")) and marker["nbytes"] != size:
+        f.add(f"{name}: {size} bytes, the run record says {marker['nbytes']}")
+    starts, end, whole = read_tar(f, name, path, size)
+    count = (f.counts or {}).get(name)
+    if whole and count is not None and count != len(starts):
+        f.add(f".info.json counts {count} packs in {name}, the tar holds {len(starts)}")
+    if not idx_path.is_file():
+        f.add(f"{name}.idx is missing: Energon cannot index {name}")
+        return
+    raw = idx_path.read_bytes()
+    if len(raw) % 8:
+        f.add(f"{name}.idx is {len(raw)} bytes, not a multiple of 8 (corrupt)")
+        return
+    offs, want_offs = np.frombuffer(raw, "<u8").astype(np.int64), np.asarray(starts + [end], np.int64)
+    if count is not None and len(offs) - 1 != count:
+        f.add(f"{name}.idx holds {len(offs) - 1} packs (+ end entry), .info.json counts {count}")
+    elif whole and len(offs) != len(want_offs):
+        f.add(f"{name}.idx holds {len(offs)} offsets, the tar needs {len(want_offs)} (N packs + end)")
+    elif whole and not np.array_equal(offs, want_offs):
+        i = int(np.flatnonzero(offs != want_offs)[0])
+        f.add(f"{name}.idx entry {i} is {offs[i]}, the tar has {want_offs[i]}")
+
+
+def read_tar(f: Findings, name: str, path: Path, size: int) -> tuple[list[int], int, bool]:
+    """Walk the tar's packs (:class:`vlmpack.packfmt.ShardPacks`, the JSON parts read) and check
+    every pack; returns the packs' header offsets, the end-of-archive offset and whether the
+    tar was whole (else problems were added)."""
+    starts: list[int] = []
+
+    def bad(kind: str, m) -> None:
+        if kind == "truncated":
+            f.add(f"{name}: truncated (member {m.name} ends at byte {m.offset_data + m.size}, "
+                  f"the file has {size})")
+        else:
+            f.add(f"{name}: bad member {m.name!r} (not a regular file named <key>.<part>)")
+
+    packs = ShardPacks(path, read=lambda part: part == "json", size=size, on_bad=bad)
+    try:
+        for pack in packs:
+            if pack.key in f.keys:
+                f.add(f"{name}: key {pack.key} appears twice in the dataset (keys must be unique, "
+                      "contiguous)")
+            f.keys[pack.key] = name
+            starts.append(pack.offset)
+            check_pack(f, name, pack.key, pack.parts)
+    except (tarfile.TarError, OSError, EOFError) as e:
+        f.add(f"{name}: not a readable tar ({one_line(e)})")
+        return starts, 0, False
+    if not packs.whole:  # stopped at a truncated member
+        return starts, 0, False
+    end = packs.end
+    with open(path, "rb") as fh:
+        fh.seek(end)
+        tail = fh.read(1 << 16)
+    if len(tail) < 1024 or tail.strip(b"\0"):
+        f.add(f"{name}: no end-of-archive blocks after byte {end} (truncated, or data appended)")
+        return starts, end, False
+    return starts, end, True
+
+
+def check_pack(f: Findings, shard: str, key: str, parts: dict[str, bytes | None]) -> None:
+    """One pack: its object (read by the ``vlmpack`` sink from ``parts``, the part name -> bytes
+    of its members, the JSON read) is a ``vlmpack.pack/1`` pack whose counts add up and whose
+    samples reference exactly its media parts; its ids and tokens go into ``f``."""
+    where = f"{shard}/{key}"
+    try:
+        obj = get_sink().read_pack(parts) if parts.get("json") is not None else None
+    except ValueError as e:
+        obj = one_line(e)
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT or not isinstance(obj.get("samples"), list):
+        why = obj if isinstance(obj, str) else f"not a {FORMAT} pack"
+        f.add(f"{where}: bad or missing member {key}.json ({why})")
+        return
+    ids, total, media = [], 0, set()
+    for i, s in enumerate(obj["samples"]):
+        if (not isinstance(s, dict) or not isinstance(s.get("id"), (str, int)) or not is_int(s.get("num_tokens"))
+                or not isinstance(s.get("media", []), list) or s.get("id_kind", "str") not in ID_KINDS):
+            f.add(f"{where}: sample {i} lacks a valid id / id_kind / num_tokens / media")
+            continue
+        pair = (s.get("id_kind", "str"), str(s["id"]))
+        ids.append(pair)
+        total += s["num_tokens"]
+        media.update(str(m.get("part")) for m in s["media"] if isinstance(m, dict))
+        want = None if f.expected is None else f.expected.get(pair)
+        if want is not None and want != s["num_tokens"]:
+            f.token_diffs.append(f"{where} id {pair[1]!r}: {s['num_tokens']} vs {want}")
+    seq_len, n, rep_len = obj.get("seq_len"), obj.get("num_tokens"), (f.report or {}).get("seq_len")
+    if not is_int(seq_len) or not is_int(n):
+        f.add(f"{where}: seq_len / num_tokens missing or not integers")
+    elif total != n:
+        f.add(f"{where}: samples' num_tokens sum to {total}, the pack records {n}")
+    elif n > seq_len:
+        f.add(f"{where}: {n} tokens > seq_len {seq_len}")
+    if is_int(rep_len) and seq_len != rep_len:
+        f.add(f"{where}: seq_len {seq_len}, report.json says {rep_len}")
+    names = set(parts)
+    if media - names:
+        f.add(f"{where}: referenced media parts missing from the tar: {eg(sorted(media - names))}")
+    if names - media - EXTRA_PARTS:
+        f.add(f"{where}: bad member(s) referenced by no sample: {eg(sorted(names - media - EXTRA_PARTS))}")
+    f.packs[key] = (shard, ids)
+    f.totals.update(packs=1, samples=len(ids), tokens=total)
