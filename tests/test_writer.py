@@ -16,7 +16,7 @@ from vlmpack.config import load_config
 from vlmpack.energon.meta import read_tar_idx
 from vlmpack.pack.pipeline import run_pack
 from vlmpack.pack.write import assign_shards
-from vlmpack.packfmt import ShardPacks
+from vlmpack.packfmt import ShardPacks, read_packs
 
 
 @pytest.fixture(scope="module")
@@ -73,44 +73,34 @@ def test_shard_rollover_limits(small_out):
 def test_pack_json_format_v1(small_out):
     out, _ = small_out
     keys = set()
-    for shard in sorted(out.glob("*.tar")):
-        with tarfile.open(shard) as tf:
-            parts = {m.name: tf.extractfile(m).read() for m in tf.getmembers()}
-        for name, blob in parts.items():
-            if not name.endswith(".json"):
-                continue
-            key = name[:-5]
-            assert key not in keys
-            keys.add(key)
-            pack = json.loads(blob)
-            assert pack["format"] == "vlmpack.pack/1"
-            assert pack["num_tokens"] == sum(s["num_tokens"] for s in pack["samples"]) <= pack["seq_len"] == 2048
-            referenced = []
-            for s in pack["samples"]:
-                in_messages = [p["part"] for m in s["messages"] for p in m["content"] if p["type"] == "image"]
-                assert in_messages == [m["part"] for m in s["media"]]
-                referenced += in_messages
-            media_parts = sorted(n[len(key) + 1:] for n in parts if n.startswith(key + ".") and n != name)
-            assert sorted(referenced) == media_parts  # every media part referenced exactly once
+    for raw in read_packs(out):
+        key = raw.pop("__key__")
+        assert key not in keys
+        keys.add(key)
+        pack = json.loads(raw.pop("json"))
+        assert pack["format"] == "vlmpack.pack/1"
+        assert pack["num_tokens"] == sum(s["num_tokens"] for s in pack["samples"]) <= pack["seq_len"] == 2048
+        referenced = []
+        for s in pack["samples"]:
+            in_messages = [p["part"] for m in s["messages"] for p in m["content"] if p["type"] == "image"]
+            assert in_messages == [m["part"] for m in s["media"]]
+            referenced += in_messages
+        assert sorted(referenced) == sorted(raw)  # every media part referenced exactly once
+    assert len(keys) == small_out[1]["packs"]
 
 
 def test_media_bytes_are_the_original_files(small_out, real_data):
     out, _ = small_out
-    shard = sorted(out.glob("*.tar"))[0]
-    with tarfile.open(shard) as tf:
-        parts = {m.name: tf.extractfile(m).read() for m in tf.getmembers()}
     lines = {}
     for line in (real_data / "real_sft.jsonl").read_text().splitlines()[:600]:
         rec = json.loads(line)
         lines[rec["id"]] = rec
     checked = 0
-    for name, blob in parts.items():
-        if name.endswith(".json"):
-            key = name[:-5]
-            for s in json.loads(blob)["samples"]:
-                for m, ref in zip(s["media"], lines[s["id"]]["images"]):
-                    assert parts[f"{key}.{m['part']}"] == (real_data / ref).read_bytes()
-                    checked += 1
+    for pack in ShardPacks(sorted(out.glob("*.tar"))[0]):
+        for s in json.loads(pack.parts["json"])["samples"]:
+            for m, ref in zip(s["media"], lines[s["id"]]["images"]):
+                assert pack.parts[m["part"]] == (real_data / ref).read_bytes()
+                checked += 1
     assert checked > 0
 
 

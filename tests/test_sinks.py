@@ -1,0 +1,117 @@
+"""The output-layout seam (:mod:`vlmpack.sinks`): the registry, the ``vlmpack`` sink's writer and
+reader sides, and that a layout added to ``SINKS`` is all it takes for the shard writer to write it.
+
+The ``vlmpack.pack/1`` format itself is tested on real runs in ``tests/test_writer.py`` and
+``tests/test_format_doc.py``; loading it through Energon in ``tests/test_check.py``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from vlmpack.errors import ConfigError
+from vlmpack.pack.rundir import RUN_DIR
+from vlmpack.pack.write import ShardTask, write_shard
+from vlmpack.packfmt import EXT_BY_FORMAT, ShardPacks, read_packs
+from vlmpack.packing import PackPlan
+from vlmpack.sinks import DEFAULT_LAYOUT, SINKS, Sink, get_sink
+from vlmpack.sinks.vlmpack import VlmpackSink
+
+
+def test_every_registered_sink_satisfies_the_protocol():
+    assert DEFAULT_LAYOUT in SINKS and get_sink() is SINKS[DEFAULT_LAYOUT]
+    for name, sink in SINKS.items():
+        assert isinstance(sink, Sink) and sink.name == name
+        files = sink.dataset_files()
+        assert "dataset.yaml" in files and all(isinstance(v, bytes) for v in files.values())
+    with pytest.raises(ConfigError, match="unknown output layout 'nope'; use one of vlmpack"):
+        get_sink("nope")
+
+
+@pytest.fixture(scope="module")
+def packed(real_data, model_dir):
+    """A real output of ``vlmpack pack`` (the first 120 demo records, L=2048)."""
+    from demo_data.packs import demo_packs
+
+    return demo_packs(real_data, model_dir, seq_len=2048, n_lines=120)
+
+
+def _one_shard_task(out, dest, layout: str) -> ShardTask:
+    """All packs of ``out`` as one shard task into ``dest`` (rows from the run dir's manifest in plan order)."""
+    run = out / RUN_DIR
+    plan, man = PackPlan.from_npz(run / "plan.npz"), pq.read_table(run / "manifest.parquet")
+    rows = np.stack([man.column(c).to_numpy().astype(np.int64) for c in ("part", "rec_offset", "rec_len")], 1)
+    report = json.loads((out / "report.json").read_text())
+    return ShardTask(0, "shard-000000.tar", 0, rows[np.asarray(plan.order)], np.asarray(plan.offsets, np.int64),
+                     report["seq_len"], str(dest), str(run / "records"), layout=layout)
+
+
+def test_vlmpack_sink_rewrites_the_same_packs_and_reads_them_back(packed, tmp_path):
+    """write_shard through the registry's ``vlmpack`` entry gives the pipeline's packs member for
+    member; its reader side gives back each pack object."""
+    res = write_shard(_one_shard_task(packed, tmp_path, "vlmpack"))
+    want = list(read_packs(packed))
+    got = list(read_packs(tmp_path))
+    assert res.num_packs == len(want) == len(got) > 3
+    assert got == want
+    sink = get_sink("vlmpack")
+    for raw in got:
+        obj = sink.read_pack(raw)
+        assert obj["format"] == "vlmpack.pack/1" and obj == json.loads(raw["json"])
+    with pytest.raises(KeyError):
+        sink.read_pack({"img0.png": b""})
+    with pytest.raises(ValueError):
+        sink.read_pack({"json": b"{not json"})
+
+
+class _CaptionSink(VlmpackSink):
+    """A toy layout in the shape of LLaVA-OneVision-2's captioning packs: one JSON of per-sample
+    lists, media named ``img<sample>_<j>.<ext>`` (images only)."""
+
+    name = "toy-captions"
+
+    @staticmethod
+    def pack_members(key, records, seq_len, read_media, *, model_dir=None):
+        meta = {"ids": [], "texts": [], "images": []}
+        members = []
+        for i, rec in enumerate(records):
+            names = []
+            for j, m in enumerate(rec["media"]):
+                names.append(f"img{i}_{j}.{EXT_BY_FORMAT.get(m['format'], 'bin')}")
+                members.append((f"{key}.{names[-1]}", read_media(m["path"], m.get("nbytes"), m.get("mtime_ns"))))
+            meta["ids"].append(rec["id"])
+            meta["texts"].append([p["text"] for msg in rec["messages"] for p in msg["content"] if "text" in p])
+            meta["images"].append(names)
+        members.append((f"{key}.json", json.dumps(meta).encode()))
+        return members, sum(r["num_tokens"] for r in records)
+
+    @staticmethod
+    def dataset_files():
+        return {"dataset.yaml": b"sample_type: toy\n"}
+
+
+def test_a_new_layout_is_one_registry_line(packed, tmp_path, monkeypatch):
+    """A sink registered in SINKS (nothing else changed) is what write_shard writes: its members,
+    the original media bytes under its own names, the same token counts."""
+    monkeypatch.setitem(SINKS, _CaptionSink.name, _CaptionSink())
+    res = write_shard(_one_shard_task(packed, tmp_path, _CaptionSink.name))
+    report = json.loads((packed / "report.json").read_text())
+    assert (res.num_packs, res.num_samples, res.num_tokens) == (report["packs"], report["samples_packed"],
+                                                                report["tokens"])
+    assert res.sha256 == hashlib.sha256((tmp_path / "shard-000000.tar").read_bytes()).hexdigest()
+    original = {p["__key__"]: p for p in read_packs(packed)}
+    sink = get_sink(_CaptionSink.name)
+    images = 0
+    for pack in ShardPacks(tmp_path / "shard-000000.tar"):
+        meta, want = sink.read_pack(pack.parts), original[pack.key]
+        samples = json.loads(want["json"])["samples"]
+        assert meta["ids"] == [s["id"] for s in samples] and all(meta["texts"])
+        assert set(pack.parts) == {"json", *(n for names in meta["images"] for n in names)}
+        for names, s in zip(meta["images"], samples):
+            assert [pack.parts[n] for n in names] == [want[m["part"]] for m in s["media"]]
+            images += len(names)
+    assert images > 0
