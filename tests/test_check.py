@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from vlmpack.check import check_output
-from vlmpack.packfmt import ShardPacks
+from vlmpack.packfmt import ShardPacks, tarinfo
 
 SHARD = "shard-000001.tar"
 
@@ -60,9 +60,7 @@ def _write_tar(path: Path, packs) -> list[int]:
         for key, parts in packs:
             offsets.append(tf.offset)
             for part, data in sorted(parts):
-                ti = tarfile.TarInfo(f"{key}.{part}")
-                ti.size, ti.mtime, ti.mode = len(data), 0, 0o644
-                tf.addfile(ti, io.BytesIO(data))
+                tf.addfile(tarinfo(f"{key}.{part}", len(data)), io.BytesIO(data))
         offsets.append(tf.offset)
     return offsets
 

@@ -10,7 +10,6 @@ template, expands each ``<|image_pad|>`` to ``prod(grid) // merge_size**2`` copi
 from __future__ import annotations
 
 import json
-import tarfile
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ from vlmpack.config import load_config
 from vlmpack.errors import MediaRuleError
 from vlmpack.models import load_model
 from vlmpack.pack.pipeline import run_pack
+from vlmpack.packfmt import read_packs
 
 
 @pytest.fixture(scope="module")
@@ -29,16 +29,9 @@ def shard_samples(tmp_path_factory, real_data, model_dir):
     run_pack(load_config(input=[str(real_data / "real_sft.jsonl")], media_root=str(real_data), model=str(model_dir),
                          output=str(out), seq_len=16384, workers=2, progress=False))
     samples = []
-    for shard in sorted(out.glob("*.tar")):
-        with tarfile.open(shard) as tf:
-            members = {m.name: m for m in tf.getmembers()}
-            for name, m in members.items():
-                if name.endswith(".json"):
-                    key = name[:-5]
-                    pack = json.loads(tf.extractfile(m).read())
-                    for s in pack["samples"]:
-                        media = [tf.extractfile(members[f"{key}.{x['part']}"]).read() for x in s["media"]]
-                        samples.append((s, media))
+    for raw in read_packs(out):
+        for s in json.loads(raw["json"])["samples"]:
+            samples.append((s, [raw[x["part"]] for x in s["media"]]))
     return samples
 
 

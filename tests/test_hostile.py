@@ -11,11 +11,12 @@ count; no traceback, exit 0 (``--max-reject-fraction 1``: the corpus is mostly b
 from __future__ import annotations
 
 import json
-import tarfile
 from collections import Counter
 
 import pytest
 from hostile_corpus import build_corpus, run_cli
+
+from vlmpack.packfmt import read_packs
 
 pytestmark = pytest.mark.slow
 
@@ -77,19 +78,12 @@ def test_every_packed_sample_reencodes_to_its_count(hostile_run, model_dir):
     root, _, _ = hostile_run
     collator = PackCollator(model_dir, mrope=False)
     n = 0
-    for shard in sorted((root / "out").glob("*.tar")):
-        with tarfile.open(shard) as tf:
-            members = {m.name: m for m in tf.getmembers()}
-            for name in sorted(k for k in members if k.endswith(".json")):
-                key = name[:-5]
-                raw = {"__key__": key, "json": tf.extractfile(members[name]).read()}
-                for part in (k[len(key) + 1:] for k in members if k.startswith(key + ".") and k != name):
-                    raw[part] = tf.extractfile(members[f"{key}.{part}"]).read()
-                if any(k.startswith("vid") for k in raw if k != "__key__"):  # the collator takes no video yet
-                    n += len(json.loads(raw["json"])["samples"])  # (issue 10, training side); counted by test_video
-                    continue
-                enc = collator.encode(raw)  # raises PackMismatchError on any count difference
-                n += len(enc.sample_ids)
+    for raw in read_packs(root / "out"):
+        if any(k.startswith("vid") for k in raw if k != "__key__"):  # the collator takes no video yet
+            n += len(json.loads(raw["json"])["samples"])  # (issue 10, training side); counted by test_video
+            continue
+        enc = collator.encode(raw)  # raises PackMismatchError on any count difference
+        n += len(enc.sample_ids)
     assert n == json.loads((root / "out" / "report.json").read_text())["samples_packed"]
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import tarfile
 from collections import Counter
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from vlmpack.energon.metadataset import blend_problems, iter_blend, read_metadat
 from vlmpack.errors import ConfigError, RunDirError
 from vlmpack.pack.nodes import all_ranges, node_ranges, select_tasks
 from vlmpack.pack.pipeline import run_pack
+from vlmpack.packfmt import read_packs
 
 
 def _pack_args(inputs: list[Path], real_data: Path, model_dir: Path, out: Path, *extra) -> list[str]:
@@ -61,13 +61,8 @@ def runs(tmp_path_factory, real_data, model_dir) -> dict:
 
 def _packed_ids(out: Path) -> list[tuple[str, str]]:
     """(id_kind, id) of every sample in the tars of ``out``."""
-    ids = []
-    for shard in sorted(out.glob("*.tar")):
-        with tarfile.open(shard) as tf:
-            for m in tf:
-                if m.name.endswith(".json"):
-                    ids += [(s.get("id_kind", "str"), str(s["id"])) for s in json.load(tf.extractfile(m))["samples"]]
-    return ids
+    return [(s.get("id_kind", "str"), str(s["id"])) for raw in read_packs(out)
+            for s in json.loads(raw["json"])["samples"]]
 
 
 def _rejects(out: Path) -> Counter:

@@ -18,6 +18,7 @@ from test_sources_wds import _pack, _samples, assert_same_samples
 
 from vlmpack.config import expand_inputs
 from vlmpack.errors import ConfigError
+from vlmpack.packfmt import read_packs
 
 datasets = pytest.importorskip("datasets")
 pytestmark = pytest.mark.slow
@@ -75,14 +76,7 @@ def test_dataset_dict_and_broken_listing(tmp_path, real_data):
 
 def _sources(out):
     """The ``source`` locator of every packed sample of a pack output."""
-    import tarfile
-
-    got = []
-    for shard in sorted(out.glob("*.tar")):
-        with tarfile.open(shard) as tf:
-            got += [s["source"] for m in tf.getmembers() if m.name.endswith(".json")
-                    for s in json.loads(tf.extractfile(m).read())["samples"]]
-    return got
+    return [s["source"] for raw in read_packs(out) for s in json.loads(raw["json"])["samples"]]
 
 
 def test_locators_name_rows_and_tar_samples(tmp_path, real_data, model_dir):

@@ -21,6 +21,7 @@ import pytest
 from vlmpack.config import load_config
 from vlmpack.errors import InputError
 from vlmpack.pack.pipeline import run_pack
+from vlmpack.packfmt import read_packs
 from vlmpack.sources import detect_format
 from vlmpack.sources.wds import WdsSource
 
@@ -30,15 +31,9 @@ pytestmark = pytest.mark.slow
 def _samples(out: Path) -> dict[str, tuple[int, list[bytes]]]:
     """id -> (num_tokens, media bytes in order) over every shard of a pack output."""
     got = {}
-    for shard in sorted(out.glob("*.tar")):
-        with tarfile.open(shard) as tf:
-            m = {x.name: x for x in tf.getmembers()}
-            for name in (k for k in m if k.endswith(".json")):
-                key = name[:-5]
-                obj = json.loads(tf.extractfile(m[name]).read())
-                for s in obj["samples"]:
-                    got[s["id"]] = (s["num_tokens"], [tf.extractfile(m[f"{key}.{p['part']}"]).read()
-                                                      for p in s["media"]])
+    for raw in read_packs(out):
+        for s in json.loads(raw["json"])["samples"]:
+            got[s["id"]] = (s["num_tokens"], [raw[p["part"]] for p in s["media"]])
     return got
 
 

@@ -10,7 +10,6 @@ travels in the pack JSON to the training side.
 from __future__ import annotations
 
 import json
-import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ from vlmpack.errors import PackMismatchError
 from vlmpack.models import load_model
 from vlmpack.pack.count_task import count_samples
 from vlmpack.pack.pipeline import run_pack
+from vlmpack.packfmt import read_packs
 from vlmpack.readers import parse_record
 from vlmpack.records import Locator, Sample
 from vlmpack.train import PackCollator
@@ -131,23 +131,17 @@ def test_pack_records_split_and_training_side_agrees(tmp_path, model_dir, real_d
     assert rep["rejected"] == 0 and rep["samples_packed"] == 41
     collator = PackCollator(model_dir, mrope=False)
     seen = 0
-    with tarfile.open(tmp_path / "split" / "shard-000000.tar") as tf:
-        members = {m.name: m for m in tf.getmembers()}
-        for name in sorted(n for n in members if n.endswith(".json")):
-            key = name[:-5]
-            obj = json.loads(tf.extractfile(members[name]).read())
-            raw = {"__key__": key, "json": obj}
-            for s in obj["samples"]:
-                assert s.get("special_tokens") == "split"
-                for m in s["media"]:
-                    raw[m["part"]] = tf.extractfile(members[f"{key}.{m['part']}"]).read()
-            enc = collator.encode(raw)  # raises on any count mismatch
-            assert enc.num_tokens == obj["num_tokens"]
-            if "evil" in enc.sample_ids:
-                i = enc.sample_ids.index("evil")
-                a, b = int(enc.lengths[:i].sum()), int(enc.lengths[:i + 1].sum())
-                lab = enc.labels[a:b]
-                trained = collator.family.tokenizer.decode(lab[lab != -100].tolist())
-                assert trained == "fine <|endoftext|> end<|im_end|>"
-                seen += 1
+    for raw in read_packs(tmp_path / "split"):
+        obj = raw["json"] = json.loads(raw["json"])
+        for s in obj["samples"]:
+            assert s.get("special_tokens") == "split"
+        enc = collator.encode(raw)  # raises on any count mismatch
+        assert enc.num_tokens == obj["num_tokens"]
+        if "evil" in enc.sample_ids:
+            i = enc.sample_ids.index("evil")
+            a, b = int(enc.lengths[:i].sum()), int(enc.lengths[:i + 1].sum())
+            lab = enc.labels[a:b]
+            trained = collator.family.tokenizer.decode(lab[lab != -100].tolist())
+            assert trained == "fine <|endoftext|> end<|im_end|>"
+            seen += 1
     assert seen == 1
