@@ -42,6 +42,12 @@ def pack_key(global_pack: int) -> str:
     return f"pack{global_pack:09d}"
 
 
+def split_member(name: str) -> tuple[str, str]:
+    """``(key, part)`` of a pack member name ``<key>.<part>`` (the key has no dot; the part may)."""
+    key, _, part = name.partition(".")
+    return key, part
+
+
 def tarinfo(name: str, size: int) -> tarfile.TarInfo:
     """The header of one member (``size`` bytes): regular file, mtime 0, uid/gid 0, empty
     user/group names, mode 0644, so that shards are byte-reproducible."""
@@ -147,7 +153,7 @@ class ShardPacks:
                     if self._on_bad:
                         self._on_bad("name", m)
                     continue
-                key, part = m.name.split(".", 1)
+                key, part = split_member(m.name)
                 read = self._read is None or self._read(part)
                 yield key, (m.offset, part, tf.extractfile(m).read() if read else None)
             self.end = tf.offset

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from vlmpack.errors import ConfigError
+from vlmpack.packfmt import split_member
 
 
 def iter_energon_packs(out_dir: str | Path, *, num_workers: int = 2, error_handler=None, auto_decode: bool = False):
@@ -53,7 +54,7 @@ class ErrorLog:
         src = (sources or get("__sources__") or [None])[0]
         key, shard = get("__key__"), get("__shard__") or getattr(src, "shard_name", None)
         if key is None and src is not None and src.file_names:
-            key = str(src.file_names[0]).split(".", 1)[0]
+            key = split_member(str(src.file_names[0]))[0]
         part = getattr(e, "k", None)  # webdataset's DecodingError names the part (and has no message)
         msg = one_line(e.__cause__ if e.__cause__ is not None and not str(e) else e)
         with open(self.path, "a", encoding="utf-8") as f:
