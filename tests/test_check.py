@@ -119,10 +119,12 @@ def _cli(path: Path, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=600)
 
 
-def _assert_fails(path: Path, *telling: str, args: tuple[str, ...] = ()) -> list[str]:
+def _assert_fails(path: Path, *telling: str, args: tuple[str, ...] = (), workers: int = 0) -> list[str]:
     """The CLI exits 1 with ``problem:`` lines, one of them holding every string of ``telling``, and
-    no traceback; returns the problem lines."""
-    r = _cli(path, *args)
+    no traceback; returns the problem lines. ``workers``: Energon loader processes of the check (0,
+    in the CLI's own process, unless a case is about the workers' path: the clean output and the
+    undecodable image are checked with 2)."""
+    r = _cli(path, "--workers", str(workers), *args)
     assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
     assert "Traceback" not in r.stderr + r.stdout, r.stderr
     problems = [x[len("problem: "):] for x in r.stderr.splitlines() if x.startswith("problem: ")]
@@ -320,7 +322,7 @@ def test_undecodable_image_is_found_through_energon(out):
     _edit_packs(out, SHARD, edit)
     res = check_output(out, num_workers=2)
     assert any(f"{SHARD}/{hit['key']}: sample " in p and "does not decode" in p for p in res["problems"]), res
-    _assert_fails(out, "does not decode", hit["key"])
+    _assert_fails(out, "does not decode", hit["key"], workers=2)
 
 
 def test_ids_compare_as_kind_and_id(out):

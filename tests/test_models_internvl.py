@@ -42,6 +42,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 ATOL = 1e-4
 
 
+# The every-image sweep packs the whole demo set at this L: above its longest sample (29,891 tokens
+# with InternVL, 16,179 with Qwen3-VL, 12,846 with LLaVA-OneVision), so no sample is overlong, and small
+# enough that one pack's pixel tensors in the collator stay far below a gigabyte.
+SWEEP_SEQ_LEN = 32768
+
 def _processor(model_dir: Path):
     """transformers' ``InternVLProcessor`` built from the directory without torchvision: the
     constructor's class check of the (torchvision) video processor is skipped and no video
@@ -124,7 +129,7 @@ def test_every_image_sample_equals_internvl_processor(tmp_path_factory, real_dat
 
     out = tmp_path_factory.mktemp("ivlcount") / "packs"
     run_pack(load_config(input=[str(real_data / "real_sft.jsonl")], media_root=str(real_data),
-                         model=str(internvl_dir), output=str(out), seq_len=200_000, workers=2, progress=False))
+                         model=str(internvl_dir), output=str(out), seq_len=SWEEP_SEQ_LEN, workers=2, progress=False))
     proc = _processor(internvl_dir)
     fam = load_model(str(internvl_dir))
     collator = PackCollator(internvl_dir)

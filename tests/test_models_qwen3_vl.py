@@ -39,6 +39,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 ATOL = 1e-4
 
 
+# The every-image sweep packs the whole demo set at this L: above its longest sample (29,891 tokens
+# with InternVL, 16,179 with Qwen3-VL, 12,846 with LLaVA-OneVision), so no sample is overlong, and small
+# enough that one pack's pixel tensors in the collator stay far below a gigabyte.
+SWEEP_SEQ_LEN = 32768
+
 def _processor(model_dir: Path):
     """transformers' ``Qwen3VLProcessor`` built from the directory without torchvision: its
     constructor's class check of the (torchvision) video processor is skipped and no video
@@ -72,7 +77,7 @@ def test_every_image_sample_equals_qwen3_vl_processor(request, tmp_path_factory,
     qwen3_vl_dir = request.getfixturevalue(model_fixture)
     out = tmp_path_factory.mktemp("q3count") / "packs"
     run_pack(load_config(input=[str(real_data / "real_sft.jsonl")], media_root=str(real_data),
-                         model=str(qwen3_vl_dir), output=str(out), seq_len=200_000, workers=2, progress=False))
+                         model=str(qwen3_vl_dir), output=str(out), seq_len=SWEEP_SEQ_LEN, workers=2, progress=False))
     proc = _processor(qwen3_vl_dir)
     fam = load_model(str(qwen3_vl_dir))
     # lengths only: the Gated DeltaNet layers of Qwen3.5 do not matter here (see test_models_qwen3_5.py)
