@@ -26,12 +26,19 @@ def test_registry_is_consistent():
     assert all(e == e.lower() and not e.startswith(".") for e in exts)
 
 
-def test_extensions_are_todays_lists():
-    """Until sources/wds.py reads them from the registry, its lists and the registry must agree."""
-    from vlmpack.sources.wds import IMAGE_EXTS, VIDEO_EXTS
+def test_every_place_that_names_kinds_reads_the_registry():
+    """The pack format's member tags, the manifest's kind codes, the report's and the WDS native
+    layout's kind lists, and the loader Energon runs all come from the registry."""
+    from vlmpack.energon.meta import SAMPLE_LOADER_SOURCE
+    from vlmpack.layouts import NATIVE_KINDS
+    from vlmpack.pack.count_task import KIND_CODE
+    from vlmpack.pack.preflight import KINDS as PREFLIGHT_KINDS
+    from vlmpack.packfmt import TAG_BY_KIND
 
-    assert KINDS["image"].extensions == IMAGE_EXTS
-    assert KINDS["video"].extensions == VIDEO_EXTS
+    assert TAG_BY_KIND == {k: tag_of(k) for k in KINDS} == {"image": "img", "video": "vid"}
+    assert list(KIND_CODE) == list(records.SAMPLE_KINDS) == list(NATIVE_KINDS) == list(PREFLIGHT_KINDS)
+    assert KIND_CODE == {"text": 0, "image": 1, "video": 2}  # the codes of existing manifests stay
+    assert 'part.startswith(("img", "vid"))' in SAMPLE_LOADER_SOURCE  # the bytes of today's outputs
 
 
 def test_helpers():
@@ -81,3 +88,17 @@ def test_an_unregistered_kind_probes_as_an_image(demo_files):
     """Behaviour kept from before the registry: only ``"video"`` was told apart."""
     data = demo_files["image"].read_bytes()
     assert probe_bytes(data, "picture") == probe_bytes(data, "image")
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_check_stored_passes_a_whole_file_and_names_a_truncated_one(demo_files, kind):
+    """``check_stored`` (``vlmpack check``'s decode of a stored member): silent on the real file; a
+    cut copy raises MediaDecodeError, one line that starts with ``where``."""
+    from vlmpack.errors import MediaDecodeError
+
+    data = demo_files[kind].read_bytes()
+    part = f"{tag_of(kind)}0{demo_files[kind].suffix}"
+    KINDS[kind].check_stored(data, part, f"shard/pack sample 's' part {part}")
+    with pytest.raises(MediaDecodeError) as e:
+        KINDS[kind].check_stored(data[: len(data) // 2], part, f"shard/pack sample 's' part {part}")
+    assert str(e.value).startswith(f"shard/pack sample 's' part {part}: ") and "\n" not in str(e.value)

@@ -26,7 +26,8 @@ from typing import Literal, get_args
 MediaKind = Literal["image", "video"]
 #: A sample's kind (:attr:`Sample.kind`): ``"text"`` then the media kinds; a later one wins when a
 #: sample holds several (video over image). The position is the kind's code in per-sample arrays.
-SAMPLE_KINDS: tuple[str, ...] = ("text", *get_args(MediaKind))
+MEDIA_KINDS: tuple[str, ...] = get_args(MediaKind)
+SAMPLE_KINDS: tuple[str, ...] = ("text", *MEDIA_KINDS)
 
 #: Reason codes of rejected records, with a one-line meaning (the report lists counts per code).
 REASONS: dict[str, str] = {

@@ -137,6 +137,10 @@ def open_image(obj: Any, *, where: str = "") -> Image.Image:
                                "file is corrupt or changed after packing: re-pack it (vlmpack pack checks "
                                "that every image decodes)") from None
 
+def check_stored_image(raw: bytes, name: str, where: str) -> None:
+    """:func:`open_image` of a stored image (its errors are already one line starting with
+    ``where``, which names the member; ``name`` is not needed)."""
+    open_image(raw, where=where)
 
 
 def _oneline(value: object) -> str:
@@ -149,5 +153,6 @@ KIND = MediaKind(
     extensions=("png", "jpg", "jpeg", "webp", "gif", "bmp", "tif", "tiff"),
     probe=probe_image,
     decode=open_image,
+    check_stored=check_stored_image,
     probe_by_content=True,
 )

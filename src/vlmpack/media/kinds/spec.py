@@ -45,6 +45,10 @@ class MediaKind:
       :func:`vlmpack.media.probe.probe_media` / :func:`~vlmpack.media.probe.probe_bytes`;
     - ``decode``: the training-side decoder of one item (its arguments are the kind's own: images
       ``decode(obj, where=) -> PIL RGB``, videos ``decode(obj, indices, where=) -> frames``);
+    - ``check_stored``: ``check_stored(raw, name, where)`` decodes one stored item (``raw`` the
+      bytes of the pack member ``name``) as the training side does and raises
+      :class:`vlmpack.errors.MediaDecodeError`, one line starting with ``where``, when it does not
+      (``vlmpack check``'s Energon pass);
     - ``probe_by_content``: a member of an input archive is probed once per distinct content
       (archives store a repeated image as another copy); False for kinds whose items are too
       large to hash on every reference (videos).
@@ -58,4 +62,5 @@ class MediaKind:
     extensions: tuple[str, ...]
     probe: Probe
     decode: Callable[..., Any]
+    check_stored: Callable[[bytes, str, str], None]
     probe_by_content: bool = False

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from vlmpack.errors import MediaError
+from vlmpack.errors import MediaDecodeError, MediaError
 from vlmpack.media.frames import decode_frames
 from vlmpack.media.kinds.spec import MediaInfo, MediaKind
 
@@ -29,6 +29,14 @@ def probe_video_info(path: str, nbytes: int, check: str, data: bytes | None = No
                          f"video does not open: {type(e).__name__}: {_oneline(e)}: {path}") from None
     return MediaInfo(h.width, h.height, h.format, nbytes, h.duration_s, h.fps, h.frames)
 
+def check_stored_video(raw: bytes, name: str, where: str) -> None:
+    """Every frame of a stored video decodes, as many as its header says (the ``decode`` check of
+    :func:`probe_video_info`); raises :class:`MediaDecodeError` ``"<where>: video does not decode
+    (<detail>); re-pack it"`` (``name``, the member, labels the detail)."""
+    try:
+        probe_video_info(name, len(raw), "decode", bytes(raw))
+    except MediaError as e:
+        raise MediaDecodeError(f"{where}: video does not decode ({e.detail}); re-pack it") from None
 
 
 def _oneline(value: object) -> str:
@@ -41,4 +49,5 @@ KIND = MediaKind(
     extensions=("mp4", "webm", "mkv", "mov", "avi"),
     probe=probe_video_info,
     decode=decode_frames,
+    check_stored=check_stored_video,
 )
