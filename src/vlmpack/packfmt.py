@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from vlmpack.media.kinds import KINDS
+
 T = TypeVar("T")
 
 #: The format string in every pack object.
@@ -31,8 +33,9 @@ FORMAT = "vlmpack.pack/1"
 #: Member extension of an image by the format PIL decodes it as (never re-encoded).
 EXT_BY_FORMAT = {"JPEG": "jpg", "PNG": "png", "GIF": "gif", "WEBP": "webp", "BMP": "bmp", "TIFF": "tiff",
                  "MPO": "jpg"}
-#: Member tag of a media part by kind (``img0.png``, ``vid1.mp4``).
-TAG_BY_KIND = {"image": "img", "video": "vid"}
+#: Member tag of a media part by kind (``img0.png``, ``vid1.mp4``): the registry's
+#: (:data:`vlmpack.media.kinds.KINDS`).
+TAG_BY_KIND = {name: kind.tag for name, kind in KINDS.items()}
 #: Parts of a pack that no sample references.
 EXTRA_PARTS = frozenset({"json", "input_ids.npy"})
 

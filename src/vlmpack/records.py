@@ -18,9 +18,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
+#: The media kinds a record may hold: the names of :data:`vlmpack.media.kinds.KINDS`, in its order
+#: (this layer sits below media, so the names are repeated here; ``tests/test_media_kinds.py``
+#: checks they agree).
 MediaKind = Literal["image", "video"]
+#: A sample's kind (:attr:`Sample.kind`): ``"text"`` then the media kinds; a later one wins when a
+#: sample holds several (video over image). The position is the kind's code in per-sample arrays.
+MEDIA_KINDS: tuple[str, ...] = get_args(MediaKind)
+SAMPLE_KINDS: tuple[str, ...] = ("text", *MEDIA_KINDS)
 
 #: Reason codes of rejected records, with a one-line meaning (the report lists counts per code).
 REASONS: dict[str, str] = {
@@ -142,9 +149,10 @@ class Sample:
 
     @property
     def kind(self) -> str:
-        """``"text"``, ``"image"`` or ``"video"`` (video wins over image when both occur)."""
+        """``"text"``, ``"image"`` or ``"video"`` (video wins over image when both occur): the last
+        of :data:`SAMPLE_KINDS` among the sample's media, ``"text"`` without any."""
         kinds = {m.kind for m in self.media}
-        return "video" if "video" in kinds else "image" if "image" in kinds else "text"
+        return next((k for k in reversed(SAMPLE_KINDS) if k in kinds), "text")
 
 
 @dataclass(frozen=True, slots=True)

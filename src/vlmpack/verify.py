@@ -25,6 +25,7 @@ import tarfile
 from pathlib import Path
 
 from vlmpack.errors import ConfigError, VlmpackError
+from vlmpack.media.kinds import MEDIA_TAGS
 from vlmpack.pack.rundir import RUN_DIR
 from vlmpack.packfmt import ShardPacks
 from vlmpack.sinks import get_sink
@@ -106,7 +107,7 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False) -> list[str]
                 if total != s.get("num_tokens"):
                     problems.append(f"{where} sample {sid!r}: {total} tokens recounted from the shard, "
                                     f"{s.get('num_tokens')} recorded")
-            media_parts = sorted(p for p in parts if p.startswith(("img", "vid")))
+            media_parts = sorted(p for p in parts if p.startswith(MEDIA_TAGS))
             if sorted(referenced) != media_parts:
                 problems.append(f"{where}: media parts {media_parts} but the samples reference {sorted(referenced)}")
             if encoder is not None:

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vlmpack.media.kinds import MEDIA_TAGS
+
 ENERGON_VERSION = "7.4.1"  # the on-disk format version these files were verified against
 
 SAMPLE_LOADER_SOURCE = '''"""vlmpack sample loader (written by vlmpack): tar parts of one pack -> VlmpackPack fields.
@@ -60,8 +62,8 @@ def sample_loader(raw: dict) -> dict:
 
 
 def part_filter(part: str) -> bool:
-    return part in ("json", "input_ids.npy") or part.startswith(("img", "vid"))
-'''
+    return part in ("json", "input_ids.npy") or part.startswith(@MEDIA_TAGS@)
+'''.replace("@MEDIA_TAGS@", "(" + ", ".join(f'"{t}"' for t in MEDIA_TAGS) + ")")  # ("img", "vid")
 
 DATASET_YAML = """sample_type:
   __module__: vlmpack.energon.sample

@@ -16,6 +16,7 @@ import re
 
 from vlmpack.errors import RecordError
 from vlmpack.layouts.base import Canonical, short
+from vlmpack.records import MEDIA_KINDS
 
 PLACEHOLDER = re.compile(r"(<image>|<video>)")
 _PLACEHOLDER_KIND = {"<image>": "image", "<video>": "video"}
@@ -39,7 +40,7 @@ class Builder:
 
     def add_all_pending(self, content: list[dict]) -> None:
         """Append every top-level media item (images, then videos) that no placeholder consumed."""
-        for kind in ("image", "video"):
+        for kind in MEDIA_KINDS:
             for ref in self.pending[kind][self.used[kind]:]:
                 content.append(self.add_media(kind, ref))
             self.used[kind] = len(self.pending[kind])
@@ -69,7 +70,7 @@ class Builder:
     def finish(self) -> Canonical:
         """Run the structural checks; ``(messages, media)``. Raises :class:`RecordError`
         (``placeholder_mismatch``, ``empty_conversation``, ``no_assistant_turn``, ``bad_turn_order``)."""
-        for kind in ("image", "video"):
+        for kind in MEDIA_KINDS:
             given, used = len(self.pending[kind]), self.used[kind]
             if given != used:
                 raise RecordError(
@@ -93,7 +94,7 @@ def top_level_media(obj: dict) -> dict[str, list[object]]:
     :class:`RecordError` (``wrong_type``: both ``image`` and ``images``, ``images`` not a list, an
     entry that is not a non-empty string)."""
     out: dict[str, list[object]] = {}
-    for kind in ("image", "video"):
+    for kind in MEDIA_KINDS:
         single, many = obj.get(kind), obj.get(kind + "s")
         if single is not None and many is not None:
             raise RecordError("wrong_type", f"both {kind!r} and {kind + 's'!r} are given; use one")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from vlmpack.errors import RecordError
 from vlmpack.layouts.base import Canonical, short
 from vlmpack.layouts.builder import PLACEHOLDER, Builder, top_level_media
+from vlmpack.records import MEDIA_KINDS
 
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 _MEDIA_PART_KEYS = ("path", "url")  # keys of {"type": kind, kind|"path"|"url": ref} parts, in order
@@ -74,7 +75,7 @@ def _content_part(part: object, where: str, content: list[dict], builder: Builde
         if not isinstance(text, str):
             raise RecordError("wrong_type", f"{where} text part needs a string 'text', got {short(text)}")
         builder.add_text(content, text)
-    elif ptype in ("image", "video"):
+    elif ptype in MEDIA_KINDS:
         ref = next((part[k] for k in (ptype, *_MEDIA_PART_KEYS) if part.get(k) is not None), None)
         content.append(builder.add_media(ptype, _media_ref(ref, ptype, where)))
     elif ptype in ("image_url", "video_url"):

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from vlmpack.errors import RecordError
 from vlmpack.layouts.base import short
+from vlmpack.records import SAMPLE_KINDS
 
-NATIVE_KINDS = ("text", "image", "video")
+NATIVE_KINDS = SAMPLE_KINDS  # "text" + the media kinds
 #: set by :func:`normalize_native` (and kept through a JSON round trip): the record names its
 #: media apart from the text; popped by :func:`vlmpack.layouts.to_canonical`
 LEADING = "__vlmpack_leading_media__"

@@ -5,6 +5,8 @@
 - :mod:`vlmpack.media.image`: the image format allowlist and the decodability checks.
 - :mod:`vlmpack.media.resolve`: resolving a reference found in a record (lexically) and the
   media-root rule with symlinks followed.
+- :mod:`vlmpack.media.kinds`: the media kinds (image, video), one module each: member tag,
+  extensions, header probe, training-side decoder.
 - :mod:`vlmpack.media.probe`: probing a media file's header (size in pixels, orientation) and
   checking it decodes, with a bounded cache.
 """

@@ -1,5 +1,9 @@
 """Media probing: header facts of an image or video file (or bytes), with image checks at three
-levels. References are resolved before, by :func:`vlmpack.media.resolve.resolve_ref`.
+levels. References are resolved before, by :func:`vlmpack.media.resolve.resolve_ref`. The probe
+of each kind is its entry's ``probe`` in :mod:`vlmpack.media.kinds` (images:
+:func:`vlmpack.media.kinds.image.probe_image`, videos:
+:func:`vlmpack.media.kinds.video.probe_video_info`); this module adds the media-root rule, the
+checks of the path and the cache.
 
 - :func:`probe_media` checks the file at validation time (:mod:`vlmpack.pack.validate`): with
   ``media_root`` given, its ``os.path.realpath`` (symlinks followed) must lie inside the media
@@ -17,19 +21,14 @@ Both raise :class:`MediaError` (``reason`` is a code of :data:`vlmpack.records.R
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import os
 import stat
-import struct
-import warnings
-from dataclasses import dataclass
-
-from PIL import Image, UnidentifiedImageError
 
 from vlmpack.errors import MediaError
-from vlmpack.media.image import IMAGE_FORMATS, check_decodes, open_image_file
-from vlmpack.media.ref import display_ref, is_member, open_ref, read_ref, ref_identity
+from vlmpack.media.kinds import KINDS, MediaInfo, MediaKind
+from vlmpack.media.kinds.image import _orientation  # noqa: F401 - bench/bench_pack.py times it from here
+from vlmpack.media.ref import display_ref, is_member, read_ref, ref_identity
 from vlmpack.media.resolve import check_real_path, clear_realpaths
 
 logger = logging.getLogger(__name__)
@@ -38,26 +37,14 @@ logger = logging.getLogger(__name__)
 #: accept exactly the images the loader decodes; ``header`` only opens them.
 CHECKS = ("header", "verify", "decode")
 
-_ORIENTATION_TAG = 0x0112
 _CACHE: dict[tuple, MediaInfo | MediaError] = {}
 _CACHE_MAX = 1 << 18
 
 
-@dataclass(frozen=True, slots=True)
-class MediaInfo:
-    """Header facts of one media file: ``width``/``height`` in pixels as the model processor sees
-    them (images: after EXIF orientation; videos: the decoded frame size), ``format`` (PIL name for
-    images, the container's extension for videos: ``mp4``, ``webm``...), ``nbytes`` the file size
-    in bytes; videos also ``duration_s`` (seconds), ``fps`` (average frames per second) and
-    ``frames`` (see :mod:`vlmpack.media.video`), None for images."""
-
-    width: int
-    height: int
-    format: str
-    nbytes: int
-    duration_s: float | None = None
-    fps: float | None = None
-    frames: int | None = None
+def _spec(kind: str) -> MediaKind:
+    """The registered kind that probes ``kind``; a name outside :data:`vlmpack.media.kinds.KINDS`
+    probes as an image (as before the registry: only ``"video"`` was told apart)."""
+    return KINDS.get(kind) or KINDS["image"]
 
 
 def probe_media(
@@ -113,7 +100,7 @@ def probe_media(
     hit = _CACHE.get(key)
     if hit is None:
         try:
-            hit = _probe_video(path, st.st_size, check) if kind == "video" else _probe_image(path, st.st_size, check)
+            hit = _spec(kind).probe(path, st.st_size, check, None)
         except MediaError as e:
             hit = e
         _remember(key, hit)
@@ -128,9 +115,7 @@ def probe_bytes(data: bytes, kind: str = "image", check: str = "header", *, name
     Not cached. Raises :class:`MediaError` like :func:`probe_media`."""
     if check not in CHECKS:
         raise ValueError(f"unknown media check {check!r}; use one of {', '.join(CHECKS)}")
-    if kind == "video":
-        return _probe_video(name, len(data), check, data)
-    return _probe_image(name, len(data), check, data)
+    return _spec(kind).probe(name, len(data), check, data)
 
 
 def _probe_member(ref: str, kind: str, check: str) -> MediaInfo:
@@ -142,7 +127,8 @@ def _probe_member(ref: str, kind: str, check: str) -> MediaInfo:
                          f"({_oneline(e)})") from None
     key = (ref, kind, check, size, mtime)
     hit = _CACHE.get(key)
-    if hit is None and kind != "video":
+    spec = _spec(kind)
+    if hit is None and spec.probe_by_content:
         # archives store a repeated image as another copy: probe each distinct content once
         try:
             data = read_ref(ref)
@@ -153,7 +139,7 @@ def _probe_member(ref: str, kind: str, check: str) -> MediaInfo:
         first = _CACHE.get(ckey)
         if first is None:
             try:
-                first = (_probe_image(display_ref(ref), size, check, data), display_ref(ref))
+                first = (spec.probe(display_ref(ref), size, check, data), display_ref(ref))
             except MediaError as e:
                 first = (e, display_ref(ref))
             _remember(ckey, first)
@@ -162,7 +148,7 @@ def _probe_member(ref: str, kind: str, check: str) -> MediaInfo:
             hit = MediaError(hit.reason, hit.detail.replace(seen_as, display_ref(ref)))
     elif hit is None:
         try:
-            hit = _probe_video(display_ref(ref), size, check, read_ref(ref))
+            hit = spec.probe(display_ref(ref), size, check, read_ref(ref))
         except (OSError, EOFError, ValueError) as e:
             raise MediaError("media_missing", f"{kind} not readable in its container: {display_ref(ref)} "
                              f"({_oneline(e)})") from None
@@ -185,99 +171,6 @@ def clear_cache() -> None:
     or symlinks changed in place)."""
     _CACHE.clear()
     clear_realpaths()
-
-
-def _probe_video(path: str, nbytes: int, check: str, data: bytes | None = None) -> MediaInfo:
-    """:func:`vlmpack.media.video.probe_video` of a file (``data`` None) or of bytes in memory."""
-    from vlmpack.media.video import probe_video
-
-    if nbytes == 0:
-        raise MediaError("media_undecodable", f"video file is empty: {path}")
-    if data is None and not os.access(path, os.R_OK):
-        raise MediaError("media_missing", f"video not readable: {path}")
-    try:
-        h = probe_video(path if data is None else data, path, check)
-    except MediaError:
-        raise
-    except Exception as e:  # noqa: BLE001 - FFmpeg/PyAV may raise anything on hostile bytes
-        raise MediaError("media_undecodable",
-                         f"video does not open: {type(e).__name__}: {_oneline(e)}: {path}") from None
-    return MediaInfo(h.width, h.height, h.format, nbytes, h.duration_s, h.fps, h.frames)
-
-
-def _probe_image(path: str, nbytes: int, check: str, data: bytes | None = None) -> MediaInfo:
-    if nbytes == 0:
-        raise MediaError("media_undecodable", f"image file is empty: {path}")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with (open_ref(path) if data is None else io.BytesIO(data)) as fh, open_image_file(fh) as img:
-                fmt = img.format or ""
-                if fmt not in IMAGE_FORMATS:  # a plugin of OPEN_FORMATS that answered with another format
-                    raise MediaError("media_undecodable", f"{fmt} is not an accepted image format: {path}")
-                width, height = img.size
-                orientation = _orientation(img, fh)
-                if check != "header":
-                    check_decodes(img, full=check == "decode")
-    except MediaError:
-        raise
-    except Image.DecompressionBombError as e:
-        raise MediaError("media_unsupported", f"image too large: {_oneline(e)}: {path}") from None
-    except UnidentifiedImageError as e:
-        raise MediaError("media_undecodable", f"{_oneline(e)}: {path}") from None
-    except EOFError as e:  # a member past the end of a truncated archive
-        raise MediaError("media_missing", f"{_oneline(e)}: {path}") from None
-    except OSError as e:
-        if not is_member(path) and not os.access(path, os.R_OK):
-            raise MediaError("media_missing", f"image not readable: {path} ({_oneline(e)})") from None
-        raise MediaError("media_undecodable", f"image does not decode: {_oneline(e)}: {path}") from None
-    except Exception as e:  # noqa: BLE001 - PIL raises SyntaxError, ValueError, struct.error, zlib.error...
-        raise MediaError(
-            "media_undecodable", f"image does not decode: {type(e).__name__}: {_oneline(e)}: {path}"
-        ) from None
-    if width <= 0 or height <= 0:
-        raise MediaError("media_undecodable", f"image has size {width}x{height}: {path}")
-    if orientation in (5, 6, 7, 8):
-        width, height = height, width
-    return MediaInfo(width, height, fmt, nbytes)
-
-
-def _orientation(img: Image.Image, fh) -> int:
-    """The EXIF orientation (1-8) PIL's ``exif_transpose`` would apply, without decoding pixels.
-
-    PNG keeps EXIF in an ``eXIf`` chunk that may follow the image data; PIL's ``PngImageFile.getexif``
-    would decode all pixels to reach it, so trailing chunk headers are walked here instead (seek only).
-    """
-    if img.format == "PNG" and "exif" not in img.info:
-        pos = fh.tell()
-        try:
-            trailing = _png_trailing_exif(fh, img.tile[0][2] - 8 if img.tile else pos)
-        finally:
-            fh.seek(pos)
-        if trailing is not None:
-            img.info["exif"] = b"Exif\x00\x00" + trailing
-        exif = Image.Image.getexif(img)  # base method: reads info only, never loads pixels
-    else:
-        exif = img.getexif()
-    value = exif.get(_ORIENTATION_TAG, 1)
-    return value if isinstance(value, int) else 1
-
-
-def _png_trailing_exif(fh, start: int) -> bytes | None:
-    """Payload of the first ``eXIf`` chunk at or after byte ``start`` (a chunk boundary), or None."""
-    fh.seek(start)
-    for _ in range(1 << 20):
-        head = fh.read(8)
-        if len(head) < 8:
-            return None
-        length, cid = struct.unpack(">I4s", head)
-        if cid == b"eXIf":
-            data = fh.read(length)
-            return data if len(data) == length else None
-        if cid == b"IEND":
-            return None
-        fh.seek(length + 4, os.SEEK_CUR)
-    return None
 
 
 def _oneline(value: object) -> str:

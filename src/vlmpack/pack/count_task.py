@@ -29,10 +29,10 @@ from vlmpack.fsio import atomic_write
 from vlmpack.media.ref import ref_identity
 from vlmpack.models import load_model
 from vlmpack.pack.validate import validate_sample
-from vlmpack.records import ID_KINDS, ReadStats, Rejection, Sample
+from vlmpack.records import ID_KINDS, SAMPLE_KINDS, ReadStats, Rejection, Sample
 from vlmpack.sources import get_source
 
-KIND_CODE = {"text": 0, "image": 1, "video": 2}
+KIND_CODE = {k: i for i, k in enumerate(SAMPLE_KINDS)}  # text 0, image 1, video 2
 TOKENIZE_BATCH = 256
 
 

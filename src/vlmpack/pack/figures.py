@@ -17,6 +17,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
+from vlmpack.records import SAMPLE_KINDS
+
 KIND_COLORS = {"text": "tab:blue", "image": "tab:orange", "video": "tab:green", "all": "black"}
 BEST_COLOR = "tab:purple"
 DPI = 100
@@ -174,7 +176,7 @@ class ReportData:
     sources: list[dict[str, Any]] = field(default_factory=list)
 
     def kinds_present(self) -> list[tuple[int, str]]:
-        return [(i, k) for i, k in enumerate(("text", "image", "video")) if (self.kinds == i).any()]
+        return [(i, k) for i, k in enumerate(SAMPLE_KINDS) if (self.kinds == i).any()]
 
     def per_pack(self, weights: np.ndarray) -> np.ndarray:
         """Sum of per-sample ``weights`` over each pack: float64 ``[P]``."""

@@ -24,12 +24,13 @@ import numpy as np
 
 from vlmpack.errors import ConfigError, InputError
 from vlmpack.packing import PackPlan, lower_bound_l1, lower_bound_l2, plan_packs
+from vlmpack.records import SAMPLE_KINDS
 
 logger = logging.getLogger(__name__)
 
 MANIFEST = Path(".vlmpack") / "manifest.parquet"
 #: Names of the manifest's ``kind`` codes 0/1/2 (``vlmpack.pack.count_task``).
-KINDS = ("text", "image", "video")
+KINDS = SAMPLE_KINDS
 #: Default share of samples that the recommended L may drop as overlong (issue 12: < 0.1 %).
 MAX_DROP = 0.001
 

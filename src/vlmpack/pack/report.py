@@ -31,7 +31,7 @@ from vlmpack.config import PackConfig
 from vlmpack.fsio import atomic_write
 from vlmpack.pack.write import ShardResult
 from vlmpack.packing import PackPlan
-from vlmpack.records import ReadStats, Rejection, display_path
+from vlmpack.records import SAMPLE_KINDS, ReadStats, Rejection, display_path
 
 #: The human-readable report written beside ``report.json``.
 REPORT_HTML = "report.html"
@@ -113,13 +113,14 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
         "lower_bound_packs": lower,
         "utilization_of_lower_bound": (lower / packs) if packs else 1.0,
         "samples_per_pack": _pct(per_pack),
-        "samples_by_kind": {k: int(v) for k, v in zip(("text", "image", "video"),
-                                                       np.bincount(manifest.column("kind").to_numpy(), minlength=3))},
+        "samples_by_kind": {k: int(v) for k, v in zip(SAMPLE_KINDS,
+                                                       np.bincount(manifest.column("kind").to_numpy(),
+                                                                   minlength=len(SAMPLE_KINDS)))},
         "label_tokens": label_sum,
         "label_token_share": None if label_sum is None else (label_sum / tokens if tokens else 0.0),
         "overlong_tokens": int(ntok[over_idx].sum(dtype=np.int64)),
-        "overlong_tokens_by_kind": {k: int(v) for k, v in zip(("text", "image", "video"), np.bincount(
-            kind[over_idx], weights=ntok[over_idx], minlength=3))},
+        "overlong_tokens_by_kind": {k: int(v) for k, v in zip(SAMPLE_KINDS, np.bincount(
+            kind[over_idx], weights=ntok[over_idx], minlength=len(SAMPLE_KINDS)))},
         "media_tokens_per_pack": _pct(per_pack_media),
         "algorithm": cfg.algorithm,
         "shard_sha256": {s.name: s.sha256 for s in shards},

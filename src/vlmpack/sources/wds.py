@@ -33,6 +33,7 @@ from functools import lru_cache
 from vlmpack.errors import InputError, MediaError, RecordError
 from vlmpack.fsio import printable_path
 from vlmpack.layouts.native import normalize_native
+from vlmpack.media.kinds import KINDS
 from vlmpack.media.ref import LMDB, tar_member_ref
 from vlmpack.media.resolve import resolve_ref
 from vlmpack.packfmt import group_by_key
@@ -41,8 +42,8 @@ from vlmpack.readers.sniff import _is_tar
 from vlmpack.records import Locator, ReadStats, Rejection
 
 _KEY = re.compile(r"^((?:.*/|)[^./][^/]*?)\.([^/]+)$")  # key = up to the first dot of the base name
-IMAGE_EXTS = ("png", "jpg", "jpeg", "webp", "gif", "bmp", "tif", "tiff")
-VIDEO_EXTS = ("mp4", "webm", "mkv", "mov", "avi")
+#: The fields of a sample's ``json`` part that list its media, per kind (the first is the canonical
+#: one); a kind of :data:`vlmpack.media.kinds.KINDS` not named here: ``<kind>s`` and ``<kind>``.
 _LISTS = {"image": ("images", "image_keys", "media_files", "image"), "video": ("videos", "video_keys", "video")}
 
 
@@ -202,10 +203,11 @@ def _sample(path: str, fh, key: str, members: list[Part], loc: Locator, schema: 
             normalize_native(obj, text_key)  # names its media itself; the lists below then take them
         except RecordError as e:
             return Rejection(loc, e.reason, e.detail, str(obj["id"]))
-        for kind, names in _LISTS.items():
+        for kind, spec in KINDS.items():
+            names = _LISTS.get(kind, (f"{kind}s", kind))
             given = next((obj.pop(n) for n in names if n in obj), None)
             if given is None:
-                exts = IMAGE_EXTS if kind == "image" else VIDEO_EXTS
+                exts = spec.extensions
                 given = sorted(p for p in parts if p.rsplit(".", 1)[-1].lower() in exts)
             obj[names[0]] = given
 

@@ -27,18 +27,17 @@ from __future__ import annotations
 import io
 import json
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps
+from PIL import Image
 
-from vlmpack.errors import ConfigError, MediaDecodeError, PackMismatchError
-from vlmpack.media.image import IMAGE_FORMATS, open_image_file
+from vlmpack.errors import ConfigError, PackMismatchError
+from vlmpack.media.kinds import KINDS, PART_RE
+from vlmpack.media.kinds.image import open_image
 from vlmpack.models.chatml import assistant_label_mask
 from vlmpack.train.videos import (
     check_videos,
@@ -124,50 +123,8 @@ class EncodedPack:
         return int(self.lengths.sum())
 
 
-# ---------------------------------------------------------------------------------- images
-def open_image(obj: Any, *, where: str = "") -> Image.Image:
-    """A PIL RGB image as transformers' ``load_image`` gives it (EXIF orientation applied).
-
-    obj: raw bytes (what the vlmpack sample loader passes on when Energon's decoder is off), a
-    path, or a PIL image. Bytes and paths are opened with ``formats=``
-    :data:`vlmpack.media.image.OPEN_FORMATS` (PIL never tries EPS/PS, which would run Ghostscript)
-    and fully decoded here (``load()``, ``LOAD_TRUNCATED_IMAGES`` as the process has it, PIL's
-    default False); ``where`` (e.g. ``"pack 'pack000000012' sample 'x1' part img3.png"``) starts
-    every error message.
-    Raises :class:`MediaDecodeError` (one line: ``where``, the PIL error) when the image is missing,
-    not of an accepted format, truncated or corrupt, and :class:`ConfigError` for a decoded tensor
-    (the TaskEncoder must leave images undecoded or use ``SampleDecoder(image_decode="pil")``) or
-    another type.
-    """
-    if isinstance(obj, (bytes, bytearray, memoryview)):
-        src = io.BytesIO(bytes(obj))
-    elif isinstance(obj, (str, Path)):
-        src = str(obj)
-    elif isinstance(obj, Image.Image):
-        src = None
-        fmt = getattr(obj, "format", None)
-        if fmt and fmt not in IMAGE_FORMATS and getattr(obj, "tile", None):  # not decoded yet: never load it
-            raise MediaDecodeError(f"{where}: image does not decode: {fmt} is not an accepted image format "
-                                   f"({', '.join(IMAGE_FORMATS)}); re-pack with vlmpack's media check")
-    else:
-        raise ConfigError(f"{where}: media of type {type(obj).__name__} cannot be used; pass raw bytes or decode "
-                          "media as PIL (SampleDecoder(image_decode='pil'))")
-    try:
-        img = obj if src is None else open_image_file(src)
-        img.load()
-        img = ImageOps.exif_transpose(img)
-        return img.convert("RGB")
-    except MemoryError:
-        raise
-    except Exception as e:  # noqa: BLE001 - PIL raises OSError, SyntaxError, ValueError, struct.error...
-        detail = " ".join(str(e).split()) or type(e).__name__
-        raise MediaDecodeError(f"{where}: image does not decode ({type(e).__name__}: {detail}); the shard or "
-                               "file is corrupt or changed after packing: re-pack it (vlmpack pack checks "
-                               "that every image decodes)") from None
-
-
 def _media_parts_in_order(messages: Sequence[dict]) -> list[dict]:
-    return [p for m in messages for p in m["content"] if p.get("type") in ("image", "video")]
+    return [p for m in messages for p in m["content"] if p.get("type") in KINDS]
 
 
 # ---------------------------------------------------------------------------------- inputs
@@ -183,7 +140,7 @@ def read_pack(obj: Any) -> PackInput:
             meta = d["json"]
             meta = json.loads(meta) if isinstance(meta, (bytes, bytearray, str)) else meta
             # media parts: img<N>.<ext> / vid<N>.<ext>, N counting over both (pack.write.build_pack)
-            parts = sorted((k for k in d if re.match(r"(img|vid)\d+\.", k)), key=lambda k: int(k[3:].split(".")[0]))
+            parts = sorted((k for k in d if PART_RE.match(k)), key=lambda k: int(PART_RE.match(k).group(2)))
             d = {**meta, "__key__": d.get("__key__", "?"), "media": [d[p] for p in parts], "media_parts": parts,
                  "input_ids": d.get("input_ids.npy")}
         key, samples = str(d.get("__key__", d.get("key", "?"))), d["samples"]
@@ -248,7 +205,7 @@ def _item_from_unpacked(s: Any) -> PackItem:
         return PackItem(str(s.id), s.messages, imgs, s.num_tokens or None, videos=vids,
                         kinds=[p["type"] for p in parts_])
     if isinstance(s, dict) and "messages" in s:
-        imgs, vids, seen = [], [], {"image": 0, "video": 0}
+        imgs, vids, seen = [], [], dict.fromkeys(KINDS, 0)
         parts_ = _media_parts_in_order(s["messages"])
         for p in parts_:
             idx = p.get("index", seen[p["type"]])

@@ -20,6 +20,7 @@ from torch.utils.data import IterableDataset
 
 from vlmpack.errors import ConfigError
 from vlmpack.models.base import MediaSize
+from vlmpack.records import MEDIA_KINDS
 from vlmpack.train.encode import PackItem, _item_from_unpacked
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def measure_item(family, item: PackItem) -> int:
     from vlmpack.models.qwen_video import video_header
 
     kinds = item.kinds or [p["type"] for m in item.messages for p in m["content"]
-                           if p.get("type") in ("image", "video")]
+                           if p.get("type") in MEDIA_KINDS]
     if kinds.count("video") != len(item.videos) or kinds.count("image") != len(item.images):
         raise ConfigError(f"sample {item.id!r}: {kinds.count('image')} image and {kinds.count('video')} video parts "
                           f"for {len(item.images)} images and {len(item.videos)} videos given")

@@ -1,0 +1,158 @@
+"""The image kind: PNG, JPEG, WebP, GIF, BMP, TIFF files (:data:`vlmpack.media.image.IMAGE_FORMATS`),
+packed as ``img<N>.<ext>`` members. Probe: :func:`probe_image` (PIL header + the decodability check
+of :mod:`vlmpack.media.image`, size after EXIF orientation); decoder: :func:`open_image` (PIL, as
+transformers' ``load_image``; re-exported by :mod:`vlmpack.train.encode`)."""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+import warnings
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from vlmpack.errors import ConfigError, MediaDecodeError, MediaError
+from vlmpack.media.image import IMAGE_FORMATS, check_decodes, open_image_file
+from vlmpack.media.kinds.spec import MediaInfo, MediaKind
+from vlmpack.media.ref import is_member, open_ref
+
+_ORIENTATION_TAG = 0x0112
+
+
+def probe_image(path: str, nbytes: int, check: str, data: bytes | None = None) -> MediaInfo:
+    if nbytes == 0:
+        raise MediaError("media_undecodable", f"image file is empty: {path}")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with (open_ref(path) if data is None else io.BytesIO(data)) as fh, open_image_file(fh) as img:
+                fmt = img.format or ""
+                if fmt not in IMAGE_FORMATS:  # a plugin of OPEN_FORMATS that answered with another format
+                    raise MediaError("media_undecodable", f"{fmt} is not an accepted image format: {path}")
+                width, height = img.size
+                orientation = _orientation(img, fh)
+                if check != "header":
+                    check_decodes(img, full=check == "decode")
+    except MediaError:
+        raise
+    except Image.DecompressionBombError as e:
+        raise MediaError("media_unsupported", f"image too large: {_oneline(e)}: {path}") from None
+    except UnidentifiedImageError as e:
+        raise MediaError("media_undecodable", f"{_oneline(e)}: {path}") from None
+    except EOFError as e:  # a member past the end of a truncated archive
+        raise MediaError("media_missing", f"{_oneline(e)}: {path}") from None
+    except OSError as e:
+        if not is_member(path) and not os.access(path, os.R_OK):
+            raise MediaError("media_missing", f"image not readable: {path} ({_oneline(e)})") from None
+        raise MediaError("media_undecodable", f"image does not decode: {_oneline(e)}: {path}") from None
+    except Exception as e:  # noqa: BLE001 - PIL raises SyntaxError, ValueError, struct.error, zlib.error...
+        raise MediaError(
+            "media_undecodable", f"image does not decode: {type(e).__name__}: {_oneline(e)}: {path}"
+        ) from None
+    if width <= 0 or height <= 0:
+        raise MediaError("media_undecodable", f"image has size {width}x{height}: {path}")
+    if orientation in (5, 6, 7, 8):
+        width, height = height, width
+    return MediaInfo(width, height, fmt, nbytes)
+
+
+def _orientation(img: Image.Image, fh) -> int:
+    """The EXIF orientation (1-8) PIL's ``exif_transpose`` would apply, without decoding pixels.
+
+    PNG keeps EXIF in an ``eXIf`` chunk that may follow the image data; PIL's ``PngImageFile.getexif``
+    would decode all pixels to reach it, so trailing chunk headers are walked here instead (seek only).
+    """
+    if img.format == "PNG" and "exif" not in img.info:
+        pos = fh.tell()
+        try:
+            trailing = _png_trailing_exif(fh, img.tile[0][2] - 8 if img.tile else pos)
+        finally:
+            fh.seek(pos)
+        if trailing is not None:
+            img.info["exif"] = b"Exif\x00\x00" + trailing
+        exif = Image.Image.getexif(img)  # base method: reads info only, never loads pixels
+    else:
+        exif = img.getexif()
+    value = exif.get(_ORIENTATION_TAG, 1)
+    return value if isinstance(value, int) else 1
+
+
+def _png_trailing_exif(fh, start: int) -> bytes | None:
+    """Payload of the first ``eXIf`` chunk at or after byte ``start`` (a chunk boundary), or None."""
+    fh.seek(start)
+    for _ in range(1 << 20):
+        head = fh.read(8)
+        if len(head) < 8:
+            return None
+        length, cid = struct.unpack(">I4s", head)
+        if cid == b"eXIf":
+            data = fh.read(length)
+            return data if len(data) == length else None
+        if cid == b"IEND":
+            return None
+        fh.seek(length + 4, os.SEEK_CUR)
+    return None
+
+
+def open_image(obj: Any, *, where: str = "") -> Image.Image:
+    """A PIL RGB image as transformers' ``load_image`` gives it (EXIF orientation applied).
+
+    obj: raw bytes (what the vlmpack sample loader passes on when Energon's decoder is off), a
+    path, or a PIL image. Bytes and paths are opened with ``formats=``
+    :data:`vlmpack.media.image.OPEN_FORMATS` (PIL never tries EPS/PS, which would run Ghostscript)
+    and fully decoded here (``load()``, ``LOAD_TRUNCATED_IMAGES`` as the process has it, PIL's
+    default False); ``where`` (e.g. ``"pack 'pack000000012' sample 'x1' part img3.png"``) starts
+    every error message.
+    Raises :class:`MediaDecodeError` (one line: ``where``, the PIL error) when the image is missing,
+    not of an accepted format, truncated or corrupt, and :class:`ConfigError` for a decoded tensor
+    (the TaskEncoder must leave images undecoded or use ``SampleDecoder(image_decode="pil")``) or
+    another type.
+    """
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        src = io.BytesIO(bytes(obj))
+    elif isinstance(obj, (str, Path)):
+        src = str(obj)
+    elif isinstance(obj, Image.Image):
+        src = None
+        fmt = getattr(obj, "format", None)
+        if fmt and fmt not in IMAGE_FORMATS and getattr(obj, "tile", None):  # not decoded yet: never load it
+            raise MediaDecodeError(f"{where}: image does not decode: {fmt} is not an accepted image format "
+                                   f"({', '.join(IMAGE_FORMATS)}); re-pack with vlmpack's media check")
+    else:
+        raise ConfigError(f"{where}: media of type {type(obj).__name__} cannot be used; pass raw bytes or decode "
+                          "media as PIL (SampleDecoder(image_decode='pil'))")
+    try:
+        img = obj if src is None else open_image_file(src)
+        img.load()
+        img = ImageOps.exif_transpose(img)
+        return img.convert("RGB")
+    except MemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - PIL raises OSError, SyntaxError, ValueError, struct.error...
+        detail = " ".join(str(e).split()) or type(e).__name__
+        raise MediaDecodeError(f"{where}: image does not decode ({type(e).__name__}: {detail}); the shard or "
+                               "file is corrupt or changed after packing: re-pack it (vlmpack pack checks "
+                               "that every image decodes)") from None
+
+def check_stored_image(raw: bytes, name: str, where: str) -> None:
+    """:func:`open_image` of a stored image (its errors are already one line starting with
+    ``where``, which names the member; ``name`` is not needed)."""
+    open_image(raw, where=where)
+
+
+def _oneline(value: object) -> str:
+    return " ".join(str(value).split())
+
+
+KIND = MediaKind(
+    name="image",
+    tag="img",
+    extensions=("png", "jpg", "jpeg", "webp", "gif", "bmp", "tif", "tiff"),
+    probe=probe_image,
+    decode=open_image,
+    check_stored=check_stored_image,
+    probe_by_content=True,
+)
