@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from vlmpack.errors import ConfigError, InputError
-from vlmpack.fsio import read_inside
+from vlmpack.fsio import LinkRefused, read_inside
 from vlmpack.packfmt import ShardPacks, loads_json, parse_pack, shard_paths
 from vlmpack.sinks import get_sink
 
@@ -113,10 +113,12 @@ def find_packs(out_dir: str | Path, *, pack: str | None = None, sample: str | No
     """``[(shard name, key, {part: bytes})]`` of the packs asked for: the pack ``pack``, the pack
     holding sample id ``sample``, or ``random_n`` packs drawn with ``seed`` over the counts of
     ``.info.json`` (default: the first pack). Only the regular ``*.tar`` files of OUT are read
-    (:func:`vlmpack.packfmt.shard_paths`; a symbolic link or a name ``.info.json`` gives outside
-    them is refused). Raises :class:`InputError` when OUT has no shards, nothing matches, or a
+    (:func:`vlmpack.packfmt.shard_paths`; a ``*.tar`` that is a symbolic link, or a name
+    ``.info.json`` gives outside them, is refused). Raises :class:`InputError` when OUT has no shards, nothing matches, or a
     shard or ``.info.json`` cannot be read."""
     out = Path(out_dir)
+    if links := sorted(p for p in out.glob("*.tar") if p.is_symlink()):
+        raise InputError(f"{LinkRefused(links[0])} (a crafted or edited output: run vlmpack check)")
     shards = shard_paths(out)
     if not shards:
         raise InputError(f"{out} holds no shard (*.tar); give a vlmpack output directory")

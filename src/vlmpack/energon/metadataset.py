@@ -330,8 +330,8 @@ def refusal(doc) -> str | None:
         return f"its header names __module__ {str(doc['__module__'])[:80]!r}, not megatron.energon"
     at = lambda where, key: ".".join(str(k)[:80] for k in (*where, key))  # noqa: E731
     for where, key, value in _items(doc):
-        if key in _CODE_KEYS and where != ():
-            return (f"{at(where, key)} names code to import ({str(value)[:80]!r}): a blend may name classes only "
+        if isinstance(value, dict) and (code := [str(value[k])[:60] for k in _CODE_KEYS if k in value]):
+            return (f"{at(where, key)} names code to import ({'.'.join(code)}): a blend may name classes only "
                     "in its MetadatasetV2 header")
     for where, key, value in _items(doc):
         form = tuple("*" if isinstance(k, int) else k for k in where)
