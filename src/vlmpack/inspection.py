@@ -114,8 +114,8 @@ def find_packs(out_dir: str | Path, *, pack: str | None = None, sample: str | No
     holding sample id ``sample``, or ``random_n`` packs drawn with ``seed`` over the counts of
     ``.info.json`` (default: the first pack). Only the regular ``*.tar`` files of OUT are read
     (:func:`vlmpack.packfmt.shard_paths`; a ``*.tar`` that is a symbolic link, or a name
-    ``.info.json`` gives outside them, is refused). Raises :class:`InputError` when OUT has no shards, nothing matches, or a
-    shard or ``.info.json`` cannot be read."""
+    ``.info.json`` gives outside them, is refused). Raises :class:`InputError` when OUT has no
+    shards, nothing matches, or a shard or ``.info.json`` cannot be read."""
     out = Path(out_dir)
     if links := sorted(p for p in out.glob("*.tar") if p.is_symlink()):
         raise InputError(f"{LinkRefused(links[0])} (a crafted or edited output: run vlmpack check)")
