@@ -26,7 +26,7 @@ class Findings:
     samples)), ``totals`` (``packs``, ``samples``, ``tokens``, ``bytes``) and ``token_diffs``
     (samples whose ``num_tokens`` differs from the manifest's). ``load_ok``: False once something
     was found that Energon must not be handed (a symbolic link, a member over its size limit, a
-    shard name that is no file of ``out``)."""
+    shard name that is no file of ``out``, a count of packs no shard's bytes can hold)."""
 
     out: Path
     problems: list[str] = field(default_factory=list)

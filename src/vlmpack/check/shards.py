@@ -43,6 +43,8 @@ def check_shard(f: Findings, name: str) -> None:
     count = (f.counts or {}).get(name)
     if whole and count is not None and count != len(starts):
         f.add(f".info.json counts {count} packs in {name}, the tar holds {len(starts)}")
+    if count is not None and count > size // 512:  # more packs than its bytes can hold: not for Energon to size
+        f.load_ok = False
     # no more offsets than one pack per 512-byte block of the tar could need: a bound whatever .info.json says
     cap = 8 * (max(len(starts), min(count or 0, size // 512)) + 1)
     try:
