@@ -92,3 +92,24 @@ def shared_preprocess(*classes: type):
     finally:
         for cls, original in saved.items():
             cls._preprocess = original
+
+
+def pack_reference(proc, raw: dict, samples: list[dict], *, nested: bool = False) -> tuple[list[list], list]:
+    """The reference for a pack's image samples: each sample's images decoded by transformers'
+    ``load_image`` from the shard's parts, and ``proc`` (the model's own processor) called once on
+    the samples' chat-template texts and images as one padded batch (``nested``: images grouped per
+    sample, as LLaVA-OneVision's processor takes them; else one flat list in order). Returns the
+    images per sample, the processor's output and each sample's ``input_ids`` without padding."""
+    import io
+
+    from PIL import Image
+    from transformers.image_utils import load_image
+
+    images = [[load_image(Image.open(io.BytesIO(raw[m["part"]]))) for m in s["media"]] for s in samples]
+    texts = [proc.apply_chat_template([{"role": m["role"], "content": [
+        {"type": "image"} if p["type"] == "image" else p for p in m["content"]]} for m in s["messages"]],
+        tokenize=False) for s in samples]
+    ref = proc(text=texts, images=images if nested else [im for x in images for im in x], return_tensors="np",
+               padding=True)
+    wants = [ids[mask.astype(bool)] for ids, mask in zip(ref["input_ids"], ref["attention_mask"])]
+    return images, ref, wants
