@@ -183,8 +183,9 @@ def read_record(fh, offset: int, length: int) -> tuple[dict, list[str]]:
 
 
 def canonical_record(sample: Sample, special_tokens: str = "reject") -> dict:
-    """The JSON object stored per accepted sample (and later written into its pack); ``mtime_ns``
-    of each media file is kept so that the writer can tell a file that changed since counting."""
+    """The JSON object stored per accepted sample (and later written into its pack); ``nbytes`` and
+    ``mtime_ns`` of each media file are kept as counted (the writer checks the content sha256 on the
+    line that follows the record instead, :func:`read_record`)."""
     rec = {
         "id": sample.id,
         "id_kind": sample.id_kind,

@@ -141,7 +141,7 @@ class _MediaReader:
     def __init__(self, task: ShardTask, expected: dict[str, str]):
         self.task, self.expected, self.failed = task, expected, None
 
-    def __call__(self, ref: str, nbytes: int | None, mtime_ns: int | None) -> bytes:
+    def __call__(self, ref: str, _nbytes: int | None = None, _mtime_ns: int | None = None) -> bytes:
         try:
             return read_checked(ref, self.expected[ref], media_root=self.task.media_root,
                                 allow_absolute_media=self.task.allow_absolute_media)
