@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import itertools
 import json
 import os
 import resource
@@ -45,15 +46,25 @@ def small_input(tmp_path_factory, real_data) -> Path:
     return path
 
 
-# Big enough to be killed mid-count and mid-write: the whole real set, one shard per 5 packs,
-# pretokenized (writing tokenizes every pack, so it lasts seconds).
+# Big enough to be killed mid-count and mid-write: the first 2,000 samples of the real set (images,
+# texts and rejections; several count tasks), one shard per 5 packs, pretokenized (writing tokenizes
+# every pack, so it lasts seconds).
 KILL_EXTRA = ["--max-packs-per-shard", 5, "--pretokenize", "--workers", 2]
+KILL_LINES = 2000
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, real_data, model_dir) -> Path:
+def kill_input(tmp_path_factory, real_data) -> Path:
+    path = tmp_path_factory.mktemp("kill") / "kill.jsonl"
+    with open(real_data / "real_sft.jsonl", "rb") as f:
+        path.write_bytes(b"".join(itertools.islice(f, KILL_LINES)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, kill_input, real_data, model_dir) -> Path:
     out = tmp_path_factory.mktemp("reference") / "out"
-    proc = run_cli(_pack_args(real_data / "real_sft.jsonl", real_data, model_dir, out, *KILL_EXTRA))
+    proc = run_cli(_pack_args(kill_input, real_data, model_dir, out, *KILL_EXTRA))
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -92,10 +103,10 @@ POINTS = {
 
 @pytest.mark.parametrize("sig,point", [(signal.SIGINT, "count"), (signal.SIGINT, "write"), (signal.SIGTERM, "write"),
                                        (signal.SIGKILL, "count"), (signal.SIGKILL, "write")])
-def test_signal_stops_at_once_and_the_rerun_gives_the_same_bytes(sig, point, tmp_path, reference, real_data,
-                                                                 model_dir):
+def test_signal_stops_at_once_and_the_rerun_gives_the_same_bytes(sig, point, tmp_path, reference, kill_input,
+                                                                 real_data, model_dir):
     out = tmp_path / "out"
-    args = _pack_args(real_data / "real_sft.jsonl", real_data, model_dir, out, *KILL_EXTRA)
+    args = _pack_args(kill_input, real_data, model_dir, out, *KILL_EXTRA)
     proc = start_cli(args)
     _wait_for(lambda: (out / ".vlmpack").is_dir() and POINTS[point](out, proc), proc, f"the {point} stage")
     workers = _children(proc.pid)
@@ -119,9 +130,9 @@ def test_signal_stops_at_once_and_the_rerun_gives_the_same_bytes(sig, point, tmp
     assert _hashes(out) == _hashes(reference)
 
 
-def test_second_run_on_the_same_output_is_refused_with_the_holder_pid(tmp_path, real_data, model_dir):
+def test_second_run_on_the_same_output_is_refused_with_the_holder_pid(tmp_path, kill_input, real_data, model_dir):
     out = tmp_path / "out"
-    args = _pack_args(real_data / "real_sft.jsonl", real_data, model_dir, out, *KILL_EXTRA)
+    args = _pack_args(kill_input, real_data, model_dir, out, *KILL_EXTRA)
     first = start_cli(args)
     _wait_for(lambda: (out / ".vlmpack" / "lock").is_file() and (out / ".vlmpack" / "lock").read_text().strip(),
               first, "the lock")

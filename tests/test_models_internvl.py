@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 import torch
 from demo_data.packs import demo_packs
+from image_memo import shared_preprocess
 from PIL import Image
 
 from vlmpack.config import load_config
@@ -126,6 +127,7 @@ def _runs(ids: np.ndarray, start: int, end: int, ctx: int) -> list[int]:
 
 def test_every_image_sample_equals_internvl_processor(tmp_path_factory, real_data, internvl_dir):
     from transformers.image_utils import load_image
+    from transformers.models.got_ocr2 import GotOcr2ImageProcessorPil
 
     out = tmp_path_factory.mktemp("ivlcount") / "packs"
     run_pack(load_config(input=[str(real_data / "real_sft.jsonl")], media_root=str(real_data),
@@ -137,36 +139,45 @@ def test_every_image_sample_equals_internvl_processor(tmp_path_factory, real_dat
     image_lines = {i + 1 for i, x in enumerate(lines) if (r := json.loads(x)).get("images") or r.get("image")}
     rejected = {r["line"]: r for x in (out / "rejects.jsonl").read_text().splitlines()
                 if (r := json.loads(x))["line"] in image_lines}
-    compared = n_media = n_samples = 0
-    for raw in read_packs(out):
-        meta = json.loads(raw["json"])
-        batch = collator(raw)  # re-encodes with the processor's pixels; raises on any count mismatch
-        cu = batch["cu_seqlens"].tolist()
-        lengths = np.diff(cu).tolist()
-        assert lengths == [s["num_tokens"] for s in meta["samples"]], raw["__key__"]
-        n_samples += len(lengths)
-        for s, a, z in zip(meta["samples"], cu[:-1], cu[1:]):
-            if not s["media"]:
+    compared = n_media = n_samples = n_image_packs = 0
+    with shared_preprocess(GotOcr2ImageProcessorPil) as memo:
+        for raw in read_packs(out):
+            meta = json.loads(raw["json"])
+            batch = collator(raw)  # re-encodes with the processor's pixels; raises on any count mismatch
+            cu = batch["cu_seqlens"].tolist()
+            lengths = np.diff(cu).tolist()
+            assert lengths == [s["num_tokens"] for s in meta["samples"]], raw["__key__"]
+            n_samples += len(lengths)
+            at = [(s, a, z) for s, a, z in zip(meta["samples"], cu[:-1], cu[1:]) if s["media"]]
+            if not at:
                 continue
-            images = [load_image(Image.open(io.BytesIO(raw[m["part"]]))) for m in s["media"]]
-            msgs = [{"role": m["role"], "content": [{"type": "image"} if p["type"] == "image" else p
-                                                     for p in m["content"]]} for m in s["messages"]]
-            text = proc.apply_chat_template(msgs, tokenize=False)
-            ref = proc(text=[text], images=images, return_tensors="np")
-            want = ref["input_ids"][0]
-            tokens = _runs(want, fam.start_image_token_id, fam.end_image_token_id, fam.image_token_id)
-            where = f"sample {s['id']!r}"
-            assert ref["pixel_values"].shape[0] * 256 == sum(tokens), where  # tiles x image_seq_length
-            assert [m["num_tokens"] for m in s["media"]] == tokens, where
-            assert s["num_tokens"] == len(want), where
-            got = fam.encode(s["messages"], tokens, s.get("special_tokens"))
-            assert np.array_equal(got, want), where
-            assert np.array_equal(batch["input_ids"][0, a:z].numpy(), want), where
-            compared += 1
-            n_media += len(images)
+            # the reference: the processor on the pack's image samples as one batch (the same images, in
+            # the same order, as the collator's image-processor call: one pixel computation, see image_memo)
+            images = [[load_image(Image.open(io.BytesIO(raw[m["part"]]))) for m in s["media"]] for s, _, _ in at]
+            texts = [proc.apply_chat_template([{"role": m["role"], "content": [
+                {"type": "image"} if p["type"] == "image" else p for p in m["content"]]} for m in s["messages"]],
+                tokenize=False) for s, _, _ in at]
+            ref = proc(text=texts, images=[im for x in images for im in x], return_tensors="np", padding=True)
+            n_image_packs += 1
+            tiles = iter(memo.last["num_patches"])  # per image, in order (the processor does not return it)
+            for j, (s, a, z) in enumerate(at):
+                want = ref["input_ids"][j][ref["attention_mask"][j].astype(bool)]
+                tokens = _runs(want, fam.start_image_token_id, fam.end_image_token_id, fam.image_token_id)
+                where = f"sample {s['id']!r}"
+                assert [next(tiles) * 256 for _ in s["media"]] == tokens, where  # tiles x image_seq_length
+                assert [m["num_tokens"] for m in s["media"]] == tokens, where
+                assert s["num_tokens"] == len(want), where
+                got = fam.encode(s["messages"], tokens, s.get("special_tokens"))
+                assert np.array_equal(got, want), where
+                assert np.array_equal(batch["input_ids"][0, a:z].numpy(), want), where
+                compared += 1
+                n_media += len(images[j])
+            assert next(tiles, None) is None, raw["__key__"]
     print(f"compared {compared} image samples ({n_media} images) with InternVLProcessor; collator lengths of "
           f"{n_samples} samples; {len(rejected)} image samples rejected: "
           f"{sorted({r['reason'] for r in rejected.values()})}")
+    # the collator and the processor saw the same pixels and options for every pack (one computation each)
+    assert memo.hits == memo.misses == n_image_packs
     # every image sample of the set is either compared or rejected for a reason that is not a count
     assert compared + len(rejected) == len(image_lines) == 2937
     assert compared >= 2900 and not {r["reason"] for r in rejected.values()} & {"overlong", "template_error"}

@@ -35,6 +35,7 @@ import numpy as np
 import pytest
 import torch
 from demo_data.packs import demo_packs
+from image_memo import shared_preprocess
 from PIL import Image
 
 from vlmpack.config import load_config
@@ -141,6 +142,8 @@ def test_collator_lengths_equal_recorded_counts_text_packs(full_pack, real_data,
 
 
 def test_every_image_sample_equals_llava_onevision_processor(full_pack, real_data, llava_ov_dir):
+    from transformers.models.llava_onevision.image_processing_pil_llava_onevision import LlavaOnevisionImageProcessorPil
+
     out = full_pack
     proc = _processor(llava_ov_dir)
     fam = load_model(str(llava_ov_dir))
@@ -149,37 +152,42 @@ def test_every_image_sample_equals_llava_onevision_processor(full_pack, real_dat
     image_lines = {i + 1 for i, x in enumerate(lines) if (r := json.loads(x)).get("images") or r.get("image")}
     rejected = {r["line"]: r for x in (out / "rejects.jsonl").read_text().splitlines()
                 if (r := json.loads(x))["line"] in image_lines}
-    compared = n_media = n_multi = 0
-    for raw in read_packs(out):
-        meta = json.loads(raw["json"])
-        if not any(s["media"] for s in meta["samples"]):
-            continue
-        batch = collator(raw)  # re-encodes with the processor's pixels; raises on any count mismatch
-        cu = batch["cu_seqlens"].tolist()
-        assert np.diff(cu).tolist() == [s["num_tokens"] for s in meta["samples"]], raw["__key__"]
-        for s, a, z in zip(meta["samples"], cu[:-1], cu[1:]):
-            if not s["media"]:
+    compared = n_media = n_multi = n_image_packs = 0
+    with shared_preprocess(LlavaOnevisionImageProcessorPil) as memo:
+        for raw in read_packs(out):
+            meta = json.loads(raw["json"])
+            if not any(s["media"] for s in meta["samples"]):
                 continue
-            images = _sample_images(raw, s)
-            text = proc.apply_chat_template(_template_msgs(s), tokenize=False)
-            ref = proc(text=[text], images=[images], return_tensors="np")  # nested: the sample's images
-            want = ref["input_ids"][0]
-            tokens = _runs(want, fam.image_token_id)
-            where = f"sample {s['id']!r}"
-            assert len(tokens) == len(images), where
-            assert [m["num_tokens"] for m in s["media"]] == tokens, where
-            assert s["num_tokens"] == len(want), where
-            got = fam.encode(s["messages"], tokens, s.get("special_tokens"))
-            assert np.array_equal(got, want), where
-            assert np.array_equal(batch["input_ids"][0, a:z].numpy(), want), where
-            if len(images) > 1:  # the multi-image path: the size does not matter
-                assert set(tokens) == {fam.multi_image_tokens()}, where
-            compared += 1
-            n_media += len(images)
-            n_multi += len(images) > 1
+            batch = collator(raw)  # re-encodes with the processor's pixels; raises on any count mismatch
+            cu = batch["cu_seqlens"].tolist()
+            assert np.diff(cu).tolist() == [s["num_tokens"] for s in meta["samples"]], raw["__key__"]
+            at = [(s, a, z) for s, a, z in zip(meta["samples"], cu[:-1], cu[1:]) if s["media"]]
+            # the reference: the processor on the pack's image samples as one batch, nested per sample (the
+            # same images and grouping as the collator's image-processor call: one computation, see image_memo)
+            images = [_sample_images(raw, s) for s, _, _ in at]
+            texts = [proc.apply_chat_template(_template_msgs(s), tokenize=False) for s, _, _ in at]
+            ref = proc(text=texts, images=images, return_tensors="np", padding=True)
+            n_image_packs += 1
+            for j, (s, a, z) in enumerate(at):
+                want = ref["input_ids"][j][ref["attention_mask"][j].astype(bool)]
+                tokens = _runs(want, fam.image_token_id)
+                where = f"sample {s['id']!r}"
+                assert len(tokens) == len(images[j]), where
+                assert [m["num_tokens"] for m in s["media"]] == tokens, where
+                assert s["num_tokens"] == len(want), where
+                got = fam.encode(s["messages"], tokens, s.get("special_tokens"))
+                assert np.array_equal(got, want), where
+                assert np.array_equal(batch["input_ids"][0, a:z].numpy(), want), where
+                if len(images[j]) > 1:  # the multi-image path: the size does not matter
+                    assert set(tokens) == {fam.multi_image_tokens()}, where
+                compared += 1
+                n_media += len(images[j])
+                n_multi += len(images[j]) > 1
     print(f"compared {compared} image samples ({n_media} images, {n_multi} multi-image samples) with "
           f"LlavaOnevisionProcessor; {len(rejected)} image samples rejected: "
           f"{sorted({r['reason'] for r in rejected.values()})}")
+    # the collator and the processor saw the same pixels and options for every pack (one computation each)
+    assert memo.hits == memo.misses == n_image_packs
     # every image sample of the set is either compared or rejected for a reason that is not a count
     assert compared + len(rejected) == len(image_lines) == 2937
     assert n_multi >= 100  # both paths are compared

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import torch
 from demo_data.packs import demo_packs
+from image_memo import shared_preprocess
 from PIL import Image
 
 from vlmpack.config import load_config
@@ -73,6 +74,7 @@ def test_every_image_sample_equals_qwen3_vl_processor(request, tmp_path_factory,
     """Qwen3-VL, and Qwen3.5 (transformers maps ``qwen3_5`` to the same ``Qwen3VLProcessor``; its
     directory holds stand-in tokenizer and template, see tools/demo_data/model_files/qwen3_5)."""
     from transformers.image_utils import load_image
+    from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil
 
     qwen3_vl_dir = request.getfixturevalue(model_fixture)
     out = tmp_path_factory.mktemp("q3count") / "packs"
@@ -86,33 +88,41 @@ def test_every_image_sample_equals_qwen3_vl_processor(request, tmp_path_factory,
     image_lines = {i + 1 for i, x in enumerate(lines) if (r := json.loads(x)).get("images") or r.get("image")}
     rejected = {r["line"]: r for x in (out / "rejects.jsonl").read_text().splitlines()
                 if (r := json.loads(x))["line"] in image_lines}
-    compared = n_media = 0
-    for raw in read_packs(out):
-        meta = json.loads(raw["json"])
-        if not any(s["media"] for s in meta["samples"]):
-            continue
-        batch = collator(raw)  # re-encodes with the processor's pixels; raises on any count mismatch
-        cu = batch["cu_seqlens"].tolist()
-        for s, a, z in zip(meta["samples"], cu[:-1], cu[1:]):
-            if not s["media"]:
+    compared = n_media = n_image_packs = 0
+    with shared_preprocess(Qwen2VLImageProcessorPil) as memo:
+        for raw in read_packs(out):
+            meta = json.loads(raw["json"])
+            if not any(s["media"] for s in meta["samples"]):
                 continue
-            images = [load_image(Image.open(io.BytesIO(raw[m["part"]]))) for m in s["media"]]
-            msgs = [{"role": m["role"], "content": [{"type": "image"} if p["type"] == "image" else p
-                                                     for p in m["content"]]} for m in s["messages"]]
-            text = proc.apply_chat_template(msgs, tokenize=False)
-            ref = proc(text=[text], images=images, return_tensors="np")
-            want = ref["input_ids"][0]
-            tokens = (ref["image_grid_thw"].prod(-1) // 4).tolist()
-            where = f"sample {s['id']!r}"
-            assert [m["num_tokens"] for m in s["media"]] == tokens, where
-            assert s["num_tokens"] == len(want), where
-            got = fam.encode(s["messages"], tokens, s.get("special_tokens"))
-            assert np.array_equal(got, want), where
-            assert np.array_equal(batch["input_ids"][0, a:z].numpy(), want), where
-            compared += 1
-            n_media += len(images)
+            batch = collator(raw)  # re-encodes with the processor's pixels; raises on any count mismatch
+            cu = batch["cu_seqlens"].tolist()
+            at = [(s, a, z) for s, a, z in zip(meta["samples"], cu[:-1], cu[1:]) if s["media"]]
+            # the reference: the processor on the pack's image samples as one batch (the same images, in the
+            # same order, as the collator's image-processor call: one pixel computation, see image_memo)
+            images = [[load_image(Image.open(io.BytesIO(raw[m["part"]]))) for m in s["media"]] for s, _, _ in at]
+            texts = [proc.apply_chat_template([{"role": m["role"], "content": [
+                {"type": "image"} if p["type"] == "image" else p for p in m["content"]]} for m in s["messages"]],
+                tokenize=False) for s, _, _ in at]
+            ref = proc(text=texts, images=[im for x in images for im in x], return_tensors="np", padding=True)
+            n_image_packs += 1
+            grids = iter((ref["image_grid_thw"].prod(-1) // 4).tolist())  # per image, in order
+            for j, (s, a, z) in enumerate(at):
+                want = ref["input_ids"][j][ref["attention_mask"][j].astype(bool)]
+                tokens = [next(grids) for _ in images[j]]
+                where = f"sample {s['id']!r}"
+                assert [m["num_tokens"] for m in s["media"]] == tokens, where
+                assert s["num_tokens"] == len(want), where
+                assert np.count_nonzero(want == fam.image_token_id) == sum(tokens), where
+                got = fam.encode(s["messages"], tokens, s.get("special_tokens"))
+                assert np.array_equal(got, want), where
+                assert np.array_equal(batch["input_ids"][0, a:z].numpy(), want), where
+                compared += 1
+                n_media += len(images[j])
+            assert next(grids, None) is None, raw["__key__"]
     print(f"{fam.name}: compared {compared} image samples ({n_media} images) with Qwen3VLProcessor; "
           f"{len(rejected)} image samples rejected: {sorted({r['reason'] for r in rejected.values()})}")
+    # the collator and the processor saw the same pixels and options for every pack (one computation each)
+    assert memo.hits == memo.misses == n_image_packs
     # every image sample of the set is either compared or rejected for a reason that is not a count
     assert compared + len(rejected) == len(image_lines) == 2937
     assert compared >= 2900 and not {r["reason"] for r in rejected.values()} & {"overlong", "template_error"}

@@ -16,7 +16,7 @@ import pytest
 from vlmpack.errors import ConfigError
 from vlmpack.pack.rundir import RUN_DIR
 from vlmpack.pack.write import ShardTask, write_shard
-from vlmpack.packfmt import EXT_BY_FORMAT, ShardPacks, read_packs
+from vlmpack.packfmt import EXT_BY_FORMAT, ShardPacks, loads_json, read_packs
 from vlmpack.packing import PackPlan
 from vlmpack.sinks import DEFAULT_LAYOUT, SINKS, Sink, get_sink
 from vlmpack.sinks.vlmpack import VlmpackSink
@@ -88,6 +88,10 @@ class _CaptionSink(VlmpackSink):
             meta["images"].append(names)
         members.append((f"{key}.json", json.dumps(meta).encode()))
         return members, sum(r["num_tokens"] for r in records)
+
+    @staticmethod
+    def read_pack(parts):  # its own object, not a vlmpack.pack/1 one (VlmpackSink.read_pack checks that form)
+        return loads_json(parts["json"])
 
     @staticmethod
     def dataset_files():

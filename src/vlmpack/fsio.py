@@ -1,4 +1,5 @@
-"""File-system edges shared by every layer: atomic writes, canonical JSON bytes, printable paths.
+"""File-system edges shared by every layer: atomic writes, canonical JSON bytes, printable paths,
+and reading or deleting inside an output without following a symbolic link.
 
 Every file vlmpack writes into an output goes through :func:`atomic_write` (a temporary file in
 the same folder, fsynced, renamed into place, folder fsynced), so a kill at any point leaves
@@ -9,14 +10,23 @@ State that vlmpack reads back (the run directory, the count cache) is data only:
 NumPy without pickles, never code. A JSON state file is *sealed* (:func:`sealed_json_bytes`: its
 own sha256 under :data:`CHECKSUM`), other files are named with their sha256 in a sealed file; a
 file whose checksum does not match counts as missing (:func:`read_sealed_json`, :func:`file_sha256`).
+
+vlmpack writes no symbolic link into an output, so it follows none there: :func:`open_inside`
+opens a regular file under a root with no link at any step (:class:`LinkRefused` otherwise),
+:func:`links_under` names the links among paths vlmpack would write, and :func:`remove_regular`
+deletes a file only when ``lstat`` says it is a regular one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
+from typing import BinaryIO
 
 
 def atomic_write(path: str | Path, data: bytes) -> None:
@@ -42,6 +52,8 @@ def _atomic(path: Path, write) -> None:
     The temp file is removed on ``OSError``, which is raised with ``filename`` set."""
     tmp = path.with_name(path.name + ".tmp")
     try:
+        with contextlib.suppress(FileNotFoundError):  # a leftover (or a planted link) is replaced, never followed
+            os.unlink(tmp)
         write(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
@@ -146,3 +158,106 @@ def printable_path(path: str | os.PathLike[str]) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+class LinkRefused(OSError):
+    """A symbolic link (or another non-regular entry) where vlmpack reads or writes a file of its
+    own: never followed. ``filename`` is the path, ``strerror`` the one-line reason."""
+
+    def __init__(self, path: str | Path, what: str = "a symbolic link; vlmpack writes none and follows none"):
+        super().__init__(errno.ELOOP, what, str(path))
+
+    def __str__(self) -> str:
+        return f"{printable_path(self.filename)} is {self.strerror}"
+
+
+def _parts(rel: str | Path) -> list[str]:
+    """The components of ``rel``, a relative path that stays below its root (``ValueError`` else)."""
+    parts = Path(rel).parts
+    if not parts or Path(rel).is_absolute() or any(p in (".", "..") for p in parts):
+        raise ValueError(f"{printable_path(rel)} is not a path inside the output")
+    return list(parts)
+
+
+def open_inside(root: str | Path, rel: str | Path, max_bytes: int | None = None) -> BinaryIO:
+    """Open the regular file ``root/rel`` for reading (binary) without following a symbolic link
+    at any component of ``rel`` (``root`` itself is the caller's choice and may be one).
+
+    Raises :class:`LinkRefused` for a link or a non-regular file (a FIFO is never waited on),
+    ``ValueError`` for a ``rel`` that leaves ``root`` (absolute, ``..``) or a file of more than
+    ``max_bytes`` bytes, and ``OSError`` (``FileNotFoundError``, ...) as ``open`` does."""
+    parts, path = _parts(rel), Path(root) / rel
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for i, name in enumerate(parts):
+            last = i == len(parts) - 1
+            flags = os.O_RDONLY | os.O_NOFOLLOW | (os.O_NONBLOCK if last else os.O_DIRECTORY)
+            try:
+                nxt = os.open(name, flags, dir_fd=fd)
+            except OSError as e:
+                if _is_link(name, fd):
+                    raise LinkRefused(Path(root, *parts[:i + 1])) from None
+                e.filename = str(path)
+                raise
+            os.close(fd)
+            fd = nxt
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise LinkRefused(path, "not a regular file; vlmpack reads only the files it writes")
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise ValueError(f"{printable_path(path)} is {st.st_size:,} bytes, more than the {max_bytes:,} vlmpack "
+                             "reads of such a file")
+        os.set_blocking(fd, True)
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    return f
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
+
+
+def read_inside(root: str | Path, rel: str | Path, max_bytes: int) -> bytes:
+    """The bytes of the regular file ``root/rel`` (:func:`open_inside`: no link followed, at most
+    ``max_bytes`` bytes, else ``ValueError``; ``OSError`` as ``open``)."""
+    with open_inside(root, rel, max_bytes) as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:  # grew while read
+        raise ValueError(f"{printable_path(Path(root) / rel)} is more than the {max_bytes:,} bytes vlmpack reads "
+                         "of such a file")
+    return data
+
+
+def links_under(root: str | Path, rels) -> list[Path]:
+    """The paths ``root/rel`` (for each ``rel`` of ``rels``, relative) that are, or pass through, a
+    symbolic link below ``root``, in order; missing paths are not links. Never raises for a path
+    that cannot be examined (it is left out)."""
+    found: list[Path] = []
+    for rel in rels:
+        p = Path(root)
+        for name in Path(rel).parts:
+            p = p / name
+            try:
+                if stat.S_ISLNK(os.lstat(p).st_mode):
+                    found.append(p)
+                    break
+            except OSError:
+                break
+    return found
+
+
+def remove_regular(path: str | Path) -> bool:
+    """Delete ``path`` if ``lstat`` says it is a regular file (never a link's target, never a
+    folder); returns whether it was deleted. Raises ``OSError`` when the deletion fails."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+    except FileNotFoundError:
+        return False
+    os.unlink(path)
+    return True

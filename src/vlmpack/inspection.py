@@ -12,20 +12,27 @@ and the label mask coloured.
 from __future__ import annotations
 
 import base64
+import bisect
 import html
+import itertools
 import json
 import random
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from vlmpack.errors import ConfigError, InputError
-from vlmpack.packfmt import ShardPacks
+from vlmpack.fsio import LinkRefused, read_inside
+from vlmpack.packfmt import ShardPacks, loads_json, parse_pack, shard_paths
 from vlmpack.sinks import get_sink
 
 __all__ = ["InspectedSample", "find_packs", "inspect_pack", "render_html", "render_terminal"]
 
+#: The most tokens of a pack :func:`inspect_pack` expands (a crafted count must not allocate more).
+MAX_INSPECT_TOKENS = 1 << 24
+_MAX_INFO_BYTES = 64 << 20  # .nv-meta/.info.json
 _MIME = {"jpg": "image/jpeg", "png": "image/png", "gif": "image/gif", "webp": "image/webp", "bmp": "image/bmp",
          "tiff": "image/tiff"}
 
@@ -47,34 +54,82 @@ class InspectedSample:
 
 
 def _shard_packs(path: Path, want=None):
-    """``(key, {part: bytes})`` of the packs of one shard for which ``want(key, json bytes)`` is true."""
-    for pack in ShardPacks(path):
-        body = pack.parts.get("json")
-        if body is not None and (want is None or want(pack.key, body)):
-            yield pack.key, pack.parts
+    """``(key, {part: bytes})`` of the packs of one shard for which ``want(key, json bytes)`` is true.
+    Raises :class:`InputError` for a shard that cannot be read (corrupt tar, a member over its
+    size limit, a symbolic link)."""
+    try:
+        for pack in ShardPacks(path):
+            body = pack.parts.get("json")
+            if body is not None and (want is None or want(pack.key, body)):
+                yield pack.key, pack.parts
+    except (tarfile.TarError, EOFError, ValueError) as e:  # MemberTooLarge is a ValueError
+        raise InputError(f"{path}: cannot be read as a vlmpack shard ({' '.join(str(e).split())})") from None
+
+
+def _holds_sample(body: bytes, sample: str) -> bool:
+    """Whether the pack JSON ``body`` holds the sample id ``sample`` (a pack that is no pack
+    object holds none)."""
+    if json.dumps(str(sample)).encode() not in body:
+        return False
+    try:
+        return any(str(s["id"]) == str(sample) for s in parse_pack(body)["samples"])
+    except ValueError:
+        return False
+
+
+def _random_slots(out: Path, sizes: dict[str, int], n: int, seed: int) -> list[tuple[str, int]]:
+    """``n`` ``(shard name, pack index)`` drawn with ``seed`` over the packs ``.info.json`` counts
+    (shards in name order), sorted; the same draw as ``random.Random(seed).sample`` of the list of
+    every slot, without making that list. ``sizes``: the regular ``*.tar`` files of ``out`` (name ->
+    bytes). Raises :class:`InputError` when ``.info.json`` cannot be read, names a shard that is not
+    one of them, or counts more packs than its bytes can hold (a pack takes >= 512 bytes)."""
+    rel = ".nv-meta/.info.json"
+    try:
+        counts = loads_json(read_inside(out, rel, _MAX_INFO_BYTES))["shard_counts"]
+        if not isinstance(counts, dict) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                                   for v in counts.values()):
+            raise ValueError("shard_counts is not an object of counts")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise InputError(f"{out / rel} cannot be read ({' '.join(str(e).split())}); give --pack or --sample") from None
+    if foreign := sorted(set(counts) - set(sizes)):
+        raise InputError(f"{out / rel} names {foreign[0][:200]!r}, which is no shard file of {out} (a crafted or "
+                         "edited output: run vlmpack check)")
+    if over := sorted(name for name, c in counts.items() if c > sizes[name] // 512):
+        raise InputError(f"{out / rel} counts {counts[over[0]]:,} packs in {over[0]}, more than its "
+                         f"{sizes[over[0]]:,} bytes can hold (a crafted or edited output: run vlmpack check)")
+    order = sorted(counts.items())
+    bounds = list(itertools.accumulate(c for _, c in order))
+    total = bounds[-1] if bounds else 0
+    picked = random.Random(seed).sample(range(total), min(n, total))
+    slots = []
+    for j in picked:
+        i = bisect.bisect_right(bounds, j)
+        slots.append((order[i][0], j - (bounds[i - 1] if i else 0)))
+    return sorted(slots)
 
 
 def find_packs(out_dir: str | Path, *, pack: str | None = None, sample: str | None = None, random_n: int = 0,
                seed: int = 0) -> list[tuple[str, str, dict[str, bytes]]]:
     """``[(shard name, key, {part: bytes})]`` of the packs asked for: the pack ``pack``, the pack
-    holding sample id ``sample``, or ``random_n`` packs drawn with ``seed`` (default: the first
-    pack). Raises :class:`InputError` when OUT has no shards or nothing matches."""
+    holding sample id ``sample``, or ``random_n`` packs drawn with ``seed`` over the counts of
+    ``.info.json`` (default: the first pack). Only the regular ``*.tar`` files of OUT are read
+    (:func:`vlmpack.packfmt.shard_paths`; a ``*.tar`` that is a symbolic link, or a name
+    ``.info.json`` gives outside them, is refused). Raises :class:`InputError` when OUT has no
+    shards, nothing matches, or a shard or ``.info.json`` cannot be read."""
     out = Path(out_dir)
-    shards = sorted(out.glob("*.tar"))
+    if links := sorted(p for p in out.glob("*.tar") if p.is_symlink()):
+        raise InputError(f"{LinkRefused(links[0])} (a crafted or edited output: run vlmpack check)")
+    shards = shard_paths(out)
     if not shards:
         raise InputError(f"{out} holds no shard (*.tar); give a vlmpack output directory")
     if pack is not None:
         want = lambda k, _: k == pack  # noqa: E731
     elif sample is not None:
-        needle = json.dumps(str(sample)).encode()
-        want = lambda _, body: needle in body and any(  # noqa: E731
-            str(s["id"]) == str(sample) for s in json.loads(body)["samples"])
+        want = lambda _, body: _holds_sample(body, sample)  # noqa: E731
     else:
         want = None
     if random_n > 0:
-        info = json.loads((out / ".nv-meta" / ".info.json").read_text())
-        slots = [(name, i) for name, n in sorted(info["shard_counts"].items()) for i in range(int(n))]
-        chosen = sorted(random.Random(seed).sample(slots, min(random_n, len(slots))))
+        chosen = _random_slots(out, {p.name: p.stat().st_size for p in shards}, random_n, seed)
         found = []
         for name in sorted({s for s, _ in chosen}):
             idx = {i for s, i in chosen if s == name}
@@ -87,15 +142,27 @@ def find_packs(out_dir: str | Path, *, pack: str | None = None, sample: str | No
     raise InputError(f"{out}: no {what} in its shards")
 
 
-def inspect_pack(parts: dict[str, bytes], model_dir: str) -> list[InspectedSample]:
+def inspect_pack(parts: dict[str, bytes], model_dir: str, where: str = "pack") -> list[InspectedSample]:
     """Encode every sample of one pack (``parts``: the pack's tar parts) with the model family.
-    Raises :class:`ConfigError` for a model directory that cannot be loaded."""
+    Raises :class:`ConfigError` for a model directory that cannot be loaded and
+    :class:`InputError` (naming ``where``) for parts that hold no pack object
+    (:func:`vlmpack.packfmt.parse_pack`) or whose recorded counts do not add up within ``seq_len``
+    (<= :data:`MAX_INSPECT_TOKENS`: the tokens are expanded in memory)."""
     from vlmpack.models import load_model
     from vlmpack.verify import _indexed
 
+    try:
+        obj = get_sink().read_pack(parts)
+    except (KeyError, ValueError, TypeError) as e:
+        raise InputError(f"{where}: no readable pack object ({type(e).__name__}: {' '.join(str(e).split())})") \
+            from None
+    recorded = [s["num_tokens"] for s in obj["samples"]]
+    if sum(recorded) != obj["num_tokens"] or obj["num_tokens"] > min(obj["seq_len"], MAX_INSPECT_TOKENS) or any(
+            sum(m["num_tokens"] for m in s["media"]) > s["num_tokens"] for s in obj["samples"]):
+        raise InputError(f"{where}: its recorded token counts do not add up within seq_len {obj['seq_len']} "
+                         f"(at most {MAX_INSPECT_TOKENS:,}); run vlmpack check on the output")
     family = load_model(str(model_dir))
     tok = family.tokenizer
-    obj = get_sink().read_pack(parts)
     out = []
     for s in obj["samples"]:
         media = s.get("media", [])

@@ -14,17 +14,25 @@ A shard holds one tar sample per pack: members ``<key>.<part>`` that share the p
   tar members into packs. :func:`group_by_key` is the grouping itself (consecutive members with
   the same key), shared with the WebDataset input source (:mod:`vlmpack.sources.wds`), whose
   samples follow webdataset's own member rules.
+- Reading what may be crafted (``check``, ``verify``, ``inspect`` read outputs they did not
+  write): :func:`loads_json` (no file deeper than :data:`MAX_JSON_DEPTH`, never a
+  ``RecursionError``), :func:`parse_pack` (a pack object whose every field has its type, or
+  ``ValueError``), and :class:`ShardPacks` reads no member over :func:`part_limit` (nor a tar
+  header over :data:`MAX_HEADER_BYTES`), so memory stays bounded whatever a shard claims.
 """
 
 from __future__ import annotations
 
+import json
 import tarfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from vlmpack.fsio import open_inside
 from vlmpack.media.kinds import KINDS
+from vlmpack.records import ID_KINDS
 
 T = TypeVar("T")
 
@@ -38,6 +46,17 @@ EXT_BY_FORMAT = {"JPEG": "jpg", "PNG": "png", "GIF": "gif", "WEBP": "webp", "BMP
 TAG_BY_KIND = {name: kind.tag for name, kind in KINDS.items()}
 #: Parts of a pack that no sample references.
 EXTRA_PARTS = frozenset({"json", "input_ids.npy"})
+#: The most bytes read of one member, by part (a pack's JSON holds at most ``seq_len`` tokens of text;
+#: ``input_ids.npy`` 4 bytes a token); media: :data:`MAX_MEDIA_BYTES`. A larger member is not read.
+MAX_PART_BYTES = {"json": 64 << 20, "input_ids.npy": 64 << 20}
+#: The most bytes read of one media member (an image or a video; the training side reads it whole too).
+MAX_MEDIA_BYTES = 2 << 30
+#: The most bytes of a tar's extended header (PAX, GNU long name); vlmpack writes < 1 KiB.
+MAX_HEADER_BYTES = 1 << 20
+#: The deepest nesting of arrays and objects :func:`loads_json` accepts (a pack object nests 6 deep).
+MAX_JSON_DEPTH = 64
+#: The roles of a pack's messages (docs/format.md).
+ROLES = ("system", "user", "assistant")
 
 
 def pack_key(global_pack: int) -> str:
@@ -91,6 +110,86 @@ def build_pack(records: list[dict], seq_len: int) -> tuple[dict, list[tuple]]:
     return {"format": FORMAT, "seq_len": seq_len, "num_tokens": total, "samples": samples}, media_parts
 
 
+def part_limit(part: str) -> int:
+    """The most bytes vlmpack reads of a member whose part (name after ``<key>.``) is ``part``:
+    :data:`MAX_PART_BYTES`, :data:`MAX_MEDIA_BYTES` for media and any other part."""
+    return MAX_PART_BYTES.get(part, MAX_MEDIA_BYTES)
+
+
+def loads_json(data: bytes | str):
+    """``json.loads(data)`` for bytes that may be crafted: ``ValueError`` (one line) for what is no
+    UTF-8 JSON or nests arrays / objects deeper than :data:`MAX_JSON_DEPTH` (never a
+    ``RecursionError``). The caller bounds the size (:func:`part_limit`)."""
+    try:
+        obj = json.loads(data)
+    except RecursionError:
+        raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    stack = [(obj, 1)]  # iterative: a walk must not recurse either
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return obj
+
+
+def _is_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _sample_problem(s) -> str | None:
+    """What makes ``s`` no sample of a pack object (docs/format.md), or None."""
+    if not isinstance(s, dict):
+        return "is not an object"
+    if isinstance(s.get("id"), bool) or not isinstance(s.get("id"), (str, int)) or not _is_count(s.get("num_tokens")):
+        return "lacks a valid id / num_tokens"
+    if s.get("id_kind", "str") not in ID_KINDS or not isinstance(s.get("special_tokens", ""), str) \
+            or not isinstance(s.get("source", {}), dict):
+        return "has an invalid id_kind / special_tokens / source"
+    media = s.get("media")
+    if not isinstance(media, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("part"), str) and m.get("kind") in KINDS
+            and all(_is_count(m.get(k)) for k in ("width", "height", "num_tokens")) for m in media):
+        return "has media that are not a list of {part, kind, width, height, num_tokens} objects"
+    parts = {m["part"] for m in media}
+    messages = s.get("messages")
+    if not isinstance(messages, list) or not all(
+            isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), list)
+            and all(_content_ok(c, parts) for c in m["content"]) for m in messages):
+        return "has messages that are not a list of {role, content: [text | a part of its media]} objects"
+    return None
+
+
+def _content_ok(c, parts: set[str]) -> bool:
+    """``c`` is a content item ``{"type": "text", "text": str}`` or ``{"type": <media kind>, "part":
+    one of parts}``."""
+    if not isinstance(c, dict):
+        return False
+    if c.get("type") == "text":
+        return isinstance(c.get("text"), str)
+    return c.get("type") in KINDS and isinstance(c.get("part"), str) and c["part"] in parts
+
+
+def parse_pack(data: bytes | str) -> dict:
+    """The pack object of a ``<key>.json`` member (docs/format.md): :func:`loads_json`, then every
+    field the readers use has its type (counts are ints >= 0, each content ``part`` names one of
+    its sample's media). Raises ``ValueError`` (one line: which field of which sample) otherwise;
+    the counts' sums and ``seq_len`` are the caller's to compare."""
+    obj = loads_json(data)
+    if not isinstance(obj, dict):
+        raise ValueError(f"a JSON {type(obj).__name__}, not a pack object")
+    if obj.get("format") != FORMAT:
+        raise ValueError(f"format {str(obj.get('format'))[:40]!r}, not {FORMAT}")
+    if not _is_count(obj.get("seq_len")) or not _is_count(obj.get("num_tokens")) \
+            or not isinstance(obj.get("samples"), list):
+        raise ValueError("seq_len / num_tokens / samples missing or of the wrong type")
+    for i, s in enumerate(obj["samples"]):
+        if (why := _sample_problem(s)) is not None:
+            raise ValueError(f"sample {i} {why}")
+    return obj
+
+
 def group_by_key(members: Iterable[tuple[str, T]]) -> Iterator[tuple[str, list[T]]]:
     """``(key, [item, ...])`` for each run of consecutive ``(key, item)`` with the same key, in
     order (a WebDataset sample: the members that share a key). A group is yielded once the next
@@ -121,15 +220,41 @@ class _Truncated(Exception):
     """Internal: a member ends past the end of the file (ends :class:`ShardPacks`' walk)."""
 
 
+class MemberTooLarge(ValueError):
+    """A member larger than :func:`part_limit` allows (its bytes are not read): ``member`` is its
+    ``TarInfo``."""
+
+    def __init__(self, path: Path, member: tarfile.TarInfo):
+        super().__init__(f"{path.name}: member {member.name} is {member.size:,} bytes, more than the "
+                         f"{part_limit(split_member(member.name)[1]):,} vlmpack reads of such a part (not read)")
+        self.member = member
+
+
+class _CappedTarInfo(tarfile.TarInfo):
+    """A ``TarInfo`` whose extended headers (PAX, GNU long names) are read only up to
+    :data:`MAX_HEADER_BYTES` (``tarfile`` reads them whole): a larger one is a ``tarfile.ReadError``."""
+
+    def _proc_member(self, tarfile_):
+        if self.type in (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME,
+                         tarfile.GNUTYPE_LONGLINK) and self.size > MAX_HEADER_BYTES:
+            raise tarfile.ReadError(f"an extended tar header of {self.size:,} bytes at byte {self.offset} "
+                                    f"(more than {MAX_HEADER_BYTES:,})")
+        return super()._proc_member(tarfile_)
+
+
 class ShardPacks:
     """The packs of one shard, in order: consecutive members ``<key>.<part>`` with the same key.
 
     ``read(part) -> bool`` picks the parts whose bytes are read (default: all). Members that are not
     regular files named ``<key>.<part>`` (no ``/``) are skipped and passed to ``on_bad(kind,
     member)`` with ``kind="name"``; with ``size`` (the file's bytes), a member whose data ends past
-    it stops the walk with ``on_bad("truncated", member)``. After a whole walk, ``end`` is the
-    offset of the end-of-archive blocks (``tarfile``'s offset) and ``whole`` is True. Raises what
-    ``tarfile`` raises for a corrupt tar (``tarfile.TarError``, ``OSError``, ``EOFError``)."""
+    it stops the walk with ``on_bad("truncated", member)``. A member of more than
+    :func:`part_limit` bytes (read or not) is never read: with ``on_bad`` it is passed as
+    ``on_bad("too_large", member)`` and its part is None, without it :class:`MemberTooLarge` is
+    raised. After a whole walk, ``end`` is the offset of the end-of-archive blocks (``tarfile``'s
+    offset) and ``whole`` is True. Raises what ``tarfile`` raises for a corrupt tar
+    (``tarfile.TarError``, ``OSError``, ``EOFError``); the shard is opened without following a
+    symbolic link (:class:`vlmpack.fsio.LinkRefused`, an ``OSError``)."""
 
     def __init__(self, path: str | Path, *, read: Callable[[str], bool] | None = None, size: int | None = None,
                  on_bad: Callable[[str, tarfile.TarInfo], None] | None = None):
@@ -146,8 +271,10 @@ class ShardPacks:
 
     def _members(self) -> Iterator[tuple[str, tuple[int, str, bytes | None]]]:
         """``(key, (header offset, part, bytes or None))`` per pack member, in tar order."""
-        with tarfile.open(self.path, mode="r:") as tf:
+        with open_inside(self.path.parent, self.path.name) as fh, \
+                tarfile.open(fileobj=fh, mode="r:", tarinfo=_CappedTarInfo) as tf:
             while (m := tf.next()) is not None:
+                tf.members.clear()  # tarfile keeps every header it read: memory would grow with the member count
                 if self._size is not None and m.offset_data + m.size > self._size:
                     if self._on_bad:
                         self._on_bad("truncated", m)
@@ -158,14 +285,20 @@ class ShardPacks:
                     continue
                 key, part = split_member(m.name)
                 read = self._read is None or self._read(part)
+                if m.size > part_limit(part):
+                    if not self._on_bad:
+                        raise MemberTooLarge(self.path, m)
+                    self._on_bad("too_large", m)
+                    read = False
                 yield key, (m.offset, part, tf.extractfile(m).read() if read else None)
             self.end = tf.offset
             self.whole = True
 
 
 def shard_paths(out_dir: str | Path) -> list[Path]:
-    """The ``*.tar`` shards of an output, in name order."""
-    return sorted(Path(out_dir).glob("*.tar"))
+    """The ``*.tar`` shards of an output, in name order: regular files only (``lstat``; a symbolic
+    link is never a shard of vlmpack's)."""
+    return sorted(p for p in Path(out_dir).glob("*.tar") if p.is_file() and not p.is_symlink())
 
 
 def read_packs(out_dir: str | Path) -> Iterator[dict]:

@@ -16,18 +16,23 @@ media part) and then recounts, in parallel over shards, every sample from what t
   processor (the collator's own path), which must give the recorded counts.
 
 Every finding is one ``problem`` line (shard, pack key, sample id); nothing raises for a bad output.
+Nothing the output holds is run and nothing outside it is read: the gate is :mod:`vlmpack.check`'s
+(``.nv-meta`` as vlmpack writes it, Energon given vlmpack's own loader), the shards recounted are
+the regular ``*.tar`` files of ``OUT`` (:func:`vlmpack.packfmt.shard_paths`), read by
+:class:`vlmpack.packfmt.ShardPacks` (no member over its size limit) and
+:func:`vlmpack.packfmt.parse_pack` (a crafted pack object is a problem line).
 """
 
 from __future__ import annotations
 
-import json
 import tarfile
 from pathlib import Path
 
 from vlmpack.errors import ConfigError, VlmpackError
+from vlmpack.fsio import read_inside
 from vlmpack.media.kinds import MEDIA_TAGS
 from vlmpack.pack.rundir import RUN_DIR
-from vlmpack.packfmt import ShardPacks
+from vlmpack.packfmt import MemberTooLarge, ShardPacks, loads_json, shard_paths
 from vlmpack.sinks import get_sink
 
 __all__ = ["recount_shard", "verify_output"]
@@ -64,13 +69,12 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False) -> list[str]
             key, parts = pack.key, pack.parts
             where = f"{name} {key}"
             try:
-                obj = sink.read_pack(parts)
-                samples = obj["samples"]
+                samples = sink.read_pack(parts)["samples"]
             except (KeyError, ValueError, TypeError) as e:
                 problems.append(f"{where}: no readable pack JSON ({type(e).__name__}: {e})")
                 continue
             referenced: list[str] = []
-            for s in samples:
+            for s in samples:  # each field has its type (parse_pack)
                 sid = s.get("id")
                 media, media_tokens = s.get("media", []), []
                 n_images = sum(m.get("kind", "image") == "image" for m in media)
@@ -101,7 +105,7 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False) -> list[str]
                     msgs = _indexed(s["messages"], [m.get("part") for m in media])
                     ids = family.token_ids([msgs], [s.get("special_tokens")])[0]
                     total = family.num_tokens(ids, media_tokens)
-                except (KeyError, ValueError, TypeError) as e:
+                except (KeyError, ValueError, TypeError, VlmpackError) as e:  # e.g. a template error on crafted text
                     problems.append(f"{where} sample {sid!r}: cannot be re-rendered ({type(e).__name__}: {e})")
                     continue
                 if total != s.get("num_tokens"):
@@ -115,17 +119,19 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False) -> list[str]
                     encoder.encode({**parts, "__key__": key})
                 except VlmpackError as e:
                     problems.append(f"{where}: decoded pixels: {e}")
-    except (OSError, tarfile.TarError, EOFError) as e:
+    except (OSError, tarfile.TarError, EOFError, MemberTooLarge) as e:
         problems.append(f"{name}: cannot be read to the end ({type(e).__name__}: {e})")
     return problems
 
 
 def _model_of(out: Path) -> str | None:
-    cfg = out / RUN_DIR / "config.json"
+    """The model directory recorded in ``out/.vlmpack/config.json`` (read without following a
+    link, size and nesting bounded), or None."""
     try:
-        return json.loads(cfg.read_text())["options"]["model"]
+        model = loads_json(read_inside(out, f"{RUN_DIR}/config.json", 64 << 20))["options"]["model"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    return model if isinstance(model, str) else None
 
 
 def verify_output(out_dir: str | Path, *, model: str | None = None, decode: bool = False, workers: int = 2,
@@ -147,7 +153,7 @@ def verify_output(out_dir: str | Path, *, model: str | None = None, decode: bool
         raise ConfigError(f"{out}: no model directory recorded in {RUN_DIR}/config.json; pass --model DIR "
                           "(the one given to vlmpack pack)")
     res = check_output(out, num_workers=workers, run_dir=run_dir)
-    shards = sorted(str(p) for p in out.glob("*.tar"))
+    shards = [str(p) for p in shard_paths(out)]  # regular files only: a link is never followed
     if workers > 1 and len(shards) > 1:
         with ProcessPoolExecutor(max_workers=min(workers, len(shards))) as pool:
             found = list(pool.map(recount_shard, shards, [model] * len(shards), [decode] * len(shards)))

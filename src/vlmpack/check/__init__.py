@@ -3,10 +3,13 @@
 Checks, cheapest first; every finding is one line in ``problems`` and nothing raises:
 
 1. ``OUT`` is an existing, non-empty directory with a readable ``report.json`` (an object with
-   ``shard_sha256``) and ``.nv-meta/`` (``.info.json`` with ``shard_counts``, ``split.yaml``,
-   ``dataset.yaml``).
-2. Shard lists: ``.info.json`` and ``report.json`` list the same shards, each of them exists,
-   and no ``<prefix>-*`` file (a tar, an ``.idx``, a ``.tmp``) listed by neither lies in ``OUT``.
+   ``shard_sha256``) and ``.nv-meta/`` whose every file equals what vlmpack writes for it
+   (``.info.json`` with ``shard_counts``, ``split.yaml``, and the output layout's ``dataset.yaml``
+   and ``sample_loader.py``, :mod:`~vlmpack.check.nvmeta`): Energon imports and runs what they
+   name, so a differing, foreign or missing file is a problem and nothing is loaded.
+2. Shard lists: ``.info.json`` and ``report.json`` list the same shards, each of them exists
+   as a regular file of ``OUT`` (a name with ``/`` or ``..``, or a symbolic link, is a problem and
+   is not read), and no ``<prefix>-*`` file (a tar, an ``.idx``, a ``.tmp``) listed by neither lies in ``OUT``.
 3. Per shard: the sha256 (streamed) equals ``report.json``'s, the size the run dir marker's,
    and all sizes sum to ``shard_bytes``; the tar reads to its end-of-archive zero blocks (not
    truncated, nothing appended); every member is a regular file ``<key>.<part>`` with contiguous,
@@ -22,17 +25,26 @@ Checks, cheapest first; every finding is one line in ``problems`` and nothing ra
    and no other id is. Ids are compared as ``(kind, id)`` with kind ``"str"|"int"|"line"``
    (manifest ``id_kind`` 0/1/2, pack JSON ``"id_kind"``; missing means ``"str"``). A missing run
    dir is a problem unless ``run_dir=False``.
-6. Energon (when ``.nv-meta`` is complete): one pass of Energon's own ``get_train_dataset(OUT,
-   repeat=False, auto_decode=False)``; every pack found in the tars comes out exactly once with
+6. Energon (when ``.nv-meta`` is as vlmpack writes it and no link or oversized member was found):
+   one pass of Energon's own ``get_train_dataset(VIEW, repeat=False, auto_decode=False)``, ``VIEW``
+   a temporary folder with ``.nv-meta`` written from vlmpack's own bytes (never the files of ``OUT``)
+   and links to ``OUT``'s shards (:func:`vlmpack.energon.load.energon_view`); every pack found in
+   the tars comes out exactly once with
    the same sample ids, nothing else comes out, and every media part decodes with the training
    side's :func:`vlmpack.train.encode.open_image` (accepted formats only: a shard never makes
    ``check`` open an EPS). Samples Energon fails on (in training it
    logs and skips them) and exceptions it raises become problem lines naming shard and key.
 
+Crafted outputs: nothing is read through a symbolic link (:func:`vlmpack.fsio.open_inside`), no
+tar member over :func:`vlmpack.packfmt.part_limit` is read, JSON nests at most
+:data:`vlmpack.packfmt.MAX_JSON_DEPTH` deep and a pack object's fields have their types
+(:func:`vlmpack.packfmt.parse_pack`): each is a problem line, never an internal error.
+
 Modules, by concern: :mod:`~vlmpack.check.findings` (what a check has found so far),
-:mod:`~vlmpack.check.records` (steps 1, 2, 5: ``report.json``, ``.nv-meta``, the run dir, shard
-lists, completeness), :mod:`~vlmpack.check.shards` (steps 3, 4: hashes, tars, packs, ``.tar.idx``)
-and :mod:`~vlmpack.check.load` (step 6: Energon).
+:mod:`~vlmpack.check.records` (steps 1, 2, 5: ``report.json``, the run dir, shard lists,
+completeness), :mod:`~vlmpack.check.nvmeta` (step 1: ``.nv-meta`` as vlmpack writes it),
+:mod:`~vlmpack.check.shards` (steps 3, 4: hashes, tars, packs, ``.tar.idx``) and
+:mod:`~vlmpack.check.load` (step 6: Energon).
 """
 
 from __future__ import annotations
@@ -55,14 +67,15 @@ def check_output(out_dir: str | Path, *, num_workers: int = 2, run_dir: bool = T
     ``num_workers``: Energon loader worker processes (0 = in this process). ``run_dir=False``:
     check without ``OUT/.vlmpack`` (no completeness, no per-sample token counts).
     Returns ``{"packs", "samples", "unique_ids", "tokens", "max_pack_tokens", "duplicates",
-    "problems", "ids"}``: counts as Energon yielded them (``ids``: Counter id -> times yielded,
-    ``duplicates``: ``(kind, id)`` pairs yielded more than once) and ``problems``, a list of
-    one-line strings, empty when everything holds.
+    "problems", "ids", "shards", "shard_counts"}``: counts as Energon yielded them (``ids``: Counter
+    id -> times yielded, ``duplicates``: ``(kind, id)`` pairs yielded more than once), ``problems``,
+    a list of one-line strings, empty when everything holds, ``shards`` the names of the shards
+    read (regular files of ``out``) and ``shard_counts`` what ``.info.json`` records (or None).
     """
     out = Path(out_dir)
     f = Findings(out)
     res = {"packs": 0, "samples": 0, "unique_ids": 0, "tokens": 0, "max_pack_tokens": 0, "duplicates": 0,
-           "problems": f.problems, "ids": Counter()}
+           "problems": f.problems, "ids": Counter(), "shards": [], "shard_counts": None}
     try:
         if not out.is_dir():
             f.add(f"{out} does not exist" if not out.exists() else f"{out} is not a directory")
@@ -74,7 +87,8 @@ def check_output(out_dir: str | Path, *, num_workers: int = 2, run_dir: bool = T
             return res
         if run_dir:
             load_run_dir(f)
-        for name in shard_names(f):
+        res["shards"] = shard_names(f)
+        for name in res["shards"]:
             try:
                 check_shard(f, name)
             except OSError as e:
@@ -83,6 +97,7 @@ def check_output(out_dir: str | Path, *, num_workers: int = 2, run_dir: bool = T
     except OSError as e:  # e.g. an unreadable directory
         f.add(f"{out}: cannot be read ({one_line(e)})")
         return res
-    if f.meta_ok:
+    res["shard_counts"] = f.counts
+    if f.meta_ok and f.load_ok:
         res.update(check_energon(f, num_workers))
     return res

@@ -3,10 +3,15 @@ tars hold, shared by the steps of :mod:`vlmpack.check` (records, shards, Energon
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from vlmpack.fsio import read_inside
+from vlmpack.packfmt import loads_json
+
+#: The most bytes read of a record file of ``OUT`` (``report.json``, ``.info.json``, run-dir JSON).
+MAX_RECORD_BYTES = 64 << 20
 
 
 @dataclass
@@ -19,13 +24,16 @@ class Findings:
     ``(kind, id)`` -> ``num_tokens``, overlong samples left out; None without it). From the tars:
     ``keys`` (every key found -> its shard), ``packs`` (key -> (shard, ``(kind, id)`` of its
     samples)), ``totals`` (``packs``, ``samples``, ``tokens``, ``bytes``) and ``token_diffs``
-    (samples whose ``num_tokens`` differs from the manifest's)."""
+    (samples whose ``num_tokens`` differs from the manifest's). ``load_ok``: False once something
+    was found that Energon must not be handed (a symbolic link, a member over its size limit, a
+    shard name that is no file of ``out``, a count of packs no shard's bytes can hold)."""
 
     out: Path
     problems: list[str] = field(default_factory=list)
     report: dict | None = None
     counts: dict[str, int] | None = None
     meta_ok: bool = False
+    load_ok: bool = True
     expected: dict[tuple[str, str], int] | None = None
     keys: dict[str, str] = field(default_factory=dict)
     packs: dict[str, tuple[str, list[tuple[str, str]]]] = field(default_factory=dict)
@@ -47,6 +55,9 @@ def is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def read_json(path: Path):
-    """The JSON value of a UTF-8 file (raises ``OSError`` / ``ValueError``)."""
-    return json.loads(path.read_text(encoding="utf-8"))
+def read_json(out: Path, rel: str):
+    """The JSON value of the UTF-8 file ``out/rel``, read without following a symbolic link and
+    at most :data:`MAX_RECORD_BYTES` bytes (:func:`vlmpack.fsio.read_inside`), nesting bounded
+    (:func:`vlmpack.packfmt.loads_json`). Raises ``OSError`` (:class:`vlmpack.fsio.LinkRefused`
+    for a link) / ``ValueError``."""
+    return loads_json(read_inside(out, rel, MAX_RECORD_BYTES))

@@ -1,6 +1,8 @@
 """The Energon half of ``vlmpack check`` (step 6 of :mod:`vlmpack.check`): one pass of Energon's own
-loader over ``OUT``, every pack it yields compared with what the tars hold (``Findings.keys``,
-``Findings.packs``), every media part decoded as the training side does."""
+loader over ``OUT``'s shards, every pack it yields compared with what the tars hold (``Findings.keys``,
+``Findings.packs``), every media part decoded as the training side does. Energon is given
+:func:`vlmpack.energon.load.energon_view`: ``.nv-meta`` as vlmpack writes it (the bytes generated,
+not the files of ``OUT``, which :mod:`vlmpack.check.nvmeta` found equal), so nothing ``OUT`` holds runs."""
 
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ from collections import Counter
 from pathlib import Path
 
 from vlmpack.check.findings import Findings, eg, is_int
-from vlmpack.energon.load import ErrorLog, iter_energon_packs, one_line
+from vlmpack.energon.load import ErrorLog, energon_view, iter_energon_packs, one_line
 from vlmpack.errors import ConfigError, VlmpackError
 from vlmpack.media.kinds import KINDS, kind_of_part
+from vlmpack.sinks import get_sink
 
 
 def take(f: Findings, pack, res: dict, seen: Counter, pairs: Counter) -> None:
@@ -47,9 +50,11 @@ def take(f: Findings, pack, res: dict, seen: Counter, pairs: Counter) -> None:
 
 
 def check_energon(f: Findings, num_workers: int) -> dict:
-    """Load ``f.out`` once through Energon (``num_workers`` loader processes) and add what differs
-    from the tars to ``f``; returns the counts as Energon yielded them (``packs``, ``samples``,
-    ``unique_ids``, ``tokens``, ``max_pack_tokens``, ``duplicates``, ``ids``)."""
+    """Load the shards of ``f.out`` once through Energon (``num_workers`` loader processes), with
+    vlmpack's own ``.nv-meta`` bytes for ``f.counts`` (:func:`~vlmpack.energon.load.energon_view`;
+    call it only when ``f.meta_ok`` and ``f.load_ok``), and add what differs from the tars to ``f``;
+    returns the counts as Energon yielded them (``packs``, ``samples``, ``unique_ids``, ``tokens``,
+    ``max_pack_tokens``, ``duplicates``, ``ids``)."""
     res = {"packs": 0, "samples": 0, "tokens": 0, "max_pack_tokens": 0, "ids": Counter()}
     seen: Counter[str] = Counter()
     pairs: Counter[tuple[str, str]] = Counter()
@@ -57,9 +62,10 @@ def check_energon(f: Findings, num_workers: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="vlmpack-check-") as tmp:
         log = ErrorLog(Path(tmp) / "errors.jsonl")
         try:  # Energon's prints, pin_memory / PIL palette warnings: noise here (failures reach `log`)
-            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                    energon_view(f.out, f.counts or {}, get_sink().dataset_files()) as view:
                 warnings.simplefilter("ignore")
-                for pack in iter_energon_packs(f.out, num_workers=num_workers, error_handler=log):
+                for pack in iter_energon_packs(view, num_workers=num_workers, error_handler=log):
                     take(f, pack, res, seen, pairs)
         except ConfigError as e:
             f.add(f"cannot load through Energon: {e}")

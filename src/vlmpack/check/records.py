@@ -1,53 +1,44 @@
 """What ``OUT`` records about itself, for ``vlmpack check`` (steps 1, 2 and 5 of :mod:`vlmpack.check`):
-``report.json`` and ``.nv-meta/`` (:func:`load_records`), the run dir's manifest and plan
+``report.json`` and ``.nv-meta/`` (:func:`load_records`, :mod:`vlmpack.check.nvmeta`), the run dir's manifest and plan
 (:func:`load_run_dir`), the shard lists (:func:`shard_names`) and, once the tars are read, their
 totals and sample ids against those records (:func:`check_totals`)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
 
 from vlmpack.check.findings import Findings, eg, is_int, read_json
+from vlmpack.check.nvmeta import check_meta
 from vlmpack.energon.load import one_line
+from vlmpack.fsio import LinkRefused, links_under
 from vlmpack.pack.rundir import RUN_DIR
 from vlmpack.records import ID_KINDS  # manifest ``id_kind`` int8 value -> pack JSON ``"id_kind"``
 
 
 def load_records(f: Findings) -> bool:
-    """Read report.json and .nv-meta into ``f``; False when the report says the run failed
-    (nothing more to check)."""
-    rp, meta = f.out / "report.json", f.out / ".nv-meta"
+    """Read report.json and .nv-meta (:func:`vlmpack.check.nvmeta.check_meta`) into ``f``; False when
+    the report says the run failed (nothing more to check)."""
+    rp = f.out / "report.json"
     try:
-        rep = read_json(rp)
+        rep = read_json(f.out, "report.json")
         if isinstance(rep, dict) and rep.get("status") == "failed":
-            f.add(f"{rp} records a failed run (stage {rep.get('stage')!r}): {f.out} is no usable output")
+            f.add(f"{rp} records a failed run (stage {str(rep.get('stage'))[:40]!r}): {f.out} is no usable output")
             return False
         if not isinstance(rep, dict) or not isinstance(rep.get("shard_sha256"), dict):
             raise ValueError("not a vlmpack report (no shard_sha256 object)")
         f.report = rep
     except FileNotFoundError:
         f.add(f"{rp} is missing: shard hashes cannot be checked (not a finished vlmpack output)")
+    except LinkRefused as e:
+        f.add(f"{e}: shard hashes cannot be checked")
     except (OSError, ValueError) as e:
         f.add(f"{rp} is corrupt ({one_line(e)}): shard hashes cannot be checked")
-    if not meta.is_dir():
-        f.add(f"{meta} is missing: Energon cannot load {f.out}")
-        return True
-    try:
-        counts = read_json(meta / ".info.json")["shard_counts"]
-        if not isinstance(counts, dict) or not all(is_int(v) for v in counts.values()):
-            raise ValueError("shard_counts is not an object of integers")
-        f.counts = counts
-    except FileNotFoundError:
-        f.add(f"{meta / '.info.json'} is missing: Energon cannot load {f.out}")
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        f.add(f"{meta / '.info.json'} is corrupt ({one_line(e)})")
-    missing = [n for n in ("split.yaml", "dataset.yaml") if not (meta / n).is_file()]
-    if missing:
-        f.add(f"{meta} lacks {', '.join(missing)}: Energon cannot load {f.out}")
-    f.meta_ok = f.counts is not None and not missing
+    check_meta(f)
     return True
 
 
@@ -56,6 +47,9 @@ def load_run_dir(f: Findings) -> None:
     are missing, unreadable or inconsistent)."""
     run = f.out / RUN_DIR
     man, plan_path = run / "manifest.parquet", run / "plan.npz"
+    if links := links_under(f.out, [f"{RUN_DIR}/manifest.parquet", f"{RUN_DIR}/plan.npz"]):
+        f.add(f"{LinkRefused(links[0])}: the run record is not read, completeness cannot be checked")
+        return
     if not man.is_file() or not plan_path.is_file():
         f.add(f"the run record {run}/manifest.parquet + plan.npz is missing: completeness and per-sample "
               "token counts cannot be checked (pass --no-run-dir to check without it)")
@@ -108,15 +102,25 @@ def shard_names(f: Findings) -> list[str]:
                 f.add(f"{len(names)} shards listed in {a} but not in {b}: {eg(sorted(names))}")
     listed, good = sorted(info | rep), []
     for name in listed:
-        if Path(name).is_absolute() or ".." in Path(name).parts:
-            f.add(f"shard name {name!r} points outside {f.out}")
-        elif not (f.out / name).is_file():
+        if Path(name).is_absolute() or ".." in Path(name).parts or "/" in name or name in ("", "."):
+            f.add(f"shard name {name[:200]!r} is no file name in {f.out} (vlmpack writes shards at its top)")
+            f.load_ok = False
+            continue
+        try:
+            mode = os.lstat(f.out / name).st_mode
+        except FileNotFoundError:
             f.add(f"shard {name} is listed but missing from {f.out}")
+            continue
+        if not stat.S_ISREG(mode):
+            what = ("a symbolic link; vlmpack writes none and follows none" if stat.S_ISLNK(mode)
+                    else "not a regular file")
+            f.add(f"shard {name} is {what}: not read")
+            f.load_ok = False
         else:
             good.append(name)
     prefixes = {n.rsplit("-", 1)[0] for n in listed if "-" in n} | {"shard"}
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        prefixes.add(str(read_json(f.out / RUN_DIR / "config.json")["options"]["shard_prefix"]))
+        prefixes.add(str(read_json(f.out, f"{RUN_DIR}/config.json")["options"]["shard_prefix"]))
     known = set(listed) | {n + ".idx" for n in listed}
     foreign = sorted({p.name for pre in prefixes for p in f.out.glob(f"{pre}-*") if p.name not in known})
     if foreign:

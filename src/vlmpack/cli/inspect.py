@@ -27,7 +27,7 @@ def inspect_command(
     found = find_packs(output, pack=pack, sample=sample, random_n=random_n, seed=seed)
     done = []
     for shard, key, parts in found:
-        samples = inspect_pack(parts, model_dir)
+        samples = inspect_pack(parts, model_dir, where=f"{output / shard} {key}")
         render_terminal(shard, key, samples)
         done.append((shard, key, parts, samples))
     if html is not None:

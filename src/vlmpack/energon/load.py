@@ -3,17 +3,47 @@
 :func:`iter_energon_packs` runs one epoch of ``get_train_dataset(OUT, repeat=False)`` (no
 shuffle); :class:`ErrorLog` is an Energon error handler that records, instead of printing a
 traceback and skipping, every sample Energon fails on (shard, key, one-line error); used by
-``vlmpack check`` (:mod:`vlmpack.check`).
+``vlmpack check`` (:mod:`vlmpack.check`). :func:`energon_view` is what the gates hand Energon
+instead of ``OUT`` itself: Energon imports and runs what ``.nv-meta`` names, so the gates give it
+vlmpack's own metadata bytes and only the shards of ``OUT``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+from vlmpack.energon.meta import write_metadata
 from vlmpack.errors import ConfigError
 from vlmpack.packfmt import split_member
+
+
+@contextlib.contextmanager
+def energon_view(out_dir: str | Path, shard_counts: dict[str, int], dataset_files: dict[str, bytes]
+                 ) -> Iterator[Path]:
+    """A temporary folder for Energon to load instead of ``out_dir``, removed on exit: its
+    ``.nv-meta/`` is written by :func:`vlmpack.energon.meta.write_metadata` from ``shard_counts``
+    (shard file name -> packs) and ``dataset_files`` (the output layout's bytes), never copied from
+    ``out_dir``, and each shard and its ``.idx`` is a symbolic link to ``out_dir``'s (a missing one
+    dangles, and Energon says so). The caller checks first that ``out_dir``'s ``.nv-meta`` equals
+    these bytes and that every shard is a regular file of ``out_dir``; Energon then loads the
+    output's data with vlmpack's own loader. Raises ``ValueError`` for a shard name that is not a
+    plain file name, ``OSError`` when the folder cannot be made."""
+    out = Path(out_dir).absolute()
+    if any("/" in n or n in ("", ".", "..") for n in shard_counts):
+        raise ValueError("shard names must be plain file names")
+    with tempfile.TemporaryDirectory(prefix="vlmpack-energon-") as tmp:
+        view = Path(tmp)
+        write_metadata(view, shard_counts, dataset_files)
+        for name in shard_counts:
+            for n in (name, name + ".idx"):
+                os.symlink(out / n, view / n)
+        yield view
 
 
 def iter_energon_packs(out_dir: str | Path, *, num_workers: int = 2, error_handler=None, auto_decode: bool = False):

@@ -17,6 +17,7 @@ Formats follow ``shared/docs/energon_format.md`` (verified against megatron-ener
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vlmpack.errors import RunDirError
 from vlmpack.media.kinds import MEDIA_TAGS
 
 ENERGON_VERSION = "7.4.1"  # the on-disk format version these files were verified against
@@ -75,7 +77,9 @@ part_filter: sample_loader.py:part_filter
 
 def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with contextlib.suppress(FileNotFoundError):  # a leftover (or a planted link) is replaced, never followed
+        os.unlink(tmp)
+    with open(tmp, "xb") as f:
         f.write(data)
     os.replace(tmp, path)
 
@@ -90,25 +94,33 @@ def read_tar_idx(path: str | Path) -> np.ndarray:
     return np.fromfile(path, dtype="<u8")
 
 
+def metadata_files(shard_counts: dict[str, int], dataset_files: dict[str, bytes] | None = None) -> dict[str, bytes]:
+    """The files of ``.nv-meta/`` (file name -> bytes, in the order written) for the shards
+    ``shard_counts`` (relative path -> number of packs): ``.info.json``, ``split.yaml`` and the
+    output layout's ``dataset_files`` (default: :data:`DATASET_YAML` + :data:`SAMPLE_LOADER_SOURCE`,
+    the ``vlmpack.pack/1`` layout). Pure: ``vlmpack check`` compares an output's files with these."""
+    shards = sorted(shard_counts)
+    info = {"energon_version": ENERGON_VERSION, "shard_counts": {s: int(shard_counts[s]) for s in shards}}
+    split = "split_parts:\n  train:" + ("".join(f"\n  - {json.dumps(s)}" for s in shards) or " []") + "\n"
+    split += "  val: []\n  test: []\nexclude: []\n"
+    if dataset_files is None:
+        dataset_files = {"dataset.yaml": DATASET_YAML.encode(), "sample_loader.py": SAMPLE_LOADER_SOURCE.encode()}
+    return {".info.json": json.dumps(info, indent=2).encode(), "split.yaml": split.encode(), **dataset_files}
+
+
 def write_metadata(root: str | Path, shard_counts: dict[str, int], dataset_files: dict[str, bytes] | None = None
                    ) -> None:
-    """Write ``.nv-meta/`` for the shards ``shard_counts`` (relative path -> number of packs):
-    ``.info.json``, ``split.yaml`` and the output layout's ``dataset_files`` (file name -> bytes;
-    default: :data:`DATASET_YAML` + :data:`SAMPLE_LOADER_SOURCE`, the ``vlmpack.pack/1`` layout).
+    """Write ``.nv-meta/`` (:func:`metadata_files`) for the shards ``shard_counts`` (relative path
+    -> number of packs) and the output layout's ``dataset_files`` (file name -> bytes).
 
-    Raises ``ValueError`` for an empty shard (Energon asserts against those).
+    Raises ``ValueError`` for an empty shard (Energon asserts against those) and
+    :class:`vlmpack.errors.RunDirError` when ``.nv-meta`` is a symbolic link (never written through).
     """
     if any(n <= 0 for n in shard_counts.values()):
         raise ValueError("empty shards cannot be listed in Energon metadata")
     meta = Path(root) / ".nv-meta"
+    if meta.is_symlink():
+        raise RunDirError(f"{meta} is a symbolic link; vlmpack writes none and follows none: remove it")
     meta.mkdir(parents=True, exist_ok=True)
-    shards = sorted(shard_counts)
-    info = {"energon_version": ENERGON_VERSION, "shard_counts": {s: int(shard_counts[s]) for s in shards}}
-    _atomic_write(meta / ".info.json", json.dumps(info, indent=2).encode())
-    split = "split_parts:\n  train:" + ("".join(f"\n  - {json.dumps(s)}" for s in shards) or " []") + "\n"
-    split += "  val: []\n  test: []\nexclude: []\n"
-    _atomic_write(meta / "split.yaml", split.encode())
-    if dataset_files is None:
-        dataset_files = {"dataset.yaml": DATASET_YAML.encode(), "sample_loader.py": SAMPLE_LOADER_SOURCE.encode()}
-    for name, data in dataset_files.items():
+    for name, data in metadata_files(shard_counts, dataset_files).items():
         _atomic_write(meta / name, data)

@@ -38,15 +38,18 @@ from pathlib import Path
 import yaml
 
 from vlmpack.errors import ConfigError
+from vlmpack.fsio import LinkRefused, links_under, read_inside
+from vlmpack.packfmt import loads_json
 
 __all__ = ["HEADER", "WEIGHTS", "blend_problems", "build_metadataset", "iter_blend", "load_output",
-           "parse_subflavors", "read_metadataset", "split_ids", "write_metadataset"]
+           "parse_subflavors", "read_metadataset", "refusal", "split_ids", "write_metadataset"]
 
 #: ``--weight`` name -> the ``report.json`` count used as the blend weight.
 WEIGHTS = {"samples": "samples_packed", "tokens": "tokens", "packs": "packs"}
 #: First line of every YAML this module writes (an existing file without it is never replaced).
 HEADER = "# written by vlmpack metadataset: an Energon MetadatasetV2 blend of vlmpack outputs\n"
 _RUN_DIR = ".vlmpack"  # = vlmpack.pack.rundir.RUN_DIR (not imported: it would load the pack stack)
+_MAX_BYTES = 64 << 20  # the most bytes read of a blend YAML or an output's record file
 
 
 # ------------------------------------------------------------------------------------------- reading outputs
@@ -59,11 +62,13 @@ def load_output(out: str | Path) -> tuple[str, dict | None, str | None]:
     path = os.path.abspath(os.fspath(out))
     rp = Path(path) / "report.json"
     try:
-        rep = json.loads(rp.read_bytes())
+        rep = loads_json(read_inside(path, "report.json", _MAX_BYTES))
     except FileNotFoundError:
         return path, None, f"{rp} is missing: {path} is not a finished vlmpack output (run vlmpack pack first)"
+    except LinkRefused as e:
+        return path, None, str(e)
     except (OSError, ValueError) as e:
-        return path, None, f"{rp} cannot be read ({type(e).__name__}: {e}); pack {path} again"
+        return path, None, f"{rp} cannot be read ({type(e).__name__}: {' '.join(str(e).split())}); pack {path} again"
     if not isinstance(rep, dict) or not isinstance(rep.get("shard_sha256"), dict):
         return path, None, f"{rp} is not a vlmpack report (no shard_sha256)"
     if rep.get("status") != "ok":
@@ -72,7 +77,7 @@ def load_output(out: str | Path) -> tuple[str, dict | None, str | None]:
         return path, None, f"{path}/.nv-meta/.info.json is missing: Energon cannot load {path}"
     if not isinstance(rep.get("model_fingerprint"), str):
         try:
-            files = json.loads((Path(path) / _RUN_DIR / "config.json").read_bytes())["model_files"]
+            files = loads_json(read_inside(path, f"{_RUN_DIR}/config.json", _MAX_BYTES))["model_files"]
             rep["model_fingerprint"] = hashlib.sha256(
                 json.dumps(files, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
         except (OSError, ValueError, KeyError, TypeError):
@@ -102,8 +107,9 @@ def split_ids(outputs: list[tuple[str, dict]]) -> dict[str, set[tuple[int, str]]
     out: dict[str, set[tuple[int, str]]] = {}
     for path, rep in outputs:
         s = _split(rep)
-        if s is None or by_split[s[0]] < 2:
-            continue
+        if s is None or by_split[s[0]] < 2 or links_under(path, [f"{_RUN_DIR}/{n}" for n in ("manifest.parquet",
+                                                                                          "plan.npz")]):
+            continue  # (a link is not followed: vlmpack check on the output says so)
         try:
             table = pq.read_table(Path(path) / _RUN_DIR / "manifest.parquet", columns=["id", "id_kind"])
             keep = np.ones(table.num_rows, bool)
@@ -260,12 +266,22 @@ def read_metadataset(path: str | Path) -> tuple[list[tuple[str, float, dict]], l
     """The blend of a ``MetadatasetV2`` YAML as ``[(absolute dataset path, weight, subflavors)]``
     (relative paths resolved against the YAML's folder, as Energon does) and one-line problems for
     what is not such a blend (another class, no ``splits.train.blend`` list, an entry without a
-    path or a numeric weight). Never raises."""
+    path or a numeric weight). A YAML that names code outside its header, or holds keys the
+    blend form has not (:func:`refusal`), is one problem and no entry: nothing of it is loaded.
+    Never raises (the file is read with PyYAML's safe loader, at most 64 MiB)."""
     p = Path(path)
     try:
-        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
+        with open(p, "rb") as f:
+            text = f.read(_MAX_BYTES + 1)
+        if len(text) > _MAX_BYTES:
+            raise ValueError(f"more than {_MAX_BYTES:,} bytes")
+        doc = yaml.safe_load(text.decode("utf-8"))
+    except RecursionError:
+        return [], [f"{p} cannot be read as YAML (nested too deep)"]
     except (OSError, ValueError, yaml.YAMLError) as e:
         return [], [f"{p} cannot be read as YAML ({type(e).__name__}: {' '.join(str(e).split())})"]
+    if (refused := refusal(doc)) is not None:
+        return [], [f"{p}: {refused}; refused, nothing loaded"]
     blend = None
     if isinstance(doc, dict) and doc.get("__class__") == "MetadatasetV2":
         blend = ((doc.get("splits") or {}).get("train") or {}).get("blend") if isinstance(doc.get("splits"), dict) \
@@ -282,6 +298,48 @@ def read_metadataset(path: str | Path) -> tuple[list[tuple[str, float, dict]], l
         ds = e["path"] if os.path.isabs(e["path"]) else os.path.normpath(os.path.join(p.parent.absolute(), e["path"]))
         entries.append((ds, w, e.get("subflavors") or {}))
     return entries, problems
+
+
+#: Keys of the blend form, by where they may stand (what ``vlmpack metadataset`` writes).
+_FORM = {(): {"__module__", "__class__", "splits"}, ("splits",): {"train"}, ("splits", "train"): {"blend"},
+         ("splits", "train", "blend", "*"): {"path", "weight", "subflavors"}}
+_CODE_KEYS = ("__module__", "__class__", "__function__")
+
+
+def _items(doc):
+    """``(path of keys / indexes, key, value)`` of every entry of the parsed YAML ``doc``, each
+    container once (YAML aliases may share them; iterative, no recursion)."""
+    seen, stack = set(), [((), doc)]
+    while stack:
+        where, node = stack.pop()
+        if id(node) in seen or not isinstance(node, (dict, list)):
+            continue
+        seen.add(id(node))
+        for key, value in (node.items() if isinstance(node, dict) else enumerate(node)):
+            yield where, key, value
+            stack.append(((*where, key), value))
+
+
+def refusal(doc) -> str | None:
+    """Why the parsed blend ``doc`` must not reach Energon, or None. Energon's YAML reader imports
+    ``__module__`` and instantiates ``__class__`` / calls ``__function__`` wherever they stand, and
+    follows ``dataset_config`` / ``split_config`` / ``aux`` to other files: so only the
+    ``MetadatasetV2`` header (``__module__: megatron.energon``) may name code, and only the keys of
+    the blend form (:data:`_FORM`; ``subflavors`` a mapping of plain values) may appear. Pure."""
+    if isinstance(doc, dict) and doc.get("__module__", "megatron.energon") != "megatron.energon":
+        return f"its header names __module__ {str(doc['__module__'])[:80]!r}, not megatron.energon"
+    at = lambda where, key: ".".join(str(k)[:80] for k in (*where, key))  # noqa: E731
+    for where, key, value in _items(doc):
+        if isinstance(value, dict) and (code := [str(value[k])[:60] for k in _CODE_KEYS if k in value]):
+            return (f"{at(where, key)} names code to import ({'.'.join(code)}): a blend may name classes only "
+                    "in its MetadatasetV2 header")
+    for where, key, value in _items(doc):
+        form = tuple("*" if isinstance(k, int) else k for k in where)
+        if isinstance(key, str) and form in _FORM and key not in _FORM[form]:
+            return f"{at(where, key)} is not a key of the blend form vlmpack checks ({', '.join(sorted(_FORM[form]))})"
+        if form[-1:] == ("subflavors",) and isinstance(value, (dict, list)):
+            return f"{at(where, key)} is not a plain value (subflavors map names to strings or numbers)"
+    return None
 
 
 def iter_blend(path: str | Path, *, num_workers: int = 0, seed: int = 0):

@@ -19,7 +19,11 @@ Rules (so that a run directory survives a kill, a full disk or a second run at a
   ``--overwrite``; with ``--overwrite`` it deletes only what the run record says vlmpack wrote
   (:data:`OWNED` + the shards listed in ``.vlmpack/outputs.json``, ``.nv-meta/.info.json`` and
   the shard markers) and keeps the stage files :data:`STAGE_FILES` (counts, manifest, plan,
-  figures), which the next run reuses only under their own stage key.
+  figures), which the next run reuses only under their own stage key;
+- vlmpack writes no symbolic link into ``OUT`` and follows none: :func:`prepare_output` refuses
+  an ``OUT`` where one stands in place of what it writes or deletes (``.vlmpack``, its lock and
+  records, ``.nv-meta``, the reports, the shards) with one line, and ``--overwrite`` deletes
+  only regular files found by ``lstat`` (:func:`vlmpack.fsio.remove_regular`), never a folder.
 
 Stage keys (:mod:`vlmpack.pack.stages`): each stage is keyed by its own inputs, so a change re-runs
 that stage and the ones after it only.
@@ -54,13 +58,13 @@ counting when only plan or write options changed.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
-import shutil
 from pathlib import Path
 
 from vlmpack.errors import RunDirError
-from vlmpack.fsio import atomic_write, json_bytes, read_json, read_sealed_json
+from vlmpack.fsio import atomic_write, json_bytes, links_under, read_json, read_sealed_json, remove_regular
 
 RUN_DIR = ".vlmpack"
 #: Files and folders of ``OUT`` that belong to vlmpack besides the shards.
@@ -83,7 +87,12 @@ def lock_output(out: Path) -> None:
         return
     run = out / RUN_DIR
     run.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run / _LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(run / _LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise RunDirError(f"{run / _LOCK} is a symbolic link; vlmpack follows none: remove it") from None
+        raise
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
@@ -137,6 +146,7 @@ def prepare_output(out: Path, fingerprint: str, payload: dict, *, overwrite: boo
     """
     if out.exists() and not out.is_dir():
         raise RunDirError(f"--output {out} is a file, not a directory; choose a directory")
+    refuse_links(out)
     if out.is_dir() and any(out.iterdir()) and not is_run_dir(out):
         hint = "" if not overwrite else " (--overwrite only replaces vlmpack's own outputs)"
         raise RunDirError(f"{out} is not empty and holds no vlmpack run record; choose a new or empty --output"
@@ -160,26 +170,41 @@ def prepare_output(out: Path, fingerprint: str, payload: dict, *, overwrite: boo
     return run
 
 
+#: Files of ``.nv-meta`` vlmpack writes (:func:`vlmpack.energon.meta.write_metadata`, ``vlmpack`` layout).
+_META_FILES = (".info.json", "split.yaml", "dataset.yaml", "sample_loader.py")
+#: Files of the run directory besides :data:`STAGE_FILES` and the shard markers.
+_RUN_FILES = ("config.json", "outputs.json")
+
+
+def refuse_links(out: Path) -> None:
+    """Raise :class:`RunDirError` (one line) when a symbolic link stands in ``out`` where vlmpack
+    writes or deletes: ``.vlmpack`` and its lock, records and stage files, ``.nv-meta`` and its
+    files, :data:`OWNED`, and the shards the run record lists (+ ``.idx``). Nothing is followed."""
+    first = [RUN_DIR, *OWNED, *(f"{RUN_DIR}/{n}" for n in (_LOCK, *_RUN_FILES, "shards", *STAGE_FILES)),
+             *(f".nv-meta/{n}" for n in _META_FILES)]
+    links = links_under(out, first) or links_under(out, [x for n in written_shards(out) for x in (n, n + ".idx")])
+    if links:
+        raise RunDirError(f"{links[0]} is a symbolic link; vlmpack writes none into an output and follows none: "
+                          "remove it, or choose another --output")
+
+
 def clear_output(out: Path) -> None:
     """Delete what vlmpack wrote in ``out`` (keeping the lock file and the stage files
     :data:`STAGE_FILES`): its shards and their ``.idx``/``.tmp``, :data:`OWNED` and the rest of
-    the run directory (config record, shard markers, outputs list)."""
-    for name in written_shards(out):
-        for p in (out / name, out / (name + ".idx"), out / (name + ".tmp"), out / (name + ".idx.tmp")):
-            if p.is_file() or p.is_symlink():
-                p.unlink()
-    for name in OWNED:
-        p = out / name
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        elif p.exists() or p.is_symlink():
-            p.unlink()
-    run = out / RUN_DIR
-    if run.is_dir():
-        for p in run.iterdir():
-            if p.name == _LOCK or p.name in STAGE_FILES:
-                continue
-            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    the run directory (config record, shard markers, outputs list). Only regular files named by
+    the run record are deleted, each found by ``lstat`` (a link is never followed, a folder never
+    removed with what it holds; ``.nv-meta`` goes when it is left empty)."""
+    shards = written_shards(out)
+    names = [x for n in shards for x in (n, n + ".idx")] + [n for n in OWNED if n != ".nv-meta"]
+    names += [f".nv-meta/{n}" for n in _META_FILES] + [f"{RUN_DIR}/{n}" for n in _RUN_FILES]
+    names += [f"{RUN_DIR}/shards/{n}.json" for n in shards]
+    for name in names:
+        if not links_under(out, [name]):
+            remove_regular(out / name)
+            remove_regular(out / (name + ".tmp"))
+    with contextlib.suppress(OSError):  # not empty (a file vlmpack did not write), or a link: kept
+        if not (out / ".nv-meta").is_symlink():
+            (out / ".nv-meta").rmdir()
 
 
 def _ensure_dirs(run: Path) -> None:

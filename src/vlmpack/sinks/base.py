@@ -37,7 +37,8 @@ class Sink(Protocol):
         """The reader side: the pack object of one pack from its tar parts (part name after
         ``<key>.`` -> bytes, as :class:`vlmpack.packfmt.ShardPacks` groups them; parts not read
         may be None). Raises ``KeyError`` / ``ValueError`` / ``TypeError`` for parts that hold no
-        readable pack object."""
+        readable pack object; parts may be crafted, so a pack object is returned only when every
+        field a reader uses has its type (a crafted one is a ``ValueError``, never another error)."""
 
     def dataset_files(self) -> dict[str, bytes]:
         """The layout's own files of ``.nv-meta/`` (file name -> bytes): Energon's ``dataset.yaml``

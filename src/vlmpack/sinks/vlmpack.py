@@ -15,7 +15,7 @@ import numpy as np
 
 from vlmpack.energon.meta import DATASET_YAML, SAMPLE_LOADER_SOURCE
 from vlmpack.models import load_model
-from vlmpack.packfmt import build_pack
+from vlmpack.packfmt import build_pack, parse_pack
 from vlmpack.sinks.base import MediaReader
 
 
@@ -76,9 +76,10 @@ class VlmpackSink:
 
     @staticmethod
     def read_pack(parts: dict[str, bytes | None]) -> dict:
-        """The pack object: ``<key>.json`` decoded (``KeyError`` without it, ``ValueError`` for
-        bytes that are no JSON, ``TypeError`` when it was not read)."""
-        return json.loads(parts["json"])
+        """The pack object: ``<key>.json`` read by :func:`vlmpack.packfmt.parse_pack` (``KeyError``
+        without it, ``ValueError`` for bytes that are no pack object of ``vlmpack.pack/1``, each
+        field of its type, ``TypeError`` when it was not read)."""
+        return parse_pack(parts["json"])
 
     @staticmethod
     def dataset_files() -> dict[str, bytes]:

@@ -1,0 +1,228 @@
+"""The crafted-output corpus of ``test_hostile_outputs.py`` (issue 19, "Nothing runs, nothing escapes").
+
+Each class of :data:`OUTPUTS` turns a copy of a real vlmpack output into a crafted one (what a
+downloaded or edited output may hold) and names what ``vlmpack check`` / ``verify`` must say
+(``problem:`` lines, exit 1) and, where it applies, what ``vlmpack inspect`` must say (one error
+line, exit 2). Each class of :data:`BLENDS` is a hand-made blend YAML over a real output and the
+one problem ``vlmpack check BLEND.yaml`` must give.
+
+Two witnesses, both outside ``OUT``:
+
+- ``RAN``: a file that code from the output or the blend would create (a ``sample_loader.py`` that
+  writes it, a ``Popen`` that touches it). It must never exist.
+- a FIFO: where a crafted name or a symbolic link points outside ``OUT``, it points at a FIFO; a
+  command that opened it would wait forever, so one that ends (the tests' timeout) never opened it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from test_check import SHARD, _edit_json, _read_tar, _write_tar
+
+from vlmpack.packfmt import MAX_PART_BYTES, tarinfo
+
+#: ``{name: (craft(out, outside, ran), check/verify problem words, inspect arguments or None, inspect error words)}``:
+#: ``craft`` damages the output ``out`` (``outside``: a folder beside it, ``ran``: the witness path).
+OUTPUTS: dict[str, tuple[Callable[[Path, Path, Path], None], tuple[str, ...], list[str] | None, tuple[str, ...]]] = {}
+#: ``{name: (edit(blend document, ran) -> document, problem words)}``.
+BLENDS: dict[str, tuple[Callable[[dict, Path], dict], tuple[str, ...]]] = {}
+
+
+def output_class(problem: tuple[str, ...], inspect: list[str] | None = None, inspect_error: tuple[str, ...] = ()):
+    """Register the decorated craft function in :data:`OUTPUTS` under its name."""
+    def register(fn):
+        OUTPUTS[fn.__name__] = (fn, problem, inspect, inspect_error)
+        return fn
+    return register
+
+
+def first_key(out: Path) -> str:
+    """The key of the first pack of :data:`SHARD`."""
+    return _read_tar(out / SHARD)[0][0]
+
+
+def seal_shard(out: Path, offsets: list[int]) -> None:
+    """Record :data:`SHARD` as it now is (sha256 in ``report.json`` and its marker, size, ``.tar.idx``
+    from ``offsets``) without parsing its packs: only reading them can find what was done."""
+    data = (out / SHARD).read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    report = json.loads((out / "report.json").read_text())
+    report["shard_sha256"][SHARD] = sha
+    (out / "report.json").write_text(json.dumps(report))
+    marker = out / ".vlmpack" / "shards" / (SHARD + ".json")
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "sha256": sha, "nbytes": len(data)}))
+    (out / (SHARD + ".idx")).write_bytes(np.asarray(offsets, "<u8").tobytes())
+
+
+def swap_json(out: Path, body: bytes) -> None:
+    """The first pack of :data:`SHARD` keeps only a JSON member, ``body`` (sealed)."""
+    packs = _read_tar(out / SHARD)
+    packs[0] = (packs[0][0], [("json", body)])
+    seal_shard(out, _write_tar(out / SHARD, packs))
+
+
+def fifo(path: Path) -> Path:
+    """A FIFO at ``path`` (opening it to read would block: the witness that nothing opened it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    return path
+
+
+def link(at: Path, target: Path) -> None:
+    """Replace ``at`` (a file or a folder) with a symbolic link to ``target``."""
+    if at.is_dir() and not at.is_symlink():
+        shutil.rmtree(at)
+    else:
+        at.unlink()
+    at.symlink_to(target)
+
+
+# ------------------------------------------------------------------------- item 2: nothing of OUT runs
+def _writes_ran(ran: Path) -> str:
+    return f"\nopen({str(ran)!r}, 'w').write('ran')\n"
+
+
+@output_class(("sample_loader.py differs from what vlmpack writes", "Energon imports and runs"))
+def edited_loader(out, outside, ran):
+    meta = out / ".nv-meta" / "sample_loader.py"
+    meta.write_text(meta.read_text() + _writes_ran(ran))
+
+
+@output_class(("dataset.yaml differs", "sample_loader ../../evil.py outside .nv-meta"))
+def loader_outside_out(out, outside, ran):
+    (out.parent / "evil.py").write_text(_writes_ran(ran) + "def sample_loader(raw):\n    return raw\n"
+                                        "def part_filter(part):\n    return True\n")
+    meta = out / ".nv-meta" / "dataset.yaml"
+    meta.write_text(meta.read_text().replace("sample_loader.py:", "../../evil.py:"))
+
+
+@output_class(("dataset.yaml differs", "it names subprocess.Popen"))
+def dataset_yaml_names_a_module(out, outside, ran):
+    (out / ".nv-meta" / "dataset.yaml").write_text(
+        f"sample_type:\n  __module__: subprocess\n  __class__: Popen\n  args: [touch, {ran}]\n"
+        "sample_loader: sample_loader.py:sample_loader\npart_filter: sample_loader.py:part_filter\n")
+
+
+# ------------------------------------------------------------------------- item 7: crafted content
+@output_class(("nested deeper than 64 levels",), ["--pack", "@key"], ("nested deeper than 64 levels",))
+def json_nested_100k_deep(out, outside, ran):
+    swap_json(out, b"[" * 100_000 + b"]" * 100_000)
+
+
+@output_class(("a JSON list, not a pack object",), ["--pack", "@key"], ("a JSON list, not a pack object",))
+def pack_json_is_a_list(out, outside, ran):
+    swap_json(out, b'[{"format": "vlmpack.pack/1"}]')
+
+
+@output_class(("sample 0 has media that are not a list of",), ["--pack", "@key"],
+              ("sample 0 has media that are not a list of",))
+def media_entry_is_a_string(out, outside, ran):
+    def edit(key, obj):
+        if obj["samples"][0]["media"] and not hasattr(edit, "done"):
+            obj["samples"][0]["media"][0] = obj["samples"][0]["media"][0]["part"]
+            edit.done = True
+        return obj
+    _edit_json(out, SHARD, edit)
+    assert hasattr(edit, "done")
+
+
+@output_class((f"bytes, more than the {MAX_PART_BYTES['json']:,} vlmpack reads",), ["--pack", "@key"],
+              (f"bytes, more than the {MAX_PART_BYTES['json']:,} vlmpack reads",))
+def json_member_over_its_limit(out, outside, ran):
+    """SHARD becomes one pack whose JSON member claims one byte more than the limit (a sparse file)."""
+    key, size = first_key(out), MAX_PART_BYTES["json"] + 1
+    with open(out / SHARD, "wb") as f:
+        f.write(tarinfo(f"{key}.json", size).tobuf(tarfile.PAX_FORMAT))
+        f.seek(size + (-size % 512), io.SEEK_CUR)
+        end = f.tell()
+        f.write(b"\0" * 10240)
+    seal_shard(out, [0, end])
+
+
+@output_class((".info.json counts 10000000000 packs",), ["--random", "1"], ("more than its", "bytes can hold"))
+def info_counts_10_to_the_10(out, outside, ran):
+    info = json.loads((out / ".nv-meta" / ".info.json").read_text())
+    info["shard_counts"][SHARD] = 10 ** 10
+    (out / ".nv-meta" / ".info.json").write_text(json.dumps(info, indent=2))
+
+
+@output_class(("is no file name in",), ["--random", "1"], ("which is no shard file of",))
+def info_names_a_shard_outside(out, outside, ran):
+    fifo(outside / "shard-000000.tar")
+    info = json.loads((out / ".nv-meta" / ".info.json").read_text())
+    info["shard_counts"] = {f"../{outside.name}/shard-000000.tar": 16, **info["shard_counts"]}
+    (out / ".nv-meta" / ".info.json").write_text(json.dumps(info, indent=2))
+
+
+# ------------------------------------------------------------------------- item 9: links in OUT are not followed
+@output_class((f"shard {SHARD} is a symbolic link",), ["--pack", "@key"], ("is a symbolic link",))
+def shard_is_a_link(out, outside, ran):
+    link(out / SHARD, fifo(outside / SHARD))
+
+
+@output_class((f"{SHARD}.idx is a symbolic link",))
+def idx_is_a_link(out, outside, ran):
+    link(out / (SHARD + ".idx"), fifo(outside / (SHARD + ".idx")))
+
+
+@output_class(("report.json is a symbolic link",))
+def report_is_a_link(out, outside, ran):
+    link(out / "report.json", fifo(outside / "report.json"))
+
+
+@output_class((".nv-meta is a symbolic link",), ["--random", "1"], (".nv-meta is a symbolic link",))
+def nv_meta_is_a_link(out, outside, ran):
+    """``.nv-meta`` -> a folder outside whose loader would write RAN and whose ``.info.json`` is a FIFO."""
+    shutil.copytree(out / ".nv-meta", outside / "meta")
+    (outside / "meta" / "sample_loader.py").write_text(
+        (outside / "meta" / "sample_loader.py").read_text() + _writes_ran(ran))
+    (outside / "meta" / ".info.json").unlink()
+    fifo(outside / "meta" / ".info.json")
+    link(out / ".nv-meta", outside / "meta")
+
+
+@output_class((".vlmpack is a symbolic link", "completeness cannot be checked"))
+def run_dir_is_a_link(out, outside, ran):
+    """``.vlmpack`` -> a folder outside whose run record is FIFOs."""
+    (outside / "run" / "shards").mkdir(parents=True)
+    for name in ("manifest.parquet", "plan.npz", "config.json", f"shards/{SHARD}.json"):
+        fifo(outside / "run" / name)
+    link(out / ".vlmpack", outside / "run")
+
+
+# ------------------------------------------------------------------------- blends (item 2)
+def blend_class(problem: tuple[str, ...]):
+    """Register the decorated blend edit in :data:`BLENDS` under its name."""
+    def register(fn):
+        BLENDS[fn.__name__] = (fn, problem)
+        return fn
+    return register
+
+
+@blend_class(("splits.train.blend.0.subflavors.cmd names code to import (subprocess.Popen)",
+              "only in its MetadatasetV2 header", "refused, nothing loaded"))
+def subflavor_runs_popen(doc, ran):
+    doc["splits"]["train"]["blend"][0]["subflavors"] = {
+        "cmd": {"__module__": "subprocess", "__class__": "Popen", "args": ["touch", str(ran)]}}
+    return doc
+
+
+@blend_class(("splits.train.blend.0.dataset_config is not a key of the blend form",))
+def entry_names_another_dataset_yaml(doc, ran):
+    doc["splits"]["train"]["blend"][0]["dataset_config"] = "../../evil.yaml"
+    return doc
+
+
+@blend_class(("its header names __module__ 'subprocess'",))
+def header_names_another_module(doc, ran):
+    doc["__module__"] = "subprocess"
+    return doc

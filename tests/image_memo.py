@@ -1,0 +1,94 @@
+"""One image-processor computation per pack in the every-image sweeps.
+
+A sweep asks the same question twice of transformers' image processor for every pack: once in
+vlmpack's collator (``family.process_images`` on the pack's images) and once in the reference
+(the model's own ``*Processor`` on the same images). :func:`shared_preprocess` memoizes the
+processor class's ``_preprocess`` -- the step that receives the decoded images as arrays and the
+fully resolved options (size, resample, rescale, normalize, crop and patch settings) and does all
+the pixel work -- on its exact arguments: the sha256 of every image array (shape and dtype too)
+and the ``repr`` of every other argument except ``return_tensors``. A call whose images or
+options differ in any way is computed afresh, so the memo never makes two computations agree;
+the sweeps assert that every pack was a hit, which also proves that the collator decoded the
+shard's images to the same pixels as ``transformers.image_utils.load_image`` and resolved the
+same options as the reference processor.
+
+Exact because each of these ``_preprocess`` methods (``GotOcr2ImageProcessorPil``,
+``Qwen2VLImageProcessorPil``, ``LlavaOnevisionImageProcessorPil`` in transformers 5) ends in
+``BatchFeature(data=..., tensor_type=return_tensors)`` with ``data`` independent of
+``return_tensors``: the memo computes with ``return_tensors=None``, hands the first caller a deep
+copy and the second the entry itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import inspect
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def _digest(images) -> object:
+    if isinstance(images, np.ndarray):
+        return images.shape, images.dtype.str, hashlib.sha256(np.ascontiguousarray(images).tobytes()).hexdigest()
+    if isinstance(images, (list, tuple)):
+        return tuple(_digest(x) for x in images)
+    raise TypeError(f"_preprocess got images of type {type(images).__name__}; expected arrays")
+
+
+@dataclass
+class Memo:
+    """Counts of the memoized calls; ``last`` is the data (before tensor conversion, without
+    ``pixel_values``) of the latest call, e.g. ``num_patches`` per image for InternVL, which its
+    processor does not return."""
+
+    hits: int = 0
+    misses: int = 0
+    last: dict = field(default_factory=dict)
+    _entries: dict = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def shared_preprocess(*classes: type):
+    """Memoize ``cls._preprocess`` of each image processor class while the block runs; yields the
+    :class:`Memo`. An entry is dropped at its first hit (each pack is asked twice), so at most
+    one pack's pixels are held."""
+    from transformers.feature_extraction_utils import BatchFeature
+
+    memo = Memo()
+    saved = {cls: cls.__dict__["_preprocess"] for cls in classes}
+
+    def wrap(cls, original):
+        signature = inspect.signature(original)
+
+        def _preprocess(self, *args, **kwargs):
+            bound = signature.bind(self, *args, **kwargs)
+            arguments = dict(bound.arguments)
+            arguments.pop("self")
+            return_tensors = arguments.pop("return_tensors", None)
+            images = arguments.pop("images")
+            extra = arguments.pop("kwargs", {})
+            key = (cls.__name__, _digest(images), repr(sorted({**arguments, **extra}.items())))
+            data = memo._entries.pop(key, None)
+            if data is None:  # kept pristine for the second caller: this one gets a copy
+                memo.misses += 1
+                bound.arguments["return_tensors"] = None
+                data = memo._entries[key] = dict(original(*bound.args, **bound.kwargs))
+                handed = copy.deepcopy(data)
+            else:  # the entry's last use: handed over as it is
+                memo.hits += 1
+                handed = data
+            memo.last = {k: copy.deepcopy(v) for k, v in data.items() if k != "pixel_values"}
+            return BatchFeature(data=handed, tensor_type=return_tensors)
+
+        return _preprocess
+
+    for cls, original in saved.items():
+        cls._preprocess = wrap(cls, original)
+    try:
+        yield memo
+    finally:
+        for cls, original in saved.items():
+            cls._preprocess = original
