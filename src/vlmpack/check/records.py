@@ -87,7 +87,7 @@ def _left_out(f: Findings) -> list[tuple[str, str]]:
     out = []
     for name in f.counts or ():
         with contextlib.suppress(OSError, ValueError, AttributeError, KeyError, TypeError):
-            marker = read_json(f.out / RUN_DIR / "shards" / (str(name) + ".json"))
+            marker = read_json(f.out, f"{RUN_DIR}/shards/{name}.json")
             out += [(str(x["id_kind"]), str(x["id"])) for x in marker["result"].get("rejected", [])]
     return out
 
