@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vlmpack.config import PackConfig
-from vlmpack.pack.count_task import MeasureResult, result_path
-from vlmpack.pack.rundir import read_pickle
+from vlmpack.pack.count_task import MeasureResult
+from vlmpack.pack.results import read_result
 from vlmpack.records import ID_KINDS, Locator, Rejection
 from vlmpack.sources import get_source, resolve_format
 
@@ -97,9 +97,10 @@ def build_manifest(cfg: PackConfig, results: list[MeasureResult],
 
     Flat in memory: every column is allocated once at its final size and filled task by task
     (the ids: one Arrow chunk per task); a result whose arrays were released on the driver
-    (:meth:`MeasureResult.release`, done by :func:`count_stage`) is read back from its saved file
-    in ``store``, one task at a time, so the per-task results and the manifest are never both
-    held. Raises ``ValueError`` when a released result cannot be read back."""
+    (:meth:`MeasureResult.release`, done by :func:`count_stage`) is read back from its saved files
+    in ``store`` (checked against their sha256, :func:`vlmpack.pack.results.read_result`), one task
+    at a time, so the per-task results and the manifest are never both held. Raises ``ValueError``
+    when a released result cannot be read back."""
     counts = [r.num_samples if r.released else len(r.ids) for r in results]
     total = int(sum(counts))
     cols = {k: np.empty(total, dt) for k, dt in _COLUMNS.items()}
@@ -110,8 +111,8 @@ def build_manifest(cfg: PackConfig, results: list[MeasureResult],
     for r, n in zip(results, counts):
         full = r
         if r.released:
-            full = read_pickle(result_path(store, r.index)) if store is not None else None
-            if not isinstance(full, MeasureResult) or len(full.rec_len) != n:
+            full = read_result(store, r.index, r.file_idx, check_part=False) if store is not None else None
+            if full is None or len(full.rec_len) != n:
                 raise ValueError(f"the counts of task {r.index} cannot be read back from {store}")
         for k in _COLUMNS:
             cols[k][pos:pos + n] = getattr(full, k)

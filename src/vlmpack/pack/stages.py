@@ -7,13 +7,15 @@ before:
 - count key (:func:`count_key`): sha256 of the vlmpack version, the source of the counting code
   (:func:`counting_code_digest`: a rule fixed between releases must not reuse cached counts),
   :data:`TASK_BYTES`, the inputs'
-  identity (absolute path, size in bytes, mtime in ns), the model directory (absolute path and the
-  sha256 of each counting file, ``ModelFamily.counting_files``) and :data:`COUNT_OPTIONS`. The
-  identity of each media file is checked per task at reuse time instead (size + mtime, see
-  :func:`vlmpack.pack.count_task.media_changed`), as before.
+  identity (absolute path, size in bytes, mtime in ns) and content (sha256 of the bytes,
+  :func:`input_sha256`: an input replaced in place with the same size and mtime gets another key),
+  the model directory (absolute path and the sha256 of each counting file,
+  ``ModelFamily.counting_files``) and :data:`COUNT_OPTIONS`. Each media item is checked per task at
+  reuse time instead (its content sha256, :mod:`vlmpack.media.fingerprint`;
+  :func:`vlmpack.pack.count_task.media_changed`).
 - plan key (:func:`plan_key`): sha256 of the manifest digest (the counts) and :data:`PLAN_OPTIONS`.
-- write key (:func:`write_key`): sha256 of the count key, the plan key, the media files as counted
-  (path, size, mtime: they are copied into the shards) and :data:`WRITE_OPTIONS`.
+- write key (:func:`write_key`): sha256 of the count key, the plan key, the media items as counted
+  (reference, size, content sha256: they are copied into the shards) and :data:`WRITE_OPTIONS`.
 
 Options in :data:`NO_STAGE` change no byte of the output. :func:`count_cache_dir` is where counts
 are shared between output directories and ``vlmpack plan --input`` (``--cache-dir``).
@@ -99,18 +101,35 @@ def counting_code_digest() -> str:
     return h.hexdigest()
 
 
+_INPUT_SHA: dict[tuple, str] = {}  # (path, size, mtime_ns, ctime_ns, inode) -> sha256, this process only
+
+
+def input_sha256(path: str) -> str:
+    """sha256 (hex) of the bytes of the input file ``path`` (read in 1 MiB pieces, about 1.7 GB/s;
+    the demo set's 7 MB in 4 ms), kept for the life of the process while the file's stat (size,
+    mtime, ctime, inode) is unchanged, so one run hashes each input once. Raises ``OSError``."""
+    from vlmpack.fsio import file_sha256
+
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    if key not in _INPUT_SHA:
+        _INPUT_SHA[key] = file_sha256(path)[0]
+    return _INPUT_SHA[key]
+
+
 def count_payload(cfg: PackConfig, payload: dict) -> dict:
     """What the count key hashes: from ``payload`` (:meth:`PackConfig.fingerprint_payload`, so the
-    model files are hashed once) the inputs' identity and the model files, plus :data:`COUNT_OPTIONS`
-    (absolute paths), the node slice when ``num_nodes > 1`` (task indices are the node's own) and
-    :data:`TASK_BYTES`."""
+    model files are hashed once) the inputs' identity and the model files, the inputs' content
+    (:func:`input_sha256`), plus :data:`COUNT_OPTIONS` (absolute paths), the node slice when
+    ``num_nodes > 1`` (task indices are the node's own) and :data:`TASK_BYTES`. Raises ``OSError``
+    when an input cannot be read."""
     opts = payload["options"]
     count_opts = {k: opts.get("schema" if k == "input_schema" else k) for k in COUNT_OPTIONS}
     if cfg.num_nodes > 1:
         count_opts.update(num_nodes=cfg.num_nodes, node_rank=cfg.node_rank)
     return {"vlmpack": __version__, "code": counting_code_digest(), "stage": "count", "task_bytes": TASK_BYTES,
-            "options": count_opts,
-            "inputs": payload["inputs"], "model_files": payload["model_files"]}
+            "options": count_opts, "inputs": payload["inputs"],
+            "inputs_sha256": [input_sha256(p) for p in cfg.input], "model_files": payload["model_files"]}
 
 
 def count_key(cfg: PackConfig, payload: dict) -> str:
@@ -126,9 +145,9 @@ def plan_key(opts: PlanOptions | PackConfig, manifest_digest: str) -> str:
 
 
 def write_key(cfg: PackConfig, count: str, plan: str, media_files: list) -> str:
-    """sha256 (hex) of the count key, the plan key, the media files as counted (``(reference, size
-    in bytes, mtime in ns)``: their bytes are copied into the shards) and :data:`WRITE_OPTIONS`:
-    the key of the shard markers."""
+    """sha256 (hex) of the count key, the plan key, the media items as counted (``media_files``: the
+    digest of their references, sizes and content sha256, :func:`vlmpack.pack.count_stage.media_digest`;
+    their bytes are copied into the shards) and :data:`WRITE_OPTIONS`: the key of the shard markers."""
     return _digest({"count": count, "plan": plan, "media": media_files,
                     "options": {k: getattr(cfg, k) for k in WRITE_OPTIONS}})
 
