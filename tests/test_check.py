@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from vlmpack.check import check_output
+from vlmpack.pack.seal import write_hashes
 from vlmpack.packfmt import ShardPacks, tarinfo
 
 SHARD = "shard-000001.tar"
@@ -83,7 +84,8 @@ def _edit_json(out: Path, shard: str, edit) -> None:
 
 
 def _reseal(out: Path) -> None:
-    """Recompute sha256, sizes, idx, .info.json counts, report totals and markers of every shard."""
+    """Recompute sha256, sizes, idx, .info.json counts, report totals, markers of every shard and the
+    run's hash record ``hashes.json`` (not the samples' content sha256 recorded at pack time)."""
     import hashlib
 
     import numpy as np
@@ -101,10 +103,7 @@ def _reseal(out: Path) -> None:
         sha = hashlib.sha256(data).hexdigest()
         info["shard_counts"][name] = len(packs)
         report["shard_sha256"][name] = sha
-        marker = out / ".vlmpack" / "shards" / (name + ".json")
-        m = json.loads(marker.read_text())
-        m.update(sha256=sha, nbytes=len(data), num_packs=len(packs))
-        marker.write_text(json.dumps(m))
+        reseal_marker(out, name, sha=sha, nbytes=len(data), num_packs=len(packs))
         totals["packs"] += len(packs)
         totals["samples_packed"] += sum(len(o["samples"]) for o in objs)
         totals["tokens"] += sum(o["num_tokens"] for o in objs)
@@ -112,6 +111,20 @@ def _reseal(out: Path) -> None:
     report.update(totals)
     (out / "report.json").write_text(json.dumps(report))
     (out / ".nv-meta" / ".info.json").write_text(json.dumps(info, indent=2))
+    write_hashes(out, list(info["shard_counts"]))
+
+
+def reseal_marker(out: Path, name: str, **result) -> None:
+    """Update the ``result`` fields of shard ``name``'s marker and seal it again (what a checksum of
+    the run record could catch; the samples' content sha256 recorded at pack time stay as they were
+    unless ``content_sha256`` is given)."""
+    from vlmpack.fsio import sealed_json_bytes
+
+    marker = out / ".vlmpack" / "shards" / (name + ".json")
+    m = json.loads(marker.read_text())
+    m.pop("checksum", None)
+    m["result"].update(result)
+    marker.write_bytes(sealed_json_bytes(m))
 
 
 def _cli(path: Path, *args: str) -> subprocess.CompletedProcess:

@@ -52,6 +52,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from vlmpack.check.content import check_files, finish, load_hashes
 from vlmpack.check.findings import Findings
 from vlmpack.check.load import check_energon
 from vlmpack.check.records import check_totals, load_records, load_run_dir, shard_names
@@ -87,6 +88,7 @@ def check_output(out_dir: str | Path, *, num_workers: int = 2, run_dir: bool = T
             return res
         if run_dir:
             load_run_dir(f)
+            load_hashes(f)
         res["shards"] = shard_names(f)
         for name in res["shards"]:
             try:
@@ -94,9 +96,12 @@ def check_output(out_dir: str | Path, *, num_workers: int = 2, run_dir: bool = T
             except OSError as e:
                 f.add(f"{name}: cannot be read ({one_line(e)})")
         check_totals(f)
+        check_files(f, res["shards"])
     except OSError as e:  # e.g. an unreadable directory
         f.add(f"{out}: cannot be read ({one_line(e)})")
         return res
+    finally:
+        finish(f)
     res["shard_counts"] = f.counts
     if f.meta_ok and f.load_ok:
         res.update(check_energon(f, num_workers))

@@ -173,7 +173,7 @@ def prepare_output(out: Path, fingerprint: str, payload: dict, *, overwrite: boo
 #: Files of ``.nv-meta`` vlmpack writes (:func:`vlmpack.energon.meta.write_metadata`, ``vlmpack`` layout).
 _META_FILES = (".info.json", "split.yaml", "dataset.yaml", "sample_loader.py")
 #: Files of the run directory besides :data:`STAGE_FILES` and the shard markers.
-_RUN_FILES = ("config.json", "outputs.json")
+_RUN_FILES = ("config.json", "outputs.json", "hashes.json")
 
 
 def refuse_links(out: Path) -> None:

@@ -34,7 +34,7 @@ from vlmpack.errors import MediaError
 from vlmpack.fsio import fsync_dir
 from vlmpack.media.fingerprint import read_checked
 from vlmpack.pack.count_task import part_path, read_record
-from vlmpack.packfmt import pack_key, tarinfo
+from vlmpack.packfmt import pack_key, sample_digest, tarinfo
 from vlmpack.sinks import DEFAULT_LAYOUT, get_sink
 
 _TAR_OVERHEAD = 512 * 3  # header + padding of the json member, plus slack
@@ -75,7 +75,10 @@ class ShardTask:
 class ShardResult:
     """What the writer reports for a finished shard (all sizes in bytes). ``rejected``: the samples
     left out because a media item changed since it was counted, each ``{"source": locator dict,
-    "id", "id_kind", "num_tokens", "reason", "detail"}`` (JSON-ready; empty in a normal run)."""
+    "id", "id_kind", "num_tokens", "reason", "detail"}`` (JSON-ready; empty in a normal run).
+    ``content_sha256``: pack key -> the content sha256 (hex) of each of its samples in order
+    (:func:`vlmpack.packfmt.sample_digest` of the pack object and media bytes written), what
+    ``vlmpack check`` compares each sample of the shard with."""
 
     name: str
     num_packs: int
@@ -84,6 +87,7 @@ class ShardResult:
     nbytes: int
     sha256: str
     rejected: list = field(default_factory=list)
+    content_sha256: dict = field(default_factory=dict)
 
 
 def assign_shards(pack_bytes: np.ndarray, max_packs: int, max_bytes: int) -> np.ndarray:
@@ -183,6 +187,15 @@ def _pack_entries(task: ShardTask, sink, key: str, records: list[tuple[dict, lis
     return [], 0, 0
 
 
+def _digests(sink, key: str, entries: list[tuple[str, bytes]]) -> list[str]:
+    """The content sha256 (hex) of each sample of pack ``key`` from the members about to be written
+    (``entries``: member name -> bytes; :func:`vlmpack.packfmt.sample_digest`): the pack object is
+    read back by the layout (``sink.read_pack``) and each media part hashed as written."""
+    parts = {name.partition(".")[2]: data for name, data in entries}
+    return [sample_digest(s, [hashlib.sha256(parts[m["part"]]).hexdigest() for m in s["media"]])
+            for s in sink.read_pack(parts)["samples"]]
+
+
 def write_shard(task: ShardTask) -> ShardResult:
     """Write one shard + its ``.tar.idx`` (both atomically). Pure function of ``task`` and of the
     bytes it reads; a sample whose media changed since counting is left out (see the module
@@ -195,6 +208,7 @@ def write_shard(task: ShardTask) -> ShardResult:
     n_samples = n_tokens = 0
     handles: dict[int, object] = {}
     rejected: list[dict] = []
+    digests: dict[str, list[str]] = {}
     sink = get_sink(task.layout)
     try:
         with open(tmp, "wb") as raw:
@@ -211,6 +225,7 @@ def write_shard(task: ShardTask) -> ShardResult:
                     if not entries:  # every sample of the pack was left out
                         continue
                     offsets.append(tf.offset)
+                    digests[pack_key(task.first_pack + j)] = _digests(sink, pack_key(task.first_pack + j), entries)
                     for name, data in sorted(entries):
                         tf.addfile(tarinfo(name, len(data)), io.BytesIO(data))
                     n_samples += kept
@@ -228,4 +243,5 @@ def write_shard(task: ShardTask) -> ShardResult:
     write_tar_idx(out / (task.name + ".idx"), offsets)
     os.replace(tmp, tar_path)
     fsync_dir(out)
-    return ShardResult(task.name, len(offsets) - 1, n_samples, n_tokens, f.size, f.sha256.hexdigest(), rejected)
+    return ShardResult(task.name, len(offsets) - 1, n_samples, n_tokens, f.size, f.sha256.hexdigest(), rejected,
+                       digests)
