@@ -3,8 +3,9 @@
 One real output of the demo set (first 300 records, L = 2048 so that a few samples are dropped as
 overlong, 16 packs per shard so that there are several shards) is made once per module; each case
 copies it and damages it. "Sealed" damage also recomputes everything a checksum could catch
-(sha256, sizes, ``.tar.idx``, ``.info.json``, report totals, run-dir markers), so that only the
-comparison with the run record (or Energon itself) can find it.
+(sha256, sizes, ``.tar.idx``, ``.info.json``, report totals, run-dir markers, ``hashes.json``), so
+that only the comparison with the run record (the manifest, completeness, each sample's content
+sha256 recorded at pack time) or Energon itself can find it.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def _reseal(out: Path) -> None:
         sha = hashlib.sha256(data).hexdigest()
         info["shard_counts"][name] = len(packs)
         report["shard_sha256"][name] = sha
-        reseal_marker(out, name, sha=sha, nbytes=len(data), num_packs=len(packs))
+        reseal_marker(out, name, sha256=sha, nbytes=len(data), num_packs=len(packs))
         totals["packs"] += len(packs)
         totals["samples_packed"] += sum(len(o["samples"]) for o in objs)
         totals["tokens"] += sum(o["num_tokens"] for o in objs)
@@ -275,8 +276,11 @@ def test_wrong_recorded_sample_count(out):
     _edit_json(out, SHARD, edit)
     assert changed
     problems = check_output(out, num_workers=0)["problems"]
-    assert len(problems) == 1 and "manifest" in problems[0], problems
-    assert all(repr(i) in problems[0] for i in changed["ids"]), problems
+    counts = [p for p in problems if "manifest" in p]
+    assert len(counts) == 1 and all(repr(i) in counts[0] for i in changed["ids"]), problems
+    # and each edited sample is no longer the one packed (its content sha256 recorded at pack time)
+    content = [p for p in problems if "content sha256 differs" in p]
+    assert len(problems) == 3 and all(any(repr(i) in p for p in content) for i in changed["ids"]), problems
     _assert_fails(out, "num_tokens", repr(changed["ids"][0]))
 
 
@@ -359,9 +363,10 @@ def test_ids_compare_as_kind_and_id(out):
 
     _edit_json(out, SHARD, edit)
     problems = check_output(out, num_workers=0)["problems"]
-    assert len(problems) == 2, problems
+    assert len(problems) == 3, problems
     assert any("lost" in p and repr(first["id"]) in p for p in problems)
     assert any("not in the manifest" in p and "(line)" in p for p in problems)
+    assert any("content sha256 differs" in p and repr(first["id"]) in p for p in problems)
 
 
 def test_report_of_a_failed_run(out):

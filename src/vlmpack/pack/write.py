@@ -16,6 +16,11 @@ A sample that fails is left out of its pack and becomes a rejection of the shard
 (:attr:`ShardResult.rejected`; reason ``media_changed``, ``media_outside_root`` or ``media_missing``)
 instead of other bytes being written; a pack left without samples is not written. The next run
 counts that media again (the count stage sees the new content).
+
+Each written pack's samples get their content sha256 (:func:`vlmpack.packfmt.sample_digest` of the
+pack object read back and the media bytes as written, :attr:`ShardResult.content_sha256`), kept in the
+shard's marker in the run directory (never in the shard: its bytes are as without it), which
+``vlmpack check`` compares every sample of the shard with.
 """
 
 from __future__ import annotations
