@@ -18,7 +18,7 @@ instead of other bytes being written; a pack left without samples is not written
 counts that media again (the count stage sees the new content).
 
 Each written pack's samples get their content sha256 (:func:`vlmpack.packfmt.sample_digest` of the
-pack object read back and the media bytes as written, :attr:`ShardResult.content_sha256`), kept in the
+sample's pack entry and its media bytes as written, :attr:`ShardResult.content_sha256`), kept in the
 shard's marker in the run directory (never in the shard: its bytes are as without it), which
 ``vlmpack check`` compares every sample of the shard with.
 """
@@ -39,7 +39,7 @@ from vlmpack.errors import MediaError
 from vlmpack.fsio import fsync_dir
 from vlmpack.media.fingerprint import read_checked
 from vlmpack.pack.count_task import part_path, read_record
-from vlmpack.packfmt import pack_key, sample_digest, tarinfo
+from vlmpack.packfmt import build_pack, pack_key, sample_digest, tarinfo
 from vlmpack.sinks import DEFAULT_LAYOUT, get_sink
 
 _TAR_OVERHEAD = 512 * 3  # header + padding of the json member, plus slack
@@ -82,7 +82,7 @@ class ShardResult:
     left out because a media item changed since it was counted, each ``{"source": locator dict,
     "id", "id_kind", "num_tokens", "reason", "detail"}`` (JSON-ready; empty in a normal run).
     ``content_sha256``: pack key -> the content sha256 (hex) of each of its samples in order
-    (:func:`vlmpack.packfmt.sample_digest` of the pack object and media bytes written), what
+    (:func:`vlmpack.packfmt.sample_digest` of its pack entry and media bytes as written), what
     ``vlmpack check`` compares each sample of the shard with."""
 
     name: str
@@ -160,10 +160,10 @@ class _MediaReader:
 
 
 def _pack_entries(task: ShardTask, sink, key: str, records: list[tuple[dict, list[str]]],
-                  rejected: list[dict]) -> tuple[list[tuple[str, bytes]], int, int]:
+                  rejected: list[dict]) -> tuple[list[tuple[str, bytes]], int, list[tuple[dict, list[str]]]]:
     """The members of pack ``key`` from ``records`` (record, media sha256 list), leaving out (into
     ``rejected``) each sample with a media item that fails :class:`_MediaReader`'s checks. Returns
-    ``(entries, tokens, samples)``; no entries when no sample is left."""
+    ``(entries, tokens, the records written)``; no entries when no sample is left."""
     while records:
         expected: dict[str, str] = {}
         conflict = []  # one reference counted with two contents (it changed between two count tasks)
@@ -179,7 +179,7 @@ def _pack_entries(task: ShardTask, sink, key: str, records: list[tuple[dict, lis
             try:
                 entries, tokens = sink.pack_members(key, [r for r, _ in records], task.seq_len, reader,
                                                     model_dir=task.model_dir)
-                return entries, tokens, len(records)
+                return entries, tokens, records
             except MediaError as e:
                 if reader.failed is None:
                     raise
@@ -189,16 +189,16 @@ def _pack_entries(task: ShardTask, sink, key: str, records: list[tuple[dict, lis
                       "num_tokens": rec["num_tokens"], "reason": reason[0], "detail": reason[1]}
                      for i, (rec, _) in enumerate(records) if i in bad]
         records = [x for i, x in enumerate(records) if i not in bad]
-    return [], 0, 0
+    return [], 0, []
 
 
-def _digests(sink, key: str, entries: list[tuple[str, bytes]]) -> list[str]:
-    """The content sha256 (hex) of each sample of pack ``key`` from the members about to be written
-    (``entries``: member name -> bytes; :func:`vlmpack.packfmt.sample_digest`): the pack object is
-    read back by the layout (``sink.read_pack``) and each media part hashed as written."""
-    parts = {name.partition(".")[2]: data for name, data in entries}
-    return [sample_digest(s, [hashlib.sha256(parts[m["part"]]).hexdigest() for m in s["media"]])
-            for s in sink.read_pack(parts)["samples"]]
+def _digest(rec: dict, media_sha256: list[str], seq_len: int) -> str:
+    """The content sha256 (hex) of one written sample (:func:`vlmpack.packfmt.sample_digest`): its
+    ``vlmpack.pack/1`` entry (:func:`vlmpack.packfmt.build_pack` of its canonical record ``rec``;
+    the digest does not depend on the pack's numbering of media) and the sha256 of its media bytes,
+    which :class:`_MediaReader` found equal to ``media_sha256`` as it read them for the shard. The
+    same for every output layout, so ``check`` compares it with what a ``vlmpack.pack/1`` shard holds."""
+    return sample_digest(build_pack([rec], seq_len)[0]["samples"][0], media_sha256)
 
 
 def write_shard(task: ShardTask) -> ShardResult:
@@ -230,10 +230,10 @@ def write_shard(task: ShardTask) -> ShardResult:
                     if not entries:  # every sample of the pack was left out
                         continue
                     offsets.append(tf.offset)
-                    digests[pack_key(task.first_pack + j)] = _digests(sink, pack_key(task.first_pack + j), entries)
+                    digests[pack_key(task.first_pack + j)] = [_digest(r, fps, task.seq_len) for r, fps in kept]
                     for name, data in sorted(entries):
                         tf.addfile(tarinfo(name, len(data)), io.BytesIO(data))
-                    n_samples += kept
+                    n_samples += len(kept)
                     n_tokens += pack_tokens
                 offsets.append(tf.offset)
             raw.flush()
