@@ -23,14 +23,13 @@ At most :data:`MAX_LINES` sample lines are written, then one line with the count
 from __future__ import annotations
 
 import hashlib
-import json
 
 from vlmpack.check.findings import Findings, eg, read_json
 from vlmpack.energon.load import one_line
 from vlmpack.fsio import LinkRefused, open_inside, unseal
 from vlmpack.pack.rundir import RUN_DIR
 from vlmpack.pack.seal import FORMAT, HASHES, recorded_names
-from vlmpack.packfmt import sample_digest
+from vlmpack.packfmt import loads_json, sample_digest
 
 #: The most per-sample problem lines written (the rest are counted in one more line).
 MAX_LINES = 20
@@ -70,7 +69,7 @@ def check_files(f: Findings, shards: list[str]) -> None:
     against ``f.hashes``; a name the record lacks is a problem too."""
     if f.hashes is None:
         return
-    gone = sorted(set(f.hashes) - set(recorded_names(shards)))
+    gone = sorted(str(g)[:200] for g in set(f.hashes) - set(recorded_names(shards)))
     if gone:
         f.add(f"{len(gone)} files recorded in {RUN_DIR}/{HASHES} are no (readable) part of the output now: {eg(gone)}")
     for name in recorded_names(shards):
@@ -167,7 +166,7 @@ def _counted(f: Findings, pair: tuple[str, str], n: int) -> list | None:
         if len(f.open_records) > _OPEN:
             f.open_records.pop(next(iter(f.open_records))).close()
         fh.seek(offset + length + 1)
-        shas = json.loads(fh.readline(70 * num_media + 3))  # ["<64 hex>", ...]: 68 bytes an item
+        shas = loads_json(fh.readline(70 * min(num_media, 1 << 16) + 3))  # ["<64 hex>", ...]: 68 bytes an item
         if not (isinstance(shas, list) and len(shas) == num_media and all(isinstance(x, str) for x in shas)):
             raise ValueError("no media sha256 list after the record")
     except (OSError, ValueError) as e:
