@@ -123,6 +123,18 @@ def _overlong_rejections(cfg: PackConfig, run: Path, manifest: pa.Table, plan: P
     return out
 
 
+def _overlong_gate(cfg: PackConfig, rejections: list[Rejection]) -> None:
+    """``--overlong error`` for the samples the count stage rejected ``overlong`` before tokenizing
+    (their text alone needs more than ``--seq-len`` tokens, :func:`vlmpack.pack.count_task.skip_overlong_texts`)
+    or counted above int32: the same :class:`OverlongError` as the plan stage's; with ``drop`` they stay
+    rejections, reported as dropped overlong."""
+    over = [r for r in rejections if r.reason == "overlong"] if cfg.overlong == "error" else []
+    if over:
+        r = over[0]
+        raise OverlongError(f"sample {r.id!r} at {r.locator}: {r.detail} ({len(over)} such samples); "
+                            "use --overlong drop or a larger --seq-len")
+
+
 # ---------------------------------------------------------------------------------------- write
 def _shard_tasks(cfg: PackConfig, run: Path, manifest: pa.Table, plan: PackPlan) -> list[ShardTask]:
     col = lambda name: manifest.column(name).to_numpy()  # noqa: E731
@@ -306,6 +318,7 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
     timings["measure"] = time.perf_counter() - t
     t = time.perf_counter()
     manifest, rejections = build_manifest(cfg, results, run / "records")
+    _overlong_gate(cfg, rejections)
     _reject_gate(cfg, fingerprint, results, rejections)
     keys["plan"] = plan_key(PlanOptions.of(cfg), manifest_digest(manifest))
     manifest, plan = _plan(cfg, run, manifest, keys["plan"], reuse)  # the ids stay on disk from here
