@@ -75,12 +75,11 @@ def source_counts(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, rejection
             tokens[f] -= n
     index = {p: i for i, p in enumerate(cfg.input)}
     rejected = Counter(index.get(r.locator.file, -1) for r in rejections if r.reason != "overlong")
-    for r in rejections:  # overlong before tokenizing (count stage): dropped, but not in plan.overlong
-        if r.reason == "overlong" and index.get(r.locator.file, -1) >= 0:
-            over[index[r.locator.file]] += 1
+    # the plan's overlong samples and those the count stage rejected overlong untokenized: all in rejections
+    dropped = Counter(index.get(r.locator.file, -1) for r in rejections if r.reason == "overlong")
     return [{"file": display_path(str(path)), "records_read": int(records_by_file[i]),
              "samples_packed": int(packed[i]), "rejected": int(rejected.get(i, 0)),
-             "dropped_overlong": int(over[i]), "tokens": int(tokens[i])} for i, path in enumerate(cfg.input)]
+             "dropped_overlong": int(dropped.get(i, 0)), "tokens": int(tokens[i])} for i, path in enumerate(cfg.input)]
 
 
 def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: pa.Table, plan: PackPlan,
