@@ -18,7 +18,6 @@ whatever the number of workers, which keeps the output byte-identical across wor
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import time
@@ -34,8 +33,7 @@ from vlmpack.fsio import atomic_write
 from vlmpack.media.fingerprint import Fingerprint, fingerprint, unchanged
 from vlmpack.media.ref import display_ref, ref_identity
 from vlmpack.models import load_model
-from vlmpack.models.text_bound import TextBound, min_text_tokens, sample_texts, text_bound
-from vlmpack.pack.validate import validate_sample
+from vlmpack.pack.validate import skip_overlong_texts, text_bound_of, validate_sample
 from vlmpack.records import ID_KINDS, SAMPLE_KINDS, ReadStats, Rejection, Sample
 from vlmpack.sources import get_source
 
@@ -326,33 +324,6 @@ def count_samples(family, samples: list[Sample], special_tokens: str = "reject"
     return counted, rejected
 
 
-@functools.lru_cache(maxsize=4)
-def _text_bound(model_dir: str) -> TextBound | None:
-    return text_bound(load_model(model_dir).tokenizer)
-
-
-def skip_overlong_texts(bound: TextBound | None, samples: list[Sample], token_limit: int
-                        ) -> tuple[list[Sample], list[Rejection], int, int]:
-    """Reject ``overlong``, before tokenizing, each sample whose texts alone need more than
-    ``token_limit`` tokens under any tokenization (:func:`vlmpack.models.text_bound.min_text_tokens`;
-    ``bound`` ``None``: no sample is). Returns ``(kept, rejected, largest bound kept, smallest bound
-    rejected or 0)``, bounds in tokens. Never raises."""
-    if bound is None:
-        return samples, [], 0, 0
-    kept, rejected, kept_max, skipped_min = [], [], 0, 0
-    for s in samples:
-        nbytes, lb = min_text_tokens(sample_texts(s.messages), bound)
-        if lb <= token_limit:
-            kept.append(s)
-            kept_max = max(kept_max, lb)
-            continue
-        skipped_min = lb if not skipped_min else min(skipped_min, lb)
-        rejected.append(Rejection(s.locator, "overlong", f"at least {lb:,} tokens > --seq-len, rejected before "
-                                  f"tokenizing: {nbytes:,} bytes of text, a token covers at most "
-                                  f"{bound.max_token_bytes} bytes", s.id))
-    return kept, rejected, kept_max, skipped_min
-
-
 def run_task(task: MeasureTask) -> MeasureResult:
     """Read, validate and count one range; write its records part file (atomically)."""
     family = load_model(task.model_dir)
@@ -372,7 +343,7 @@ def run_task(task: MeasureTask) -> MeasureResult:
                                   allow_absolute_media=task.allow_absolute_media)
         (rejections if isinstance(checked, Rejection) else valid).append(checked)
     t1 = time.perf_counter()
-    valid, rej_long, kept_max, skipped_min = skip_overlong_texts(_text_bound(task.model_dir), valid,
+    valid, rej_long, kept_max, skipped_min = skip_overlong_texts(text_bound_of(task.model_dir), valid,
                                                                  task.token_limit)
     counted, rej = count_samples(family, valid, task.special_tokens)
     counted, rej_fp, fps = _fingerprints(counted)
