@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from vlmpack import __version__
 from vlmpack.errors import ConfigError, VlmpackError
+from vlmpack.records import MAX_MEDIA_BYTES, MAX_MEMBER_BYTES
 
 #: Options that change neither the plan nor the bytes written (left out of the fingerprint).
 _NOT_FINGERPRINTED = {"workers", "overwrite", "progress", "output", "executor", "ray_address", "max_reject_fraction",
@@ -51,6 +52,10 @@ class PackConfig(BaseModel):
     media_lmdb: dict[str, str] = Field(
         default_factory=dict, description="LMDB image stores: NAME -> env path, for lmdb://NAME/KEY references")
     media_check: Literal["header", "verify", "decode"] = "verify"
+    max_member_bytes: int = Field(MAX_MEMBER_BYTES, gt=0, description="a WebDataset json member larger than this "
+                                  "is rejected unread (member_too_large)")
+    max_media_bytes: int = Field(MAX_MEDIA_BYTES, gt=0, le=MAX_MEDIA_BYTES, description="a media item larger than "
+                                 "this is rejected unread (media_too_large); at most what vlmpack check reads")
     overlong: Literal["drop", "error"] = "drop"
     algorithm: str = "bfd"
     max_samples_per_pack: int | None = Field(None, gt=0)

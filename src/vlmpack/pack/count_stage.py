@@ -148,7 +148,8 @@ def store_lock(store: Path, *, wait: bool):
 def _tasks(cfg: PackConfig, store: Path, ranges: list[InputRange]) -> list[MeasureTask]:
     return [MeasureTask(i, fi, path, start, end, first, cfg.input_schema, str(cfg.media_root),
                         cfg.allow_absolute_media, cfg.media_check, str(cfg.model), str(store), cfg.special_tokens,
-                        fmt, tuple(sorted(cfg.media_lmdb.items())), cfg.text_key)
+                        fmt, tuple(sorted(cfg.media_lmdb.items())), cfg.text_key, cfg.max_member_bytes,
+                        cfg.max_media_bytes)
             for i, (fi, path, fmt, start, end, first, _) in enumerate(ranges)]
 
 
@@ -229,12 +230,14 @@ def media_digest(results: list[MeasureResult]) -> str:
 
 
 def read_stats(results: list[MeasureResult]) -> ReadStats:
-    """Records, lines and blank lines read over all tasks."""
+    """Records, lines, blank lines and skipped tar members read over all tasks."""
     stats = ReadStats()
     for r in results:
         stats.lines += r.stats.lines
         stats.blank += r.stats.blank
         stats.records += r.stats.records
+        stats.members_without_key += r.stats.members_without_key
+        stats.members_not_files += r.stats.members_not_files
     return stats
 
 

@@ -29,7 +29,8 @@ count    vlmpack version, task size, inputs (path, size, mtime),     ``records/`
          model dir + its counting files' sha256, ``input_format``,   ``records/count.json``)
          ``schema``, ``text_key``, ``media_root``, ``media_lmdb``,   and the count cache
          ``allow_absolute_media``, ``media_check``,                  ``<cache-dir>/<key>/``
-         ``special_tokens`` (+ ``num_nodes``/``node_rank`` if > 1);
+         ``special_tokens``, ``max_member_bytes``,
+         ``max_media_bytes`` (+ ``num_nodes``/``node_rank`` if > 1);
          each task also re-checks its media files' size + mtime
 plan     manifest digest (the counts), ``seq_len``, ``algorithm``,   ``plan.npz``,
          ``max_samples_per_pack``, ``max_media_per_pack``,           ``manifest.parquet``

@@ -35,7 +35,7 @@ from vlmpack.config import PackConfig
 TASK_BYTES = 2 << 20
 #: Options that decide the counts and the canonical records (the count stage).
 COUNT_OPTIONS = ("input", "input_format", "input_schema", "text_key", "media_root", "allow_absolute_media",
-                 "media_lmdb", "media_check", "special_tokens", "model")
+                 "media_lmdb", "media_check", "special_tokens", "model", "max_member_bytes", "max_media_bytes")
 #: Options that decide the plan, given the counts (the plan stage; ``overlong``: drop or stop).
 PLAN_OPTIONS = ("seq_len", "algorithm", "max_samples_per_pack", "max_media_per_pack", "max_media_tokens_per_pack",
                 "group_by_kind", "pad_to_multiple_of", "seed", "overlong")
