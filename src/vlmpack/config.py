@@ -28,6 +28,9 @@ from vlmpack.records import MAX_MEDIA_BYTES, MAX_MEMBER_BYTES
 _NOT_FINGERPRINTED = {"workers", "overwrite", "progress", "output", "executor", "ray_address", "max_reject_fraction",
                       "cache_dir"}
 
+#: Input size caps: left out of the fingerprint at their defaults (see ``fingerprint_payload``).
+_CAPS = ("max_member_bytes", "max_media_bytes")
+
 
 class PackConfig(BaseModel):
     """Options of ``vlmpack pack`` (the CLI flags have the same names with dashes).
@@ -120,9 +123,11 @@ class PackConfig(BaseModel):
         """The canonical content hashed into :meth:`fingerprint` (also saved in the run dir)."""
         from vlmpack.models import COUNTING_FILES, FAMILIES, model_type
 
-        # a single-node run keeps the fingerprint it had before per-node packing existed
+        # a single-node run keeps the fingerprint it had before per-node packing existed, and a run
+        # with the default input caps the one it had before the caps existed
         opts = self.model_dump(by_alias=True, exclude=_NOT_FINGERPRINTED | (
-            {"num_nodes", "node_rank"} if self.num_nodes == 1 else set()))
+            {"num_nodes", "node_rank"} if self.num_nodes == 1 else set()) | {
+            k for k in _CAPS if getattr(self, k) == type(self).model_fields[k].default})
         opts["input"] = [os.path.abspath(p) for p in self.input]
         opts["media_root"] = os.path.abspath(str(self.media_root))
         opts["model"] = os.path.abspath(self.model)
