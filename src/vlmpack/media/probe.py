@@ -30,6 +30,7 @@ from vlmpack.media.kinds import KINDS, MediaInfo, MediaKind
 from vlmpack.media.kinds.image import _orientation  # noqa: F401 - bench/bench_pack.py times it from here
 from vlmpack.media.ref import display_ref, is_member, read_ref, ref_identity
 from vlmpack.media.resolve import check_real_path, clear_realpaths
+from vlmpack.records import MAX_MEDIA_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def probe_media(
     *,
     media_root: str | None = None,
     allow_absolute_media: bool = False,
-    max_bytes: int | None = None,
+    max_bytes: int | None = MAX_MEDIA_BYTES,
 ) -> MediaInfo:
     """Header facts of the media file at ``path`` (absolute, as from
     :func:`vlmpack.media.resolve.resolve_ref`).
@@ -82,8 +83,9 @@ def probe_media(
     (absent, a directory, unreadable), ``media_undecodable`` (empty, not an accepted format (the
     detail names what it is, e.g. "EPS is not an accepted image format"), truncated, corrupt),
     ``media_unsupported`` (more pixels than PIL's decompression-bomb limit), ``media_too_large``
-    (more than ``max_bytes`` bytes, ``--max-media-bytes``: told from the file's or member's size,
-    nothing read; ``None``: no cap). ``ValueError`` for an unknown ``check``.
+    (more than ``max_bytes`` bytes, ``--max-media-bytes``, default
+    :data:`vlmpack.records.MAX_MEDIA_BYTES`: told from the file's or member's size, nothing read;
+    ``None``: no cap). ``ValueError`` for an unknown ``check``.
     """
     if check not in CHECKS:
         raise ValueError(f"unknown media check {check!r}; use one of {', '.join(CHECKS)}")

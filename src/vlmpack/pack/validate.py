@@ -24,7 +24,7 @@ import logging
 from vlmpack.errors import MediaError
 from vlmpack.media.probe import CHECKS, probe_media
 from vlmpack.models.qwen2_vl import MAX_ASPECT_RATIO
-from vlmpack.records import Rejection, Sample
+from vlmpack.records import MAX_MEDIA_BYTES, Rejection, Sample
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def validate_sample(
     min_side: int = 1,
     media_root: str | None = None,
     allow_absolute_media: bool = False,
-    max_media_bytes: int | None = None,
+    max_media_bytes: int | None = MAX_MEDIA_BYTES,
 ) -> Sample | Rejection:
     """Check the media of ``sample`` and fill their header fields in place; return the sample or a
     :class:`Rejection` (the first failing media item decides). Never raises for bad data.
@@ -57,7 +57,7 @@ def validate_sample(
     Videos: their container header (size, frames, duration, fps; :mod:`vlmpack.media.video`); the
     family's count rule decides what it takes. ``max_media_bytes`` (``--max-media-bytes``): a
     larger item is rejected (``media_too_large``) by its size alone, its bytes never read
-    (``None``: no cap). ``ValueError`` for an unknown ``check``.
+    (default :data:`vlmpack.records.MAX_MEDIA_BYTES`; ``None``: no cap). ``ValueError`` for an unknown ``check``.
     """
     if check not in CHECKS:
         raise ValueError(f"unknown media check {check!r}; use one of {', '.join(CHECKS)}")
