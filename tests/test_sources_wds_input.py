@@ -76,6 +76,13 @@ def test_joined_shards_read_every_sample_of_each_over_any_split(tmp_path, real_d
         parts += WdsSource.read(str(joined), start, end, first, stats=stats)
     assert [(r.id, r.locator) for r in parts] == [(r.id, r.locator) for r in whole]
     assert stats.records == len(whole)
+    # the same shard twice: the second copy's hard links name its own members, not the first copy's
+    twice = tmp_path / "aa.tar"
+    twice.write_bytes(a.read_bytes() * 2)
+    again = list(WdsSource.read(str(twice), 0, -1, 1))
+    n = len(again) // 2
+    assert _facts(again[n:]) == _facts(again[:n]) == want[:n]
+    assert all(parse_ref(m.path).offset > a.stat().st_size for s in again[n:] for m in s.media)
     # many zero blocks between the archives (more than one 1 MiB read), then the second shard
     padded = tmp_path / "padded.tar"
     padded.write_bytes(a.read_bytes() + bytes((1 << 20) + 3 * 512) + b.read_bytes())

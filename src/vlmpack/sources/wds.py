@@ -174,13 +174,13 @@ def _next_archive(path: str, fh, offset: int, size: int) -> int | None:
 def _link_target(path: str, member: tarfile.TarInfo) -> tuple[int, int]:
     """``(data offset, size)`` of the member a hard link names: the last regular member of that name
     before the link (``tarfile``'s rule; in a joined shard, possibly in an earlier archive, as GNU
-    tar's ``--ignore-zeros`` would extract it). Raises :class:`InputError` when there is none."""
+    tar's ``--ignore-zeros`` would extract it), else the first one after it. Raises
+    :class:`InputError` when the shard holds none."""
     headers, data = _regular_members(path, os.path.getmtime(path)).get(member.linkname, ((), ()))
-    i = bisect.bisect_left(headers, member.offset) - 1
-    if i < 0:
+    if not data:
         raise InputError(f"{printable_path(path)}: member {member.name!r} links to "
-                         f"{member.linkname!r}, which the shard does not hold before it; re-create it")
-    return data[i]
+                         f"{member.linkname!r}, which the shard does not hold; re-create it")
+    return data[max(bisect.bisect_left(headers, member.offset) - 1, 0)]
 
 
 @lru_cache(maxsize=8)
