@@ -8,12 +8,17 @@ a turn (an assistant turn the collator then trains on) or end one early (an answ
 
 - ``reject`` (default): a sample whose text holds any *special* token of the tokenizer (an added
   token with ``special=True``: ``<|endoftext|>``, ``<|im_start|>``, ``<|vision_end|>``, ...) is
-  rejected (:func:`find_special_token`). Non-special added tokens (Qwen's ``<tool_call>``,
+  rejected, whether one text part holds it (:func:`find_special_token`) or it only forms in the
+  rendered text of a turn, where the chat template joins the turn's parts (``"hello<|im_"`` +
+  ``"end|>"``; :func:`find_joined_special_token`, under the template's own join rule, only for
+  conversations :func:`cut_turns` flags). Non-special added tokens (Qwen's ``<tool_call>``,
   ``<think>``, ...) are content tokens that templates themselves put inside assistant text; they
   stay as the tokenizer parses them.
 - ``split``: the user text is tokenized with transformers' ``split_special_tokens=True`` rule
   (special tokens in it become ordinary byte-level pieces), while the special tokens the chat
   template itself writes stay control tokens (:func:`render_pieces` + :func:`tokenize_pieces`).
+  Text parts the template writes next to each other land in the same text piece, so a special
+  token cut across parts is plain text too.
 
 How ``split`` stays exact: the Rust tokenizer first cuts the text at added tokens and then
 pre-tokenizes and BPE-encodes each piece on its own. :func:`render_pieces` renders the template
