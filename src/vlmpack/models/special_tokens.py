@@ -72,12 +72,16 @@ def find_special_token(messages: Sequence[dict], pattern: re.Pattern | None) -> 
 class TokenCuts(NamedTuple):
     """The pieces a special token can be cut into at a part boundary (see :func:`cut_turns`):
     its proper non-empty ``prefixes``, ``suffixes`` and ``infixes`` (neither first nor last
-    character), over all tokens; ``longest`` is the longest token's length."""
+    character), over all tokens; ``longest`` is the longest token's length, ``firsts`` /
+    ``lasts`` the tokens' first / last characters (a prefix holds one of ``firsts``, a suffix one
+    of ``lasts``: most texts need no set lookup)."""
 
     prefixes: frozenset[str]
     suffixes: frozenset[str]
     infixes: frozenset[str]
     longest: int
+    firsts: frozenset[str]
+    lasts: frozenset[str]
 
 
 def token_cuts(tokens: Sequence[str]) -> TokenCuts:
@@ -85,7 +89,8 @@ def token_cuts(tokens: Sequence[str]) -> TokenCuts:
     return TokenCuts(frozenset(t[:i] for t in tokens for i in range(1, len(t))),
                      frozenset(t[i:] for t in tokens for i in range(1, len(t))),
                      frozenset(t[i:j] for t in tokens for i in range(1, len(t)) for j in range(i + 1, len(t))),
-                     max((len(t) for t in tokens), default=0))
+                     max((len(t) for t in tokens), default=0),
+                     frozenset(t[0] for t in tokens if t), frozenset(t[-1] for t in tokens if t))
 
 
 def cut_turns(messages: Sequence[dict], cuts: TokenCuts) -> list[int]:
@@ -106,9 +111,12 @@ def cut_turns(messages: Sequence[dict], cuts: TokenCuts) -> list[int]:
 
 
 def _has_cut_edge(text: str, cuts: TokenCuts) -> bool:
-    for k in range(1, min(len(text), cuts.longest - 1) + 1):
-        if text[-k:] in cuts.prefixes or text[:k] in cuts.suffixes:
-            return True
+    n = min(len(text), cuts.longest - 1)
+    tail, head = text[len(text) - n:], text[:n]
+    if not cuts.firsts.isdisjoint(tail) and any(tail[-k:] in cuts.prefixes for k in range(1, n + 1)):
+        return True
+    if not cuts.lasts.isdisjoint(head) and any(head[:k] in cuts.suffixes for k in range(1, n + 1)):
+        return True
     return len(text) < cuts.longest - 1 and text in cuts.infixes
 
 
