@@ -24,7 +24,13 @@ from typer.testing import CliRunner
 
 from vlmpack.cli.main import app
 from vlmpack.models import load_model
-from vlmpack.models.special_tokens import find_special_token, special_token_pattern
+from vlmpack.models.special_tokens import (
+    cut_turns,
+    find_joined_special_token,
+    find_special_token,
+    special_token_pattern,
+    token_cuts,
+)
 from vlmpack.pack.count_task import count_samples
 from vlmpack.readers import parse_record
 from vlmpack.records import Locator, Sample
@@ -190,6 +196,32 @@ def test_media_between_the_pieces_follows_the_template(fam):
         assert decided[True] == 0  # the image's own tokens stand between the pieces
     if fam.name in ("qwen3_vl", "qwen3_5"):
         assert decided[True] and decided[False]  # user turns keep the image, the others drop it
+
+
+# ---------------------------------------------------------------- the rule on toy templates
+def _toy(join: str, alter=lambda t: t):
+    """A ChatML-like template that joins a turn's text parts with ``join``, each text through ``alter``."""
+    def render(messages):
+        return "".join(f"<|im_start|>{m['role']}\n" + join.join(alter(p["text"]) for p in m["content"]
+                                                               if p["type"] == "text") + "<|im_end|>\n"
+                       for m in messages)
+    return render
+
+
+def test_the_join_rule_is_the_templates_own():
+    tokens = ("<|im_start|>", "<|im_end|>")
+    pattern, cuts = special_token_pattern(tokens), token_cuts(tokens)
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "q"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "a<|im_"}, {"type": "text", "text": "end|>b"}]}]
+    assert cut_turns(msgs, cuts) == [1]
+    assert find_joined_special_token(_toy(""), msgs, pattern, cuts) == (1, "<|im_end|>")
+    assert find_joined_special_token(_toy("\n"), msgs, pattern, cuts) is None  # the template keeps them apart
+    # a template that alters its texts: the special tokens of its real output against its own
+    spaced = [msgs[0], {**msgs[1], "content": [{"type": "text", "text": "a<|im_"}, {"type": "text", "text": " end|>"}]}]
+    assert find_joined_special_token(_toy("", str.strip), spaced, pattern, cuts) == (1, "<|im_end|>")
+    assert find_joined_special_token(_toy("\n", str.strip), spaced, pattern, cuts) is None
+    # ordinary texts need no rendering
+    assert cut_turns([{"role": "user", "content": [{"type": "text", "text": "a < b > c"}]}], cuts) == []
 
 
 # ---------------------------------------------------------------- hypothesis: any cut, any filler
