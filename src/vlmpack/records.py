@@ -46,6 +46,8 @@ REASONS: dict[str, str] = {
     "media_missing": "a media file does not exist or is not a regular file",
     "media_undecodable": "a media file's header does not decode (unknown format, truncated, corrupt)",
     "media_unsupported": "a media kind or size the model's processor cannot take (e.g. aspect ratio > 200)",
+    "media_changed": "a media file's bytes changed between counting and writing (another sha256); counted again "
+                     "at the next run",
     "duplicate_id": "the id was already seen earlier in the input",
     "overlong": "the sample has more tokens than the sequence length",
     "template_error": "the chat template or tokenizer failed on this sample",

@@ -11,8 +11,8 @@ checks of the path and the cache.
   then the file is opened with PIL restricted to
   :data:`vlmpack.media.image.IMAGE_FORMATS` and checked at the asked level; it returns a
   :class:`MediaInfo` (width/height after EXIF orientation, PIL format name, file size).
-  Results are cached per ``(path, kind, check, size, mtime)`` within a process: many samples share
-  images.
+  Results are cached per ``(path, kind, check, size, mtime, ctime, inode)`` within a process: many
+  samples share images, and a file replaced in place (same size and mtime) is probed again.
 - :func:`probe_bytes`: the same for bytes in memory (not cached).
 
 Both raise :class:`MediaError` (``reason`` is a code of :data:`vlmpack.records.REASONS`).
@@ -26,6 +26,7 @@ import os
 import stat
 
 from vlmpack.errors import MediaError
+from vlmpack.media.fingerprint import holder_stat
 from vlmpack.media.kinds import KINDS, MediaInfo, MediaKind
 from vlmpack.media.kinds.image import _orientation  # noqa: F401 - bench/bench_pack.py times it from here
 from vlmpack.media.ref import display_ref, is_member, read_ref, ref_identity
@@ -101,7 +102,7 @@ def probe_media(
         what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
         raise MediaError("media_missing", f"{kind} path is {what}: {path}")
     _check_size(path, kind, st.st_size, max_bytes)
-    key = (path, kind, check, st.st_size, st.st_mtime_ns)
+    key = (path, kind, check, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
     hit = _CACHE.get(key)
     if hit is None:
         try:
@@ -124,14 +125,15 @@ def probe_bytes(data: bytes, kind: str = "image", check: str = "header", *, name
 
 
 def _probe_member(ref: str, kind: str, check: str, max_bytes: int | None) -> MediaInfo:
-    """:func:`probe_media` for a :mod:`vlmpack.media.ref` archive member (cached per archive mtime)."""
+    """:func:`probe_media` for a :mod:`vlmpack.media.ref` archive member (cached per the stat of its
+    container: size, mtime, ctime, inode)."""
     try:
-        size, mtime = ref_identity(ref)
+        size, _ = ref_identity(ref)
+        key = (ref, kind, check, size, holder_stat(ref))
     except (OSError, ValueError) as e:
         raise MediaError("media_missing", f"{kind} not readable in its container: {display_ref(ref)} "
                          f"({_oneline(e)})") from None
     _check_size(display_ref(ref), kind, size, max_bytes)
-    key = (ref, kind, check, size, mtime)
     hit = _CACHE.get(key)
     spec = _spec(kind)
     if hit is None and spec.probe_by_content:
