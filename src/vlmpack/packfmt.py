@@ -32,7 +32,7 @@ from typing import TypeVar
 
 from vlmpack.fsio import open_inside
 from vlmpack.media.kinds import KINDS
-from vlmpack.records import ID_KINDS
+from vlmpack.records import ID_KINDS, MAX_MEDIA_BYTES
 
 T = TypeVar("T")
 
@@ -49,8 +49,8 @@ EXTRA_PARTS = frozenset({"json", "input_ids.npy"})
 #: The most bytes read of one member, by part (a pack's JSON holds at most ``seq_len`` tokens of text;
 #: ``input_ids.npy`` 4 bytes a token); media: :data:`MAX_MEDIA_BYTES`. A larger member is not read.
 MAX_PART_BYTES = {"json": 64 << 20, "input_ids.npy": 64 << 20}
-#: The most bytes read of one media member (an image or a video; the training side reads it whole too).
-MAX_MEDIA_BYTES = 2 << 30
+# The most bytes read of one media member (an image or a video; the training side reads it whole
+# too) is MAX_MEDIA_BYTES (imported from vlmpack.records): the ceiling of `vlmpack pack --max-media-bytes`.
 #: The most bytes of a tar's extended header (PAX, GNU long name); vlmpack writes < 1 KiB.
 MAX_HEADER_BYTES = 1 << 20
 #: The deepest nesting of arrays and objects :func:`loads_json` accepts (a pack object nests 6 deep).

@@ -150,7 +150,8 @@ def store_lock(store: Path, *, wait: bool):
 def _tasks(opts: CountOptions, store: Path, ranges: list[InputRange]) -> list[MeasureTask]:
     return [MeasureTask(i, fi, path, start, end, first, opts.input_schema, opts.media_root,
                         opts.allow_absolute_media, opts.media_check, opts.model, str(store), opts.special_tokens,
-                        fmt, opts.media_lmdb, opts.text_key)
+                        fmt, opts.media_lmdb, opts.text_key, opts.max_member_bytes,
+                        opts.max_media_bytes)
             for i, (fi, path, fmt, start, end, first, _) in enumerate(ranges)]
 
 
@@ -237,12 +238,14 @@ def media_digest(results: list[MeasureResult]) -> str:
 
 
 def read_stats(results: list[MeasureResult]) -> ReadStats:
-    """Records, lines and blank lines read over all tasks."""
+    """Records, lines, blank lines and skipped tar members read over all tasks."""
     stats = ReadStats()
     for r in results:
         stats.lines += r.stats.lines
         stats.blank += r.stats.blank
         stats.records += r.stats.records
+        stats.members_without_key += r.stats.members_without_key
+        stats.members_not_files += r.stats.members_not_files
     return stats
 
 

@@ -271,13 +271,15 @@ def _write_rejects(cfg: PackConfig, rejections: list[Rejection]) -> None:
 def _reject_gate(cfg: PackConfig, fingerprint: str, results: list[MeasureResult], rejections: list[Rejection]) -> None:
     """Stop after counting (before planning and writing) when more than ``max_reject_fraction``
     of the records were rejected: rejects.jsonl and a report of the counting stage are written."""
-    records = read_stats(results).records
+    stats = read_stats(results)
+    records = stats.records
     if not records or len(rejections) <= cfg.max_reject_fraction * records:
         return
     _write_rejects(cfg, rejections)
     reasons = Counter(r.reason for r in rejections)
     report = {"status": "failed", "stage": "count", "records_read": records, "rejected": len(rejections),
-              "rejected_by_reason": dict(sorted(reasons.items())), "max_reject_fraction": cfg.max_reject_fraction,
+              "rejected_by_reason": dict(sorted(reasons.items())), "members_without_key": stats.members_without_key,
+              "members_not_files": stats.members_not_files, "max_reject_fraction": cfg.max_reject_fraction,
               "fingerprint": fingerprint}
     atomic_write(Path(cfg.output) / "report.json", json_bytes(report, indent=1))
     top = ", ".join(f"{k} {v:,}" for k, v in reasons.most_common(3))

@@ -32,12 +32,13 @@ from pathlib import Path
 
 from vlmpack import __version__
 from vlmpack.config import PackConfig
+from vlmpack.records import MAX_MEDIA_BYTES, MAX_MEMBER_BYTES
 
 #: Input bytes per count task (fixed: the output must not depend on workers; part of the count key).
 TASK_BYTES = 2 << 20
 #: Options that decide the counts and the canonical records (the count stage).
 COUNT_OPTIONS = ("input", "input_format", "input_schema", "text_key", "media_root", "allow_absolute_media",
-                 "media_lmdb", "media_check", "special_tokens", "model")
+                 "media_lmdb", "media_check", "special_tokens", "model", "max_member_bytes", "max_media_bytes")
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,9 @@ class CountOptions:
     folder relative references resolve in, absolute references allowed or not, LMDB stores as
     ``(name, env path)`` pairs, ``media_check`` ``"header"`` | ``"verify"`` | ``"decode"``), the record
     layout (``input_schema``, ``text_key``) and the ``special_tokens`` policy (``"reject"`` |
-    ``"split"``). Built from a config with :meth:`of`."""
+    ``"split"``) and the input caps in bytes (``max_member_bytes``: a WebDataset ``json`` member,
+    ``max_media_bytes``: a media item; larger ones are rejected unread). Built from a config with
+    :meth:`of`."""
 
     model: str
     media_root: str
@@ -57,12 +60,15 @@ class CountOptions:
     media_lmdb: tuple[tuple[str, str], ...] = ()
     media_check: str = "verify"
     special_tokens: str = "reject"
+    max_member_bytes: int = MAX_MEMBER_BYTES
+    max_media_bytes: int = MAX_MEDIA_BYTES
 
     @classmethod
     def of(cls, cfg: PackConfig) -> CountOptions:
         """The count options of ``cfg``."""
         return cls(str(cfg.model), str(cfg.media_root), cfg.input_schema, cfg.text_key, cfg.allow_absolute_media,
-                   tuple(sorted(cfg.media_lmdb.items())), cfg.media_check, cfg.special_tokens)
+                   tuple(sorted(cfg.media_lmdb.items())), cfg.media_check, cfg.special_tokens, cfg.max_member_bytes,
+                   cfg.max_media_bytes)
 
 
 @dataclass(frozen=True)
