@@ -320,19 +320,18 @@ class PackEncoder:
         count differs from the recorded one, or when a sample's text holds a special token of the
         tokenizer and the sample does not say ``"special_tokens": "split"`` (the pack JSON key
         ``vlmpack pack --special-tokens split`` writes; such text is then tokenized as plain text,
-        exactly as it was counted); :class:`PackTooLongError` when the pack holds (or records, or its
-        ``input_ids`` part holds) more tokens than its ``seq_len`` or the encoder's, checked before
-        any image is processed and again on the encoded length; :class:`TokenIdError` for
-        pretokenized ids outside the vocabulary (class docstring).
+        exactly as it was counted); :class:`PackTooLongError` when the pack holds more tokens than
+        its ``seq_len`` or the encoder's (its ``input_ids`` part before any image is processed, the
+        encoded length after the count checks: a pack whose record alone is off is a
+        :class:`PackMismatchError`); :class:`TokenIdError` for pretokenized ids outside the
+        vocabulary (class docstring).
         """
         pack = read_pack(obj)
         f = self.family
         if not pack.items:
             raise PackMismatchError(f"pack {pack.key!r} holds no samples")
-        if pack.input_ids is not None:
+        if pack.input_ids is not None:  # before any image is decoded
             self._check_length(pack, len(pack.input_ids), "has an input_ids part of")
-        if pack.num_tokens is not None:
-            self._check_length(pack, pack.num_tokens, "records")
         raw_ids = self._pretokenized(pack) if pack.input_ids is not None else None
         if raw_ids is None:
             for it in pack.items:
