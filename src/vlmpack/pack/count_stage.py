@@ -56,10 +56,10 @@ from vlmpack.pack.count_task import (
     result_path,
 )
 from vlmpack.pack.executors import guarded_executor, run_tasks
-from vlmpack.pack.manifest import build_manifest
+from vlmpack.pack.manifest import InputFiles, build_manifest
 from vlmpack.pack.nodes import InputRange, node_ranges
 from vlmpack.pack.results import read_result, save_result
-from vlmpack.pack.stages import count_cache_dir, count_key, count_payload
+from vlmpack.pack.stages import CountOptions, Workers, count_cache_dir, count_key, count_payload
 from vlmpack.records import ReadStats, Rejection
 
 log = logging.getLogger(__name__)
@@ -154,16 +154,19 @@ def store_lock(store: Path, *, wait: bool):
         os.close(fd)
 
 
-def _tasks(cfg: PackConfig, store: Path, ranges: list[InputRange]) -> list[MeasureTask]:
-    return [MeasureTask(i, fi, path, start, end, first, cfg.input_schema, str(cfg.media_root),
-                        cfg.allow_absolute_media, cfg.media_check, str(cfg.model), str(store), cfg.special_tokens,
-                        fmt, tuple(sorted(cfg.media_lmdb.items())), cfg.text_key, cfg.seq_len)
+def _tasks(opts: CountOptions, store: Path, ranges: list[InputRange]) -> list[MeasureTask]:
+    return [MeasureTask(i, fi, path, start, end, first, opts.input_schema, opts.media_root,
+                        opts.allow_absolute_media, opts.media_check, opts.model, str(store), opts.special_tokens,
+                        fmt, opts.media_lmdb, opts.text_key, token_limit=opts.token_limit,
+                        max_member_bytes=opts.max_member_bytes, max_media_bytes=opts.max_media_bytes)
             for i, (fi, path, fmt, start, end, first, _) in enumerate(ranges)]
 
 
-def count_stage(cfg: PackConfig, store: Path, ranges: list[InputRange], key: str, reuse: dict, *,
-                cache: Path | None = None, payload: dict | None = None) -> list[MeasureResult]:
-    """The results of every count task of ``ranges`` for count key ``key``, in task order.
+def count_stage(opts: CountOptions, store: Path, ranges: list[InputRange], key: str, reuse: dict, *,
+                workers: Workers = Workers(), cache: Path | None = None,
+                payload: dict | None = None) -> list[MeasureResult]:
+    """The results of every count task of ``ranges`` for count key ``key``, in task order, counted
+    with ``opts`` on ``workers``.
 
     Reused from ``store`` (emptied first when it holds another key), else taken from the cache
     store ``cache/<key>`` when given, else counted into ``store`` (a pool is started, and the model
@@ -174,7 +177,7 @@ def count_stage(cfg: PackConfig, store: Path, ranges: list[InputRange], key: str
     ``OSError`` for ``store``.
     """
     claim_store(store, key, payload)
-    tasks = _tasks(cfg, store, ranges)
+    tasks = _tasks(opts, store, ranges)
     results: list[MeasureResult | None] = [None] * len(tasks)
     with ExitStack() as stack:
         shared, publish = None, False
@@ -225,9 +228,9 @@ def count_stage(cfg: PackConfig, store: Path, ranges: list[InputRange], key: str
 
         if todo:
             weights = [r.nbytes for r in ranges]
-            with guarded_executor(cfg.executor, cfg.workers, str(cfg.model), cfg.ray_address) as pool:
+            with guarded_executor(workers.executor, workers.workers, opts.model, workers.ray_address) as pool:
                 run_tasks(pool, count_mod.run_task, todo, done=save, desc="count",
-                          weights=[weights[t.index] for t in todo], unit="B", show=cfg.progress)
+                          weights=[weights[t.index] for t in todo], unit="B", show=workers.progress)
         for t in tasks:  # counted before the cache existed, or while it was busy
             share(t.index, fresh=False)
     return results  # type: ignore[return-value]
@@ -242,12 +245,14 @@ def media_digest(results: list[MeasureResult]) -> str:
 
 
 def read_stats(results: list[MeasureResult]) -> ReadStats:
-    """Records, lines and blank lines read over all tasks."""
+    """Records, lines, blank lines and skipped tar members read over all tasks."""
     stats = ReadStats()
     for r in results:
         stats.lines += r.stats.lines
         stats.blank += r.stats.blank
         stats.records += r.stats.records
+        stats.members_without_key += r.stats.members_without_key
+        stats.members_not_files += r.stats.members_not_files
     return stats
 
 
@@ -286,6 +291,7 @@ def count_inputs(cfg: PackConfig) -> Counted:
                 log.warning("count cache %s cannot be used (%s); counting into a temporary folder", root,
                             e.strerror or e)
         where = store or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="vlmpack-count-")))
-        results = count_stage(cfg, where, ranges, key, reuse, payload=count_payload(cfg, payload))
-        manifest, rejections = build_manifest(cfg, results, where)
+        results = count_stage(CountOptions.of(cfg), where, ranges, key, reuse, workers=Workers.of(cfg),
+                              payload=count_payload(cfg, payload))
+        manifest, rejections = build_manifest(InputFiles.of(cfg), results, where)
     return Counted(manifest, rejections, read_stats(results), key, store, reuse)

@@ -34,7 +34,7 @@ from vlmpack.media.fingerprint import Fingerprint, fingerprint, unchanged
 from vlmpack.media.ref import display_ref, ref_identity
 from vlmpack.models import load_model
 from vlmpack.pack.validate import skip_overlong_texts, text_bound_of, validate_sample
-from vlmpack.records import ID_KINDS, SAMPLE_KINDS, ReadStats, Rejection, Sample
+from vlmpack.records import ID_KINDS, MAX_MEDIA_BYTES, MAX_MEMBER_BYTES, SAMPLE_KINDS, ReadStats, Rejection, Sample
 from vlmpack.sources import get_source
 
 KIND_CODE = {k: i for i, k in enumerate(SAMPLE_KINDS)}  # text 0, image 1, video 2
@@ -66,6 +66,8 @@ class MeasureTask:
     media_lmdb: tuple[tuple[str, str], ...] = ()  # --media-lmdb stores: (name, env path) pairs
     text_key: str | None = None  # --text-key: the key of the turns
     token_limit: int = MAX_TOKENS  # tokens: a sample whose text alone needs more is rejected untokenized
+    max_member_bytes: int = MAX_MEMBER_BYTES  # --max-member-bytes: the largest WDS json member read
+    max_media_bytes: int = MAX_MEDIA_BYTES  # --max-media-bytes: the largest media item probed and packed
 
 
 @dataclass
@@ -334,13 +336,15 @@ def run_task(task: MeasureTask) -> MeasureResult:
     source = get_source(task.fmt)
     for rec in source.read(task.path, task.start, task.end, task.first_line, schema=task.schema,
                            media_root=task.media_root, allow_absolute_media=task.allow_absolute_media,
-                           stats=stats, **({"lmdb_envs": dict(task.media_lmdb)} if task.media_lmdb else {}),
+                           stats=stats, max_member_bytes=task.max_member_bytes,
+                           **({"lmdb_envs": dict(task.media_lmdb)} if task.media_lmdb else {}),
                            **({"text_key": task.text_key} if task.text_key else {})):
         if isinstance(rec, Rejection):
             rejections.append(rec)
             continue
         checked = validate_sample(rec, check=task.media_check, family=family, media_root=task.media_root,
-                                  allow_absolute_media=task.allow_absolute_media)
+                                  allow_absolute_media=task.allow_absolute_media,
+                                  max_media_bytes=task.max_media_bytes)
         (rejections if isinstance(checked, Rejection) else valid).append(checked)
     t1 = time.perf_counter()
     valid, rej_long, kept_max, skipped_min = skip_overlong_texts(text_bound_of(task.model_dir), valid,

@@ -4,8 +4,10 @@ The report holds the identity ``records read = samples packed + rejected + dropp
 (with counts per reason), tokens, tokens lost to overlong samples, packs, the utilization
 ``tokens / (packs * seq_len)`` next to the lower bound ``L1 = ceil(sum(tokens) / seq_len)`` packs,
 samples and media tokens per pack p50/p99/max, per input file the records read, packed, rejected,
-dropped overlong and tokens packed (``sources``; the identity holds per file), the sha256 of each
-shard, the config fingerprint and the versions of vlmpack/transformers/tokenizers.
+dropped overlong and tokens packed (``sources``; the identity holds per file), the tar members that
+belong to no sample (``members_without_key``: e.g. a ``README``; ``members_not_files``: symbolic
+links, devices; never records, so outside the identity), the sha256 of each shard, the config
+fingerprint and the versions of vlmpack/transformers/tokenizers.
 
 ``report.html`` is what a person reads (issue 12): one self-contained file (PNG figures embedded as
 base64, see :mod:`vlmpack.pack.figures`) with the key numbers, the sources table and the figures,
@@ -115,6 +117,8 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
         "dropped_overlong": overlong,
         "identity_holds": stats.records == packed + rejected + overlong,
         "rejected_by_reason": dict(sorted(reasons.items())),
+        "members_without_key": stats.members_without_key,
+        "members_not_files": stats.members_not_files,
         "packs": packs,
         "shards": len(shards),
         "tokens": tokens,
@@ -154,6 +158,9 @@ def summary_lines(report: dict) -> list[tuple[str, str]]:
         ("rejected", f"{r['rejected']:,}" + (" (" + ", ".join(f"{k} {v}" for k, v in r["rejected_by_reason"].items())
                                             + ")" if r["rejected_by_reason"] else "")),
         ("dropped overlong", f"{r['dropped_overlong']:,}"),
+        *([("tar members in no sample", f"{r.get('members_without_key', 0):,} without a key (e.g. README), "
+                                        f"{r.get('members_not_files', 0):,} not files (links, devices)")]
+          if r.get("members_without_key") or r.get("members_not_files") else []),
         ("identity read = packed + rejected + overlong", "holds" if r["identity_holds"] else "BROKEN"),
         ("tokens", f"{r['tokens']:,}"),
         ("tokens with a label (trained on)", "-" if r.get("label_token_share") is None else

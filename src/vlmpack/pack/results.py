@@ -84,7 +84,8 @@ def save_result(store: str | Path, r: MeasureResult) -> None:
                       "arrays": {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}},
             "media": [fp.to_json() for fp in r.media_files],
             "rejections": [_rejection_json(x) for x in r.rejections],
-            "stats": {"lines": s.lines, "blank": s.blank, "records": s.records, "reasons": dict(s.reasons)},
+            "stats": {"lines": s.lines, "blank": s.blank, "records": s.records, "reasons": dict(s.reasons),
+                      "members_without_key": s.members_without_key, "members_not_files": s.members_not_files},
             "seconds_read": r.seconds_read, "seconds_count": r.seconds_count,
             "text_bounds": [r.bound_counted_max, r.bound_skipped_min]}
     atomic_write(result_path(store, r.index), sealed_json_bytes(meta))
@@ -122,7 +123,8 @@ def read_result(store: str | Path, index: int, file_idx: int, *, check_part: boo
                 pa.array([], SCHEMA.field(name).type) for name in SCHEMA.names}
         st = meta["stats"]
         stats = ReadStats(int(st["lines"]), int(st["blank"]), int(st["records"]),
-                          {str(k): int(v) for k, v in dict(st["reasons"]).items()})
+                          {str(k): int(v) for k, v in dict(st["reasons"]).items()},
+                          int(st.get("members_without_key", 0)), int(st.get("members_not_files", 0)))
         media = [Fingerprint.from_json(x) for x in meta["media"]]
         bounds = meta["text_bounds"]
         if not (isinstance(bounds, list) and len(bounds) == 2 and all(_is_int(x) and x >= 0 for x in bounds)):
