@@ -33,7 +33,7 @@ def family(request):
     return load_model(str(request.getfixturevalue(request.param)))
 
 
-@settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(texts=st.lists(_TEXT, min_size=1, max_size=3))
 def test_the_text_bound_never_exceeds_the_real_count(family, texts):
     """Lower bound <= the tokens of the texts alone, and <= the sample's exact count (template
