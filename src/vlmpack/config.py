@@ -45,7 +45,7 @@ class PackConfig(BaseModel):
     output: str = Field(description="output directory: shards + Energon metadata + report")
     model: str = Field(description="local HF-format model directory (tokenizer, processor, config)")
     media_root: str | None = Field(None, description="media paths are relative to it (default: 1st input's folder)")
-    seq_len: int = Field(8192, gt=0, description="capacity L of a pack, in tokens")
+    seq_len: int = Field(8192, gt=0, le=2**31 - 1, description="capacity L of a pack, in tokens (int32 counts)")
     input_schema: Literal["auto", "llava", "messages", "prompts"] = Field("auto", alias="schema")
     input_format: Literal["auto", "jsonl", "wds", "parquet"] = Field(
         "auto", description="format of the inputs (auto: sniffed per file; see vlmpack.sources)")

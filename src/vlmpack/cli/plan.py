@@ -67,8 +67,10 @@ def plan_command(
     try:
         if counting and source is not None:
             raise ConfigError(f"give either SOURCE ({source}) or --input/--model/--config, not both")
-        if counting:
-            data = _count(config, input=input or None, model=model, media_root=media_root, schema=schema,
+        if counting:  # texts that cannot fit the largest L planned are rejected untokenized (overlong)
+            longest = max([int(x) for x in seq_len] + ([preflight.GRID_MAX] if sweep or plot is not None else []))
+            data = _count(config, seq_len=longest, input=input or None, model=model, media_root=media_root,
+                          schema=schema,
                           input_format=input_format, text_key=text_key, allow_absolute_media=allow_absolute_media,
                           media_lmdb=media_lmdb or None, media_check=media_check, special_tokens=special_tokens,
                           max_member_bytes=max_member_bytes, max_media_bytes=max_media_bytes,

@@ -16,9 +16,12 @@ stores exist:
   publishes only when it gets the lock at once, ``plan`` waits for it.
 
 A task's output is reused when its files parse and match their recorded sha256 (the part file's
-text included: an edit that keeps its length is seen; :func:`vlmpack.pack.results.read_result`) and
+text included: an edit that keeps its length is seen; :func:`vlmpack.pack.results.read_result`),
 none of its media items changed since (their content sha256, :mod:`vlmpack.media.fingerprint`;
-:func:`vlmpack.pack.count_task.media_changed`); otherwise the task is counted again. Nothing read
+:func:`vlmpack.pack.count_task.media_changed`) and ``--seq-len`` leaves the same samples
+untokenized (:meth:`~vlmpack.pack.count_task.MeasureResult.fits`: the count key holds no L, so
+only a task with a sample whose text alone is about L tokens or more is counted again); otherwise
+the task is counted again. Nothing read
 from a store is executed (no pickle). Files are written with :func:`vlmpack.fsio.atomic_write` (the
 part first: a result file marks a task done), so a kill at any point leaves stores that the next
 run can use.
@@ -93,6 +96,10 @@ def load_result(store: Path, task: MeasureTask) -> MeasureResult | None:
     if changed is not None:
         log.warning("media file %s changed since it was counted; counting task %d again", changed, task.index)
         return None
+    if not r.fits(task.token_limit):
+        log.info("task %d was counted for another --seq-len that leaves other samples untokenized; counting "
+                 "it again", task.index)
+        return None
     return r
 
 
@@ -150,8 +157,8 @@ def store_lock(store: Path, *, wait: bool):
 def _tasks(opts: CountOptions, store: Path, ranges: list[InputRange]) -> list[MeasureTask]:
     return [MeasureTask(i, fi, path, start, end, first, opts.input_schema, opts.media_root,
                         opts.allow_absolute_media, opts.media_check, opts.model, str(store), opts.special_tokens,
-                        fmt, opts.media_lmdb, opts.text_key, opts.max_member_bytes,
-                        opts.max_media_bytes)
+                        fmt, opts.media_lmdb, opts.text_key, token_limit=opts.token_limit,
+                        max_member_bytes=opts.max_member_bytes, max_media_bytes=opts.max_media_bytes)
             for i, (fi, path, fmt, start, end, first, _) in enumerate(ranges)]
 
 

@@ -87,7 +87,7 @@ def duplicate_positions(ids, id_kind: np.ndarray, hashes: np.ndarray | None = No
 
 
 #: Per-sample array fields of :class:`MeasureResult` and their manifest dtypes.
-_COLUMNS = {"num_tokens": np.int32, "media_tokens": np.int32, "num_media": np.int16, "kind": np.int8,
+_COLUMNS = {"num_tokens": np.int32, "media_tokens": np.int32, "num_media": np.int32, "kind": np.int8,
             "media_bytes": np.int64, "line": np.int64, "offset": np.int64, "rec_offset": np.int64,
             "rec_len": np.int64}
 

@@ -136,6 +136,18 @@ def _overlong_rejections(opts: PlanOptions, inputs: InputFiles, run: Path, manif
     return out
 
 
+def _overlong_gate(cfg: PackConfig, rejections: list[Rejection]) -> None:
+    """``--overlong error`` for the samples the count stage rejected ``overlong`` before tokenizing
+    (their text alone needs more than ``--seq-len`` tokens, :func:`vlmpack.pack.count_task.skip_overlong_texts`)
+    or counted above int32: the same :class:`OverlongError` as the plan stage's; with ``drop`` they stay
+    rejections, reported as dropped overlong."""
+    over = [r for r in rejections if r.reason == "overlong"] if cfg.overlong == "error" else []
+    if over:
+        r = over[0]
+        raise OverlongError(f"sample {r.id!r} at {r.locator}: {r.detail} ({len(over)} such samples); "
+                            "use --overlong drop or a larger --seq-len")
+
+
 # ---------------------------------------------------------------------------------------- write
 def _shard_tasks(opts: WriteOptions, run: Path, manifest: pa.Table, plan: PackPlan) -> list[ShardTask]:
     """The write tasks of ``plan``: packs cut into shards (:func:`assign_shards`), each task with its
@@ -326,6 +338,7 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
     timings["measure"] = time.perf_counter() - t
     t = time.perf_counter()
     manifest, rejections = build_manifest(inputs, results, run / "records")
+    _overlong_gate(cfg, rejections)
     _reject_gate(cfg, fingerprint, results, rejections)
     keys["plan"] = plan_key(plan_opts, manifest_digest(manifest))
     manifest, plan = _plan(plan_opts, run, manifest, keys["plan"], reuse)  # the ids stay on disk from here

@@ -56,7 +56,8 @@ def _pct(values: np.ndarray) -> dict:
 def source_counts(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, rejections: list[Rejection],
                   records_by_file: list[int], left_out: list[tuple[int, int]] = ()) -> list[dict]:
     """Per input file (in ``cfg.input`` order): ``file``, ``records_read``, ``samples_packed``,
-    ``rejected`` (duplicates included, overlong not), ``dropped_overlong`` and ``tokens`` (tokens of
+    ``rejected`` (duplicates included, overlong not), ``dropped_overlong`` (the plan's and those
+    rejected ``overlong`` by the count stage, untokenized) and ``tokens`` (tokens of
     its packed samples). ``records_by_file[i]``: records read from ``cfg.input[i]``. A rejection is
     attributed by its locator's file, which the sources set to the input path as given.
     ``left_out``: ``(input file index, tokens)`` of each planned sample the writer left out (its
@@ -76,9 +77,11 @@ def source_counts(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, rejection
             tokens[f] -= n
     index = {p: i for i, p in enumerate(cfg.input)}
     rejected = Counter(index.get(r.locator.file, -1) for r in rejections if r.reason != "overlong")
+    # the plan's overlong samples and those the count stage rejected overlong untokenized: all in rejections
+    dropped = Counter(index.get(r.locator.file, -1) for r in rejections if r.reason == "overlong")
     return [{"file": display_path(str(path)), "records_read": int(records_by_file[i]),
              "samples_packed": int(packed[i]), "rejected": int(rejected.get(i, 0)),
-             "dropped_overlong": int(over[i]), "tokens": int(tokens[i])} for i, path in enumerate(cfg.input)]
+             "dropped_overlong": int(dropped.get(i, 0)), "tokens": int(tokens[i])} for i, path in enumerate(cfg.input)]
 
 
 def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: pa.Table, plan: PackPlan,

@@ -49,8 +49,11 @@ class CountOptions:
     ``(name, env path)`` pairs, ``media_check`` ``"header"`` | ``"verify"`` | ``"decode"``), the record
     layout (``input_schema``, ``text_key``) and the ``special_tokens`` policy (``"reject"`` |
     ``"split"``) and the input caps in bytes (``max_member_bytes``: a WebDataset ``json`` member,
-    ``max_media_bytes``: a media item; larger ones are rejected unread). Built from a config with
-    :meth:`of`."""
+    ``max_media_bytes``: a media item; larger ones are rejected unread). ``token_limit`` (tokens,
+    ``--seq-len``): a sample whose text alone needs more under any tokenization is rejected
+    ``overlong`` before tokenizing (:func:`vlmpack.pack.validate.skip_overlong_texts`); not part of
+    the count key: a saved task is reused for another limit while no sample crosses it
+    (:meth:`vlmpack.pack.count_task.MeasureResult.fits`). Built from a config with :meth:`of`."""
 
     model: str
     media_root: str
@@ -62,13 +65,14 @@ class CountOptions:
     special_tokens: str = "reject"
     max_member_bytes: int = MAX_MEMBER_BYTES
     max_media_bytes: int = MAX_MEDIA_BYTES
+    token_limit: int = 2**31 - 1
 
     @classmethod
     def of(cls, cfg: PackConfig) -> CountOptions:
         """The count options of ``cfg``."""
         return cls(str(cfg.model), str(cfg.media_root), cfg.input_schema, cfg.text_key, cfg.allow_absolute_media,
                    tuple(sorted(cfg.media_lmdb.items())), cfg.media_check, cfg.special_tokens, cfg.max_member_bytes,
-                   cfg.max_media_bytes)
+                   cfg.max_media_bytes, cfg.seq_len)
 
 
 @dataclass(frozen=True)

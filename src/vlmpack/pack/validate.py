@@ -14,16 +14,21 @@ Division of labour (documented contract for the pipeline):
   :meth:`~vlmpack.models.base.ModelFamily.media_problem`); fills ``Media.width``, ``height``,
   ``format``, ``nbytes``.
   A media item larger than ``--max-media-bytes`` is ``media_too_large`` (its size alone decides).
+- **before tokenizing** (:func:`skip_overlong_texts`): a sample whose text alone needs more than
+  ``--seq-len`` tokens under any tokenization is ``overlong`` (:mod:`vlmpack.models.text_bound`).
 - **pipeline**: duplicate ids (global), token counts, overlong.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from vlmpack.errors import MediaError
 from vlmpack.media.probe import CHECKS, probe_media
+from vlmpack.models import load_model
 from vlmpack.models.qwen2_vl import MAX_ASPECT_RATIO
+from vlmpack.models.text_bound import TextBound, min_text_tokens, sample_texts, text_bound
 from vlmpack.records import MAX_MEDIA_BYTES, Rejection, Sample
 
 logger = logging.getLogger(__name__)
@@ -97,3 +102,31 @@ def validate_sample(
         item.width, item.height, item.format, item.nbytes = info.width, info.height, info.format, info.nbytes
         item.duration_s, item.fps, item.frames = info.duration_s, info.fps, info.frames  # videos; None for images
     return sample
+
+
+@functools.lru_cache(maxsize=4)
+def text_bound_of(model_dir: str) -> TextBound | None:
+    """The :class:`~vlmpack.models.text_bound.TextBound` of ``model_dir``'s tokenizer (once per process)."""
+    return text_bound(load_model(model_dir).tokenizer)
+
+
+def skip_overlong_texts(bound: TextBound | None, samples: list[Sample], token_limit: int
+                        ) -> tuple[list[Sample], list[Rejection], int, int]:
+    """Reject ``overlong``, before tokenizing, each sample whose texts alone need more than
+    ``token_limit`` tokens under any tokenization (:func:`vlmpack.models.text_bound.min_text_tokens`;
+    ``bound`` ``None``: no sample is). Returns ``(kept, rejected, largest bound kept, smallest bound
+    rejected or 0)``, bounds in tokens. Never raises."""
+    if bound is None:
+        return samples, [], 0, 0
+    kept, rejected, kept_max, skipped_min = [], [], 0, 0
+    for s in samples:
+        nbytes, lb = min_text_tokens(sample_texts(s.messages), bound)
+        if lb <= token_limit:
+            kept.append(s)
+            kept_max = max(kept_max, lb)
+            continue
+        skipped_min = lb if not skipped_min else min(skipped_min, lb)
+        rejected.append(Rejection(s.locator, "overlong", f"at least {lb:,} tokens > --seq-len, rejected before "
+                                  f"tokenizing: {nbytes:,} bytes of text, a token covers at most "
+                                  f"{bound.max_token_bytes} bytes", s.id))
+    return kept, rejected, kept_max, skipped_min
