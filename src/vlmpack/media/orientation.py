@@ -78,8 +78,7 @@ def orientation(img: ImageFile.ImageFile, fh: IO[bytes]) -> int:
 def _png_exif(img: ImageFile.ImageFile, fh: IO[bytes]) -> Image.Exif:
     """``getexif()`` of a PNG as it is after ``load()``: ``info`` completed by the chunks after the
     image data (``PngImageFile.load_end``'s loop on a copy of ``img.png``), pixels never read."""
-    stream = copy.copy(img.png)
-    stream.queue = []
+    stream = copy.copy(img.png)  # its queue of pushed-back chunks is empty after _open and never pushed here
     stream.im_info = dict(img.info)
     stream.im_text = dict(img.png.im_text)
     animated = getattr(img, "is_animated", False)
