@@ -84,7 +84,7 @@ def _old_verify(path: str) -> None:
     from PIL import Image
 
     with open(path, "rb") as fh, Image.open(fh) as img:
-        orientation(img, fh)
+        orientation(img)
         img.verify()
 
 

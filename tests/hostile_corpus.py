@@ -142,6 +142,14 @@ def orientation_media(real_png: bytes) -> dict[str, tuple[bytes, int]]:
         "png_exif_without_tag_xmp_after_idat.png": (_with_chunks(png, [(b"eXIf", _exif(None))], [
             (b"iTXt", xmp_key + b"\0\0\0\0" + _xmp(6))]), 6),
     }
+    buf = io.BytesIO()  # an animated PNG: load() of frame 0 reads the chunks up to the next fcTL only
+    rgb.save(buf, "PNG", save_all=True, append_images=[rgb.transpose(Image.Transpose.ROTATE_180)])
+    apng = _png_chunks(buf.getvalue())  # IHDR acTL fcTL IDAT fcTL fdAT IEND
+    frame2 = next(i for i, (k, _) in enumerate(apng) if k == b"fdAT")
+    for name, at, o in (("png_apng_exif_after_idat.png", frame2 - 1, 6),
+                        ("png_apng_exif_after_next_frame_after_idat.png", frame2 + 1, 1)):
+        chunks = [*apng[:at], (b"eXIf", _exif(6)), *apng[at:]]
+        out[name] = (buf.getvalue()[:8] + b"".join(_png_chunk(k, d) for k, d in chunks), o)
     for fmt, ext in (("TIFF", "tiff"), ("JPEG", "jpg"), ("WEBP", "webp")):
         for o in (5, 6, 7, 8):
             buf = io.BytesIO()

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import copy
 import struct
-from typing import IO
 
 from PIL import ExifTags, Image, ImageFile
 
@@ -47,44 +46,45 @@ _SWAPS = (5, 6, 7, 8)  # TRANSPOSE, ROTATE_270, TRANSVERSE, ROTATE_90 in exif_tr
 _MAX_CHUNKS = 1 << 22  # a bound on the walk (a real PNG has far fewer chunks)
 
 
-def oriented_size(img: ImageFile.ImageFile, fh: IO[bytes]) -> tuple[int, int]:
+def oriented_size(img: ImageFile.ImageFile) -> tuple[int, int]:
     """``ImageOps.exif_transpose(img after load()).size`` without decoding (module docstring).
 
-    ``img``: just opened (not loaded) from ``fh`` by :func:`vlmpack.media.image.open_image_file`;
-    ``fh`` is left at the position it had. Returns ``(width, height)`` in pixels. Raises what
-    ``getexif()`` raises on EXIF that does not parse (the decoder's ``exif_transpose`` fails on it
-    too); chunk handlers that fail after ``IDAT`` (``load()`` fails too, the decode check sees it)
-    only end the walk.
+    ``img``: just opened (not loaded) by :func:`vlmpack.media.image.open_image_file`; its file is
+    left at the position it had (PNG; a TIFF's ``getexif()`` reads its IFD). Returns
+    ``(width, height)`` in pixels. Raises what ``getexif()`` raises on EXIF that does not parse
+    (the decoder's ``exif_transpose`` fails on it too); chunk handlers that fail after ``IDAT``
+    (``load()`` fails too, the decode check sees it) only end the walk.
     """
     if img.format == "TIFF":  # Pillow's size already has tag 274 applied; load() applies getexif()
         width, height = img.tag_v2[256], img.tag_v2[257]
     else:
         width, height = img.size
-    return (height, width) if orientation(img, fh) in _SWAPS else (width, height)
+    return (height, width) if orientation(img) in _SWAPS else (width, height)
 
 
-def orientation(img: ImageFile.ImageFile, fh: IO[bytes]) -> int:
+def orientation(img: ImageFile.ImageFile) -> int:
     """The EXIF orientation (1-8; 1 when absent or not an int) ``exif_transpose`` reads after
-    ``load()`` (for TIFF, the one ``load()`` itself applies). ``img`` and ``fh`` as in
-    :func:`oriented_size`."""
-    if img.format == "PNG" and getattr(img, "png", None) is not None and img.tile:
-        exif = _png_exif(img, fh)
+    ``load()`` (for TIFF, the one ``load()`` itself applies). ``img`` as in :func:`oriented_size`."""
+    if img.format == "PNG" and getattr(img, "png", None) is not None:  # not loaded: its chunk stream is open
+        exif = _png_exif(img)
     else:
         exif = img.getexif()
     value = exif.get(_ORIENTATION, 1)
     return value if isinstance(value, int) else 1
 
 
-def _png_exif(img: ImageFile.ImageFile, fh: IO[bytes]) -> Image.Exif:
+def _png_exif(img: ImageFile.ImageFile) -> Image.Exif:
     """``getexif()`` of a PNG as it is after ``load()``: ``info`` completed by the chunks after the
     image data (``PngImageFile.load_end``'s loop on a copy of ``img.png``), pixels never read."""
     stream = copy.copy(img.png)  # its queue of pushed-back chunks is empty after _open and never pushed here
     stream.im_info = dict(img.info)
     stream.im_text = dict(img.png.im_text)
     animated = getattr(img, "is_animated", False)
+    fh = stream.fp  # the file the image was opened from
     pos = fh.tell()
     try:
-        fh.seek(img.tile[0][2] - 8)  # the first IDAT (or fdAT) chunk's header
+        if img.tile:
+            fh.seek(img.tile[0][2] - 8)  # the first IDAT chunk's header
         for _ in range(_MAX_CHUNKS):
             try:
                 cid, start, length = stream.read()

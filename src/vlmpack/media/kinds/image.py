@@ -31,7 +31,7 @@ def probe_image(path: str, nbytes: int, check: str, data: bytes | None = None) -
                 fmt = img.format or ""
                 if fmt not in IMAGE_FORMATS:  # a plugin of OPEN_FORMATS that answered with another format
                     raise MediaError("media_undecodable", f"{fmt} is not an accepted image format: {path}")
-                width, height = oriented_size(img, fh)
+                width, height = oriented_size(img)
                 if check != "header":
                     check_decodes(img, full=check == "decode")
     except MediaError:
