@@ -68,27 +68,31 @@ class _Peak:
 
 
 def base_results(data: Path, model_dir: Path) -> Path:
-    """Count the demo set once (cached in the bench count cache) and save its task results
-    (flattened) as one pickle; returns its path."""
-    import pickle
-
+    """Count the demo set once into a count store of the bench cache (data only: Arrow + sealed
+    JSON, :mod:`vlmpack.pack.results`) and return that folder; counted again when it cannot be read."""
     from vlmpack.config import load_config
     from vlmpack.pack import stages
     from vlmpack.pack.count_stage import count_stage
     from vlmpack.pack.nodes import node_ranges
 
-    dest = CACHE / "scale_base.pkl"
-    if dest.is_file():
-        return dest
+    dest = CACHE / "scale_base"
     cfg = load_config(input=[str(data / "real_sft.jsonl")], media_root=str(data), model=str(model_dir),
                       output=str(CACHE / "scale_unused"), seq_len=8192, workers=2, progress=False)
     payload = cfg.fingerprint_payload()
     ranges, _ = node_ranges(cfg, stages.TASK_BYTES)
-    with tempfile.TemporaryDirectory() as tmp:
-        results = count_stage(cfg, Path(tmp), ranges, stages.count_key(cfg, payload), {},
-                              payload=stages.count_payload(cfg, payload))
-    dest.write_bytes(pickle.dumps([r.flatten() for r in results]))
+    count_stage(stages.CountOptions.of(cfg), dest, ranges, stages.count_key(cfg, payload), {},
+                workers=stages.Workers.of(cfg), payload=stages.count_payload(cfg, payload))
     return dest
+
+
+def _load_base(store: Path) -> list:
+    """The task results of the base store, with their arrays (task index = position, one input)."""
+    from vlmpack.pack.results import read_result
+
+    out = []
+    while (r := read_result(store, len(out), 0, check_part=False)) is not None:
+        out.append(r.flatten())
+    return out
 
 
 def replicate(base: list, n: int):
@@ -120,23 +124,21 @@ def replicate(base: list, n: int):
         copy += 1
 
 
-def driver_child(n: int, seq_len: int, base_pkl: str, model_dir: str) -> dict:
+def driver_child(n: int, seq_len: int, base_store: str, model_dir: str) -> dict:
     """In a fresh process: the driver stages on ``n`` replicated samples; seconds and peak RSS."""
-    import pickle
-
     import numpy as np
 
     from vlmpack.config import load_config
     from vlmpack.pack.count_stage import media_digest, read_stats
-    from vlmpack.pack.count_task import result_path
-    from vlmpack.pack.manifest import build_manifest, manifest_digest
+    from vlmpack.pack.manifest import InputFiles, build_manifest, manifest_digest
     from vlmpack.pack.pipeline import _overlong_rejections, _plan, _shard_tasks
     from vlmpack.pack.report import build_report
-    from vlmpack.pack.stages import plan_key
+    from vlmpack.pack.results import save_result
+    from vlmpack.pack.stages import PlanOptions, WriteOptions, plan_key
     from vlmpack.packing import plan_packs
 
     plan_packs(np.array([1, 2, 3]), 8, algorithm="bfd")  # JIT warm-up outside the timing
-    base = pickle.loads(Path(base_pkl).read_bytes())
+    base = _load_base(Path(base_store))
     with tempfile.TemporaryDirectory() as tmp:
         inp = Path(tmp) / "in.jsonl"
         inp.write_text("{}\n")
@@ -152,23 +154,24 @@ def driver_child(n: int, seq_len: int, base_pkl: str, model_dir: str) -> dict:
         store.mkdir()
         results = []
         for r in replicate(base, n):  # as count_stage does with each finished task: save, keep scalars
-            result_path(store, r.index).write_bytes(pickle.dumps(r))
+            save_result(store, r)
             r.flatten().release()
             results.append(r)
         row["results_s"], row["rss_results_mb"] = time.perf_counter() - t, _rss_mb()
         t = time.perf_counter()
-        manifest, rejections = build_manifest(cfg, results, store)
+        manifest, rejections = build_manifest(InputFiles.of(cfg), results, store)
         row["manifest_s"], row["rss_manifest_mb"] = time.perf_counter() - t, _rss_mb()
         t = time.perf_counter()
         run = Path(tmp) / "run"
         run.mkdir()
-        manifest, plan = _plan(cfg, run, manifest, plan_key(cfg, manifest_digest(manifest)), {})
-        rejections += _overlong_rejections(cfg, run, manifest, plan)
+        opts = PlanOptions.of(cfg)
+        manifest, plan = _plan(opts, run, manifest, plan_key(opts, manifest_digest(manifest)), {})
+        rejections += _overlong_rejections(opts, InputFiles.of(cfg), run, manifest, plan)
         manifest = manifest.drop_columns(["line", "offset", "id_kind"])  # as run_pack does
         row["plan_s"], row["rss_plan_mb"] = time.perf_counter() - t, _rss_mb()
         t = time.perf_counter()
         media_digest(results)
-        tasks = _shard_tasks(cfg, run, manifest, plan)
+        tasks = _shard_tasks(WriteOptions.of(cfg, cfg.shard_prefix), run, manifest, plan)
         row["shard_tasks_s"], row["rss_shard_tasks_mb"] = time.perf_counter() - t, _rss_mb()
         t = time.perf_counter()
         report = build_report(cfg, "x", read_stats(results), manifest, plan, rejections, [], {}, None)
@@ -215,17 +218,17 @@ def main() -> None:
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        n, seq_len, pkl, model = args.child
-        print(json.dumps(driver_child(int(float(n)), int(seq_len), pkl, model)))
+        n, seq_len, base_store, model = args.child
+        print(json.dumps(driver_child(int(float(n)), int(seq_len), base_store, model)))
         return
     from demo_data import build_demo_data, build_qwen2_5_vl_model_dir
 
     data = build_demo_data(args.data)
     model_dir = build_qwen2_5_vl_model_dir(CACHE / "model")
-    pkl = base_results(data, model_dir)
+    base_store = base_results(data, model_dir)
     rows = []
     for s in [x for x in args.sizes.split(",") if x]:
-        r = subprocess.run([sys.executable, __file__, "--child", s, str(args.seq_len), str(pkl), str(model_dir)],
+        r = subprocess.run([sys.executable, __file__, "--child", s, str(args.seq_len), str(base_store), str(model_dir)],
                            capture_output=True, text=True)
         if r.returncode != 0:
             raise SystemExit(r.stderr[-3000:])

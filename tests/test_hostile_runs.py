@@ -96,7 +96,7 @@ def _wait_for(cond, proc: subprocess.Popen, what: str, limit: float = 300) -> No
 
 POINTS = {
     "count": lambda out, proc: bool(_children(proc.pid))
-    and not list((out / ".vlmpack" / "records").glob("*.result.pkl")),
+    and not list((out / ".vlmpack" / "records").glob("*.result.json")),
     "write": lambda out, proc: bool(list((out / ".vlmpack" / "shards").glob("*.json"))),
 }
 
@@ -160,7 +160,7 @@ def test_bricked_run_directory_is_recovered(tmp_path, small_input, real_data, mo
     want = _hashes(out)
     run = out / ".vlmpack"
     # disk full at the wrong moment: empty stage files count as missing and are made again
-    for p in [next((run / "shards").glob("*.json")), next((run / "records").glob("*.result.pkl")),
+    for p in [next((run / "shards").glob("*.json")), next((run / "records").glob("*.result.json")),
               run / "plan.npz", run / "stages.json", out / "report.json"]:
         p.write_bytes(b"")
     (out / "shard-000001.tar").write_bytes(b"")  # a shard cut to nothing, with its marker still there

@@ -20,7 +20,6 @@ processor configs; no weights).
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import numpy as np
 import pytest
 import torch
 from demo_data.packs import demo_packs
-from image_memo import shared_preprocess
+from image_memo import pack_reference, shared_preprocess
 from PIL import Image
 
 from vlmpack.config import load_config
@@ -126,7 +125,6 @@ def _runs(ids: np.ndarray, start: int, end: int, ctx: int) -> list[int]:
 
 
 def test_every_image_sample_equals_internvl_processor(tmp_path_factory, real_data, internvl_dir):
-    from transformers.image_utils import load_image
     from transformers.models.got_ocr2 import GotOcr2ImageProcessorPil
 
     out = tmp_path_factory.mktemp("ivlcount") / "packs"
@@ -153,15 +151,11 @@ def test_every_image_sample_equals_internvl_processor(tmp_path_factory, real_dat
                 continue
             # the reference: the processor on the pack's image samples as one batch (the same images, in
             # the same order, as the collator's image-processor call: one pixel computation, see image_memo)
-            images = [[load_image(Image.open(io.BytesIO(raw[m["part"]]))) for m in s["media"]] for s, _, _ in at]
-            texts = [proc.apply_chat_template([{"role": m["role"], "content": [
-                {"type": "image"} if p["type"] == "image" else p for p in m["content"]]} for m in s["messages"]],
-                tokenize=False) for s, _, _ in at]
-            ref = proc(text=texts, images=[im for x in images for im in x], return_tensors="np", padding=True)
+            images, _, wants = pack_reference(proc, raw, [s for s, _, _ in at])
             n_image_packs += 1
             tiles = iter(memo.last["num_patches"])  # per image, in order (the processor does not return it)
             for j, (s, a, z) in enumerate(at):
-                want = ref["input_ids"][j][ref["attention_mask"][j].astype(bool)]
+                want = wants[j]
                 tokens = _runs(want, fam.start_image_token_id, fam.end_image_token_id, fam.image_token_id)
                 where = f"sample {s['id']!r}"
                 assert [next(tiles) * 256 for _ in s["media"]] == tokens, where  # tiles x image_seq_length

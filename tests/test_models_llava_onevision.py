@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 import torch
 from demo_data.packs import demo_packs
-from image_memo import shared_preprocess
+from image_memo import pack_reference, shared_preprocess
 from PIL import Image
 
 from vlmpack.config import load_config
@@ -164,12 +164,10 @@ def test_every_image_sample_equals_llava_onevision_processor(full_pack, real_dat
             at = [(s, a, z) for s, a, z in zip(meta["samples"], cu[:-1], cu[1:]) if s["media"]]
             # the reference: the processor on the pack's image samples as one batch, nested per sample (the
             # same images and grouping as the collator's image-processor call: one computation, see image_memo)
-            images = [_sample_images(raw, s) for s, _, _ in at]
-            texts = [proc.apply_chat_template(_template_msgs(s), tokenize=False) for s, _, _ in at]
-            ref = proc(text=texts, images=images, return_tensors="np", padding=True)
+            images, _, wants = pack_reference(proc, raw, [s for s, _, _ in at], nested=True)
             n_image_packs += 1
             for j, (s, a, z) in enumerate(at):
-                want = ref["input_ids"][j][ref["attention_mask"][j].astype(bool)]
+                want = wants[j]
                 tokens = _runs(want, fam.image_token_id)
                 where = f"sample {s['id']!r}"
                 assert len(tokens) == len(images[j]), where

@@ -17,7 +17,6 @@ the published Qwen3-VL chat template, config and processor config; no weights).
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
@@ -25,8 +24,7 @@ import numpy as np
 import pytest
 import torch
 from demo_data.packs import demo_packs
-from image_memo import shared_preprocess
-from PIL import Image
+from image_memo import pack_reference, shared_preprocess
 
 from vlmpack.config import load_config
 from vlmpack.models import load_model
@@ -73,7 +71,6 @@ def test_family_is_registered(qwen3_vl_dir):
 def test_every_image_sample_equals_qwen3_vl_processor(request, tmp_path_factory, real_data, model_fixture):
     """Qwen3-VL, and Qwen3.5 (transformers maps ``qwen3_5`` to the same ``Qwen3VLProcessor``; its
     directory holds stand-in tokenizer and template, see tools/demo_data/model_files/qwen3_5)."""
-    from transformers.image_utils import load_image
     from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil
 
     qwen3_vl_dir = request.getfixturevalue(model_fixture)
@@ -99,15 +96,11 @@ def test_every_image_sample_equals_qwen3_vl_processor(request, tmp_path_factory,
             at = [(s, a, z) for s, a, z in zip(meta["samples"], cu[:-1], cu[1:]) if s["media"]]
             # the reference: the processor on the pack's image samples as one batch (the same images, in the
             # same order, as the collator's image-processor call: one pixel computation, see image_memo)
-            images = [[load_image(Image.open(io.BytesIO(raw[m["part"]]))) for m in s["media"]] for s, _, _ in at]
-            texts = [proc.apply_chat_template([{"role": m["role"], "content": [
-                {"type": "image"} if p["type"] == "image" else p for p in m["content"]]} for m in s["messages"]],
-                tokenize=False) for s, _, _ in at]
-            ref = proc(text=texts, images=[im for x in images for im in x], return_tensors="np", padding=True)
+            images, ref, wants = pack_reference(proc, raw, [s for s, _, _ in at])
             n_image_packs += 1
             grids = iter((ref["image_grid_thw"].prod(-1) // 4).tolist())  # per image, in order
             for j, (s, a, z) in enumerate(at):
-                want = ref["input_ids"][j][ref["attention_mask"][j].astype(bool)]
+                want = wants[j]
                 tokens = [next(grids) for _ in images[j]]
                 where = f"sample {s['id']!r}"
                 assert [m["num_tokens"] for m in s["media"]] == tokens, where

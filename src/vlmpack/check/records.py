@@ -77,6 +77,19 @@ def load_run_dir(f: Findings) -> None:
     keep = np.ones(len(ids), bool)
     keep[over] = False
     f.expected = {(ID_KINDS[k], i): t for i, t, k, ok in zip(ids, tokens, kinds.tolist(), keep.tolist()) if ok}
+    for pair in _left_out(f):  # rejected by the writer (their media changed after counting): in rejects.jsonl
+        f.expected.pop(pair, None)
+
+
+def _left_out(f: Findings) -> list[tuple[str, str]]:
+    """``(id_kind, id)`` of the samples the writer left out of the shards of ``.info.json`` (their
+    markers' ``result.rejected``; :class:`vlmpack.pack.write.ShardResult`)."""
+    out = []
+    for name in f.counts or ():
+        with contextlib.suppress(OSError, ValueError, AttributeError, KeyError, TypeError):
+            marker = read_json(f.out, f"{RUN_DIR}/shards/{name}.json")
+            out += [(str(x["id_kind"]), str(x["id"])) for x in marker["result"].get("rejected", [])]
+    return out
 
 
 def shard_names(f: Findings) -> list[str]:

@@ -2,8 +2,9 @@
 
 A *store* is a folder holding the count tasks' outputs for one count key
 (:func:`vlmpack.pack.stages.count_key`): per task ``part-<task>.jsonl`` (the canonical accepted
-records, read back by the writer) and ``part-<task>.result.pkl`` (its
-:class:`~vlmpack.pack.count_task.MeasureResult`), plus ``count.json`` naming the key it holds. Two
+records, read back by the writer), ``part-<task>.arrow`` and ``part-<task>.result.json`` (its
+:class:`~vlmpack.pack.count_task.MeasureResult` as data: Arrow IPC + sealed JSON with the sha256 of
+the other two, :mod:`vlmpack.pack.results`), plus ``count.json`` naming the key it holds. Two
 stores exist:
 
 - the run's own, ``OUT/.vlmpack/records/`` (resume; kept by ``--overwrite``, so another
@@ -14,11 +15,13 @@ stores exist:
   there instead of counting. Writers of a cache store hold its ``lock`` (``flock``); ``pack``
   publishes only when it gets the lock at once, ``plan`` waits for it.
 
-A task's output is reused when both files are readable and consistent (the part file has the size
-the result's offsets say) and none of its media files changed since (size + mtime,
-:func:`vlmpack.pack.count_task.media_changed`); otherwise the task is counted again. Files are written
-with :func:`vlmpack.pack.rundir.atomic_write` (the part first: a result file marks a task done), so
-a kill at any point leaves stores that the next run can use.
+A task's output is reused when its files parse and match their recorded sha256 (the part file's
+text included: an edit that keeps its length is seen; :func:`vlmpack.pack.results.read_result`) and
+none of its media items changed since (their content sha256, :mod:`vlmpack.media.fingerprint`;
+:func:`vlmpack.pack.count_task.media_changed`); otherwise the task is counted again. Nothing read
+from a store is executed (no pickle). Files are written with :func:`vlmpack.fsio.atomic_write` (the
+part first: a result file marks a task done), so a kill at any point leaves stores that the next
+run can use.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ import errno
 import hashlib
 import logging
 import os
-import pickle
 import tempfile
 import time
 from contextlib import ExitStack, contextmanager
@@ -38,22 +40,23 @@ import pyarrow as pa
 
 from vlmpack import signals
 from vlmpack.config import PackConfig
-from vlmpack.fsio import atomic_write, fsync_dir, json_bytes, read_json
+from vlmpack.fsio import atomic_write, fsync_dir, read_sealed_json, sealed_json_bytes
 from vlmpack.pack import count_task as count_mod
 from vlmpack.pack import stages
 from vlmpack.pack.count_task import (
     MeasureResult,
     MeasureTask,
+    arrays_path,
     media_changed,
     media_files_sha256,
     part_path,
     result_path,
 )
 from vlmpack.pack.executors import guarded_executor, run_tasks
-from vlmpack.pack.manifest import build_manifest
+from vlmpack.pack.manifest import InputFiles, build_manifest
 from vlmpack.pack.nodes import InputRange, node_ranges
-from vlmpack.pack.rundir import read_pickle
-from vlmpack.pack.stages import count_cache_dir, count_key, count_payload
+from vlmpack.pack.results import read_result, save_result
+from vlmpack.pack.stages import CountOptions, Workers, count_cache_dir, count_key, count_payload
 from vlmpack.records import ReadStats, Rejection
 
 log = logging.getLogger(__name__)
@@ -62,30 +65,29 @@ STAMP = "count.json"  # the count key a store holds
 
 
 def claim_store(store: Path, key: str, payload: dict | None = None) -> None:
-    """Make ``store`` hold count key ``key``: create it; when its stamp names another key (or none),
-    delete its task files (``part-*``, vlmpack's own names) and then write the stamp (with
-    ``payload``, for people). Raises ``OSError`` when the folder cannot be written."""
+    """Make ``store`` hold count key ``key``: create it; when its stamp (sealed JSON) names another
+    key (or none, or does not match its checksum), delete its task files (``part-*``, vlmpack's own
+    names) and then write the stamp (with ``payload``, for people). Raises ``OSError`` when the
+    folder cannot be written."""
     store.mkdir(parents=True, exist_ok=True)
-    stamp = read_json(store / STAMP)
-    if isinstance(stamp, dict) and stamp.get("count_key") == key:
+    stamp = read_sealed_json(store / STAMP)
+    if stamp is not None and stamp.get("count_key") == key:
         return
     for p in store.glob("part-*"):
         p.unlink()
-    atomic_write(store / STAMP, json_bytes({"count_key": key, **({"payload": payload} if payload else {})},
-                                           indent=1, sort_keys=True))
+    atomic_write(store / STAMP, sealed_json_bytes({"count_key": key, **({"payload": payload} if payload else {})},
+                                                  indent=1, sort_keys=True))
 
 
 def load_result(store: Path, task: MeasureTask) -> MeasureResult | None:
-    """The finished output of ``task`` in ``store``, or ``None`` when missing, unreadable,
-    inconsistent (part file size) or counted from media that changed since."""
-    r = read_pickle(result_path(store, task.index))
-    if not isinstance(r, MeasureResult) or r.index != task.index or r.file_idx != task.file_idx:
-        return None
-    try:
-        size = part_path(store, task.index).stat().st_size
-    except OSError:
-        return None
-    if size != (int(r.rec_offset[-1] + r.rec_len[-1]) + 1 if len(r.rec_len) else 0):
+    """The finished output of ``task`` in ``store``, or ``None`` when missing, unreadable, not
+    matching its recorded sha256 (:func:`vlmpack.pack.results.read_result`; logged when the files
+    are there) or counted from media that changed since (content sha256)."""
+    r = read_result(store, task.index, task.file_idx)
+    if r is None:
+        if result_path(store, task.index).exists():
+            log.warning("the saved counts of task %d in %s do not match their checksums or cannot be read; "
+                        "counting it again", task.index, store)
         return None
     changed = media_changed(r.media_files)
     if changed is not None:
@@ -98,7 +100,7 @@ def copy_task(src: Path, dst: Path, index: int) -> None:
     """Put task ``index``'s files of store ``src`` into store ``dst``: a hard link (no copy) where
     both are on one file system, else a copy; each file appears atomically, the part first.
     Raises ``OSError`` (disk full, read-only, ...)."""
-    for name in (part_path(src, index).name, result_path(src, index).name):
+    for name in (part_path(src, index).name, arrays_path(src, index).name, result_path(src, index).name):
         tmp = dst / (name + ".link.tmp")
         try:
             tmp.unlink(missing_ok=True)
@@ -145,16 +147,19 @@ def store_lock(store: Path, *, wait: bool):
         os.close(fd)
 
 
-def _tasks(cfg: PackConfig, store: Path, ranges: list[InputRange]) -> list[MeasureTask]:
-    return [MeasureTask(i, fi, path, start, end, first, cfg.input_schema, str(cfg.media_root),
-                        cfg.allow_absolute_media, cfg.media_check, str(cfg.model), str(store), cfg.special_tokens,
-                        fmt, tuple(sorted(cfg.media_lmdb.items())), cfg.text_key)
+def _tasks(opts: CountOptions, store: Path, ranges: list[InputRange]) -> list[MeasureTask]:
+    return [MeasureTask(i, fi, path, start, end, first, opts.input_schema, opts.media_root,
+                        opts.allow_absolute_media, opts.media_check, opts.model, str(store), opts.special_tokens,
+                        fmt, opts.media_lmdb, opts.text_key, opts.max_member_bytes,
+                        opts.max_media_bytes)
             for i, (fi, path, fmt, start, end, first, _) in enumerate(ranges)]
 
 
-def count_stage(cfg: PackConfig, store: Path, ranges: list[InputRange], key: str, reuse: dict, *,
-                cache: Path | None = None, payload: dict | None = None) -> list[MeasureResult]:
-    """The results of every count task of ``ranges`` for count key ``key``, in task order.
+def count_stage(opts: CountOptions, store: Path, ranges: list[InputRange], key: str, reuse: dict, *,
+                workers: Workers = Workers(), cache: Path | None = None,
+                payload: dict | None = None) -> list[MeasureResult]:
+    """The results of every count task of ``ranges`` for count key ``key``, in task order, counted
+    with ``opts`` on ``workers``.
 
     Reused from ``store`` (emptied first when it holds another key), else taken from the cache
     store ``cache/<key>`` when given, else counted into ``store`` (a pool is started, and the model
@@ -165,7 +170,7 @@ def count_stage(cfg: PackConfig, store: Path, ranges: list[InputRange], key: str
     ``OSError`` for ``store``.
     """
     claim_store(store, key, payload)
-    tasks = _tasks(cfg, store, ranges)
+    tasks = _tasks(opts, store, ranges)
     results: list[MeasureResult | None] = [None] * len(tasks)
     with ExitStack() as stack:
         shared, publish = None, False
@@ -184,9 +189,13 @@ def count_stage(cfg: PackConfig, store: Path, ranges: list[InputRange], key: str
         todo, from_cache = [], 0
         for t in tasks:
             r = load_result(store, t)
-            if r is None and shared is not None and (r := load_result(shared, t)) is not None:
-                copy_task(shared, store, t.index)
-                from_cache += 1
+            if r is None and shared is not None and result_path(shared, t.index).is_file():
+                try:  # checked where it is used: a cache file swapped meanwhile is seen
+                    copy_task(shared, store, t.index)
+                    r = load_result(store, t)
+                except OSError as e:  # a cache entry with a file missing: counted again
+                    log.warning("cannot take task %d from the count cache %s (%s)", t.index, shared, e.strerror or e)
+                from_cache += r is not None
             if r is None:
                 todo.append(t)
             if r is not None:
@@ -205,23 +214,23 @@ def count_stage(cfg: PackConfig, store: Path, ranges: list[InputRange], key: str
                     publish = False
 
         def save(t: MeasureTask, r: MeasureResult) -> None:
-            atomic_write(result_path(store, t.index), pickle.dumps(r))
+            save_result(store, r)
             r.flatten().release()  # the arrays are in the saved result: build_manifest reads them back
             results[t.index] = r
             share(t.index, fresh=True)  # replaces a stale entry (media changed since)
 
         if todo:
             weights = [r.nbytes for r in ranges]
-            with guarded_executor(cfg.executor, cfg.workers, str(cfg.model), cfg.ray_address) as pool:
+            with guarded_executor(workers.executor, workers.workers, opts.model, workers.ray_address) as pool:
                 run_tasks(pool, count_mod.run_task, todo, done=save, desc="count",
-                          weights=[weights[t.index] for t in todo], unit="B", show=cfg.progress)
+                          weights=[weights[t.index] for t in todo], unit="B", show=workers.progress)
         for t in tasks:  # counted before the cache existed, or while it was busy
             share(t.index, fresh=False)
     return results  # type: ignore[return-value]
 
 
 def media_digest(results: list[MeasureResult]) -> str:
-    """sha256 (hex) of every task's media files as counted (reference, size, mtime), in task order."""
+    """sha256 (hex) of every task's media items as counted (reference, size, content sha256), in task order."""
     h = hashlib.sha256()
     for r in results:
         h.update((r.media_sha256 or media_files_sha256(r.media_files)).encode())
@@ -229,12 +238,14 @@ def media_digest(results: list[MeasureResult]) -> str:
 
 
 def read_stats(results: list[MeasureResult]) -> ReadStats:
-    """Records, lines and blank lines read over all tasks."""
+    """Records, lines, blank lines and skipped tar members read over all tasks."""
     stats = ReadStats()
     for r in results:
         stats.lines += r.stats.lines
         stats.blank += r.stats.blank
         stats.records += r.stats.records
+        stats.members_without_key += r.stats.members_without_key
+        stats.members_not_files += r.stats.members_not_files
     return stats
 
 
@@ -273,6 +284,7 @@ def count_inputs(cfg: PackConfig) -> Counted:
                 log.warning("count cache %s cannot be used (%s); counting into a temporary folder", root,
                             e.strerror or e)
         where = store or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="vlmpack-count-")))
-        results = count_stage(cfg, where, ranges, key, reuse, payload=count_payload(cfg, payload))
-        manifest, rejections = build_manifest(cfg, results, where)
+        results = count_stage(CountOptions.of(cfg), where, ranges, key, reuse, workers=Workers.of(cfg),
+                              payload=count_payload(cfg, payload))
+        manifest, rejections = build_manifest(InputFiles.of(cfg), results, where)
     return Counted(manifest, rejections, read_stats(results), key, store, reuse)

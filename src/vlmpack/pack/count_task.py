@@ -6,7 +6,11 @@ It parses and validates every record, counts the tokens of the valid ones in bat
 model's family (:class:`vlmpack.models.base.ModelFamily` from ``vlmpack.models.load_model``:
 media rule, special tokens, template, tokenizer, expansion), and writes the canonical form of
 each accepted sample as one JSON line into ``<run>/records/part-<task>.jsonl``, so that the writer can read any
-sample back by (part, byte offset, length) whatever the input's compression.
+sample back by (part, byte offset, length) whatever the input's compression. Each record line is
+followed by one more line, the JSON list of the sha256 of its media (``[]`` without media,
+:func:`read_record`): the writer checks the bytes it copies against them. The content fingerprint
+of every media file used (:mod:`vlmpack.media.fingerprint`) is in the task's result, so a resume
+or a count cache hit sees a file replaced in place, whatever its size and mtime.
 
 Tasks are pure functions of their inputs: the same task gives the same part file and arrays
 whatever the number of workers, which keeps the output byte-identical across worker counts.
@@ -24,12 +28,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from vlmpack.errors import MediaRuleError
+from vlmpack.errors import MediaError, MediaRuleError
 from vlmpack.fsio import atomic_write
-from vlmpack.media.ref import ref_identity
+from vlmpack.media.fingerprint import Fingerprint, fingerprint, unchanged
+from vlmpack.media.ref import display_ref, ref_identity
 from vlmpack.models import load_model
 from vlmpack.pack.validate import validate_sample
-from vlmpack.records import ID_KINDS, SAMPLE_KINDS, ReadStats, Rejection, Sample
+from vlmpack.records import ID_KINDS, MAX_MEDIA_BYTES, MAX_MEMBER_BYTES, SAMPLE_KINDS, ReadStats, Rejection, Sample
 from vlmpack.sources import get_source
 
 KIND_CODE = {k: i for i, k in enumerate(SAMPLE_KINDS)}  # text 0, image 1, video 2
@@ -57,6 +62,8 @@ class MeasureTask:
     fmt: str = "jsonl"  # the input's format (vlmpack.sources): what start/end/first_line mean
     media_lmdb: tuple[tuple[str, str], ...] = ()  # --media-lmdb stores: (name, env path) pairs
     text_key: str | None = None  # --text-key: the key of the turns
+    max_member_bytes: int = MAX_MEMBER_BYTES  # --max-member-bytes: the largest WDS json member read
+    max_media_bytes: int = MAX_MEDIA_BYTES  # --max-media-bytes: the largest media item probed and packed
 
 
 @dataclass
@@ -69,14 +76,16 @@ class MeasureResult:
     in the task's records part file), ``id_kind`` int8 (index into :data:`vlmpack.records.ID_KINDS`),
     ``label_tokens`` int32 (tokens that carry a label, the family's label mask).
     ``ids``: an Arrow ``string`` array (one contiguous buffer: no per-sample Python object on the
-    driver). ``media_files``: ``(path, size in bytes, mtime in ns)`` of every media file the
-    accepted samples use, as counted: a resume whose media changed counts the task again; the
-    driver drops the list once checked (:meth:`flatten`) and keeps ``media_sha256``, its digest.
+    driver). ``media_files``: the :class:`~vlmpack.media.fingerprint.Fingerprint` (sha256 of the
+    bytes) of every media item the accepted samples use, as counted: a resume whose media changed
+    counts the task again; the driver drops the list once checked (:meth:`flatten`) and keeps
+    ``media_sha256``, its digest. ``part_sha256`` / ``part_size``: sha256 (hex) and size in bytes of
+    the records part file the task wrote. Saved as data only (:mod:`vlmpack.pack.results`).
     """
 
     index: int
     file_idx: int
-    ids: Any  # pyarrow.StringArray (a list[str] in results saved by an older vlmpack: see ids_array)
+    ids: Any  # pyarrow.StringArray (or a list[str]: see ids_array)
     num_tokens: np.ndarray
     media_tokens: np.ndarray
     num_media: np.ndarray
@@ -88,18 +97,20 @@ class MeasureResult:
     rec_len: np.ndarray
     id_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
     label_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
-    media_files: list[tuple[str, int, int]] = field(default_factory=list)
+    media_files: list[Fingerprint] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
     stats: ReadStats = field(default_factory=ReadStats)
     seconds_read: float = 0.0  # worker seconds reading + validating
-    seconds_count: float = 0.0  # worker seconds rendering + tokenizing + media rules
-    media_sha256: str = ""  # sha256 of repr(media_files); "" in results of older vlmpack
+    seconds_count: float = 0.0  # worker seconds rendering + tokenizing + media rules + media sha256
+    media_sha256: str = ""  # media_files_sha256(media_files), kept once the list is dropped
     id_hash: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))  # id_key_hashes of the ids
     num_samples: int = -1  # accepted samples; set by flatten() (the arrays may be released after)
     released: bool = False  # the per-sample arrays were dropped (they are in the saved result)
+    part_sha256: str = ""  # sha256 (hex) of the records part file
+    part_size: int = 0  # its size in bytes
 
     def ids_array(self):
-        """``ids`` as a pyarrow ``string`` array (results pickled by an older vlmpack hold a list)."""
+        """``ids`` as a pyarrow ``string`` array (a result built by hand may hold a list)."""
         return self.ids if isinstance(self.ids, pa.Array) else pa.array(list(self.ids), pa.string())
 
     def release(self) -> None:
@@ -134,9 +145,13 @@ def id_key_hashes(ids: list[str], id_kinds: list[int]) -> np.ndarray:
                          dtype="<u8").astype(np.uint64)
 
 
-def media_files_sha256(media_files: list[tuple[str, int, int]]) -> str:
-    """sha256 (hex) of ``repr(media_files)`` (a task's media as counted: path, bytes, mtime)."""
-    return hashlib.sha256(repr(media_files).encode("utf-8", "surrogatepass")).hexdigest()
+def media_files_sha256(media_files: list[Fingerprint]) -> str:
+    """sha256 (hex) of a task's media as counted: each item's reference, size in bytes and content
+    sha256 (not its stat: a file touched but not changed keeps the digest, and the shards)."""
+    h = hashlib.sha256()
+    for fp in media_files:
+        h.update(fp.ref.encode("utf-8", "surrogatepass") + b"\0" + f"{fp.nbytes}\0{fp.sha256}\n".encode())
+    return h.hexdigest()
 
 
 def part_path(records_dir: str | Path, index: int) -> Path:
@@ -145,13 +160,34 @@ def part_path(records_dir: str | Path, index: int) -> Path:
 
 
 def result_path(store: str | Path, index: int) -> Path:
-    """The saved :class:`MeasureResult` of task ``index`` in a count store."""
-    return Path(store) / f"part-{index:06d}.result.pkl"
+    """The saved :class:`MeasureResult` of task ``index`` in a count store: its sealed JSON file,
+    written last (it marks the task done; :mod:`vlmpack.pack.results`)."""
+    return Path(store) / f"part-{index:06d}.result.json"
+
+
+def arrays_path(store: str | Path, index: int) -> Path:
+    """The per-sample arrays of task ``index`` in a count store (Arrow IPC file, :mod:`vlmpack.pack.results`)."""
+    return Path(store) / f"part-{index:06d}.arrow"
+
+
+def read_record(fh, offset: int, length: int) -> tuple[dict, list[str]]:
+    """The canonical record at ``offset`` (``length`` bytes, without its newline) of an open records
+    part file and the sha256 (hex) of its media in order, from the line that follows it. Raises
+    ``ValueError`` when either line is no JSON of that form (a damaged part file)."""
+    fh.seek(offset)
+    rec = json.loads(fh.read(length))
+    fh.seek(offset + length + 1)
+    fps = json.loads(fh.readline())
+    if not (isinstance(rec, dict) and isinstance(rec.get("media"), list) and isinstance(fps, list)
+            and len(fps) == len(rec["media"]) and all(isinstance(x, str) for x in fps)):
+        raise ValueError(f"the records part file holds no record and media sha256 line at byte {offset}")
+    return rec, fps
 
 
 def canonical_record(sample: Sample, special_tokens: str = "reject") -> dict:
-    """The JSON object stored per accepted sample (and later written into its pack); ``mtime_ns``
-    of each media file is kept so that the writer can tell a file that changed since counting."""
+    """The JSON object stored per accepted sample (and later written into its pack); ``nbytes`` and
+    ``mtime_ns`` of each media file are kept as counted (the writer checks the content sha256 on the
+    line that follows the record instead, :func:`read_record`)."""
     rec = {
         "id": sample.id,
         "id_kind": sample.id_kind,
@@ -174,16 +210,35 @@ def _mtime_ns(ref: str) -> int:
         return -1
 
 
-def media_changed(files: list[tuple[str, int, int]]) -> str | None:
-    """The first of ``files`` (``(media reference, size, mtime_ns)``, see
-    :func:`vlmpack.media.ref.ref_identity`) whose size or mtime differs now, else None."""
-    for ref, size, mtime in files:
-        try:
-            if ref_identity(ref) != (size, mtime):
-                return ref
-        except (OSError, ValueError):
-            return ref
+def media_changed(files: list[Fingerprint]) -> str | None:
+    """The reference of the first of ``files`` whose bytes are not the counted ones any more (or
+    that cannot be read), else None: :func:`vlmpack.media.fingerprint.unchanged` (the stat when it
+    is the recorded one, else the bytes hashed again)."""
+    for fp in files:
+        if not unchanged(fp):
+            return fp.ref
     return None
+
+
+def _fingerprints(samples: list[Sample]) -> tuple[list[Sample], list[Rejection], dict[str, Fingerprint]]:
+    """Fingerprint each media item of ``samples`` once (:func:`vlmpack.media.fingerprint.fingerprint`);
+    a sample whose item cannot be read now is rejected (``media_missing``)."""
+    fps: dict[str, Fingerprint | MediaError] = {}
+    ok, bad = [], []
+    for s in samples:
+        for m in s.media:
+            if m.path not in fps:
+                try:
+                    fps[m.path] = fingerprint(m.path)
+                except (OSError, EOFError, ValueError, MediaError) as e:
+                    fps[m.path] = MediaError("media_missing", f"{m.kind} {display_ref(m.path)} cannot be read "
+                                             f"to fingerprint it ({' '.join(str(e).split())})")
+        err = next((fps[m.path] for m in s.media if isinstance(fps[m.path], MediaError)), None)
+        if err is None:
+            ok.append(s)
+        else:
+            bad.append(Rejection(s.locator, err.reason, err.detail, s.id))
+    return ok, bad, {k: v for k, v in fps.items() if isinstance(v, Fingerprint)}
 
 
 def _count_media(family, sample: Sample) -> Rejection | None:
@@ -259,34 +314,37 @@ def run_task(task: MeasureTask) -> MeasureResult:
     source = get_source(task.fmt)
     for rec in source.read(task.path, task.start, task.end, task.first_line, schema=task.schema,
                            media_root=task.media_root, allow_absolute_media=task.allow_absolute_media,
-                           stats=stats, **({"lmdb_envs": dict(task.media_lmdb)} if task.media_lmdb else {}),
+                           stats=stats, max_member_bytes=task.max_member_bytes,
+                           **({"lmdb_envs": dict(task.media_lmdb)} if task.media_lmdb else {}),
                            **({"text_key": task.text_key} if task.text_key else {})):
         if isinstance(rec, Rejection):
             rejections.append(rec)
             continue
         checked = validate_sample(rec, check=task.media_check, family=family, media_root=task.media_root,
-                                  allow_absolute_media=task.allow_absolute_media)
+                                  allow_absolute_media=task.allow_absolute_media,
+                                  max_media_bytes=task.max_media_bytes)
         (rejections if isinstance(checked, Rejection) else valid).append(checked)
     t1 = time.perf_counter()
     counted, rej = count_samples(family, valid, task.special_tokens)
+    counted, rej_fp, fps = _fingerprints(counted)
     t2 = time.perf_counter()
-    rejections.extend(rej)
+    rejections.extend(rej + rej_fp)
     rejections.sort(key=lambda r: r.locator.line)
     rec_offset = np.zeros(len(counted), dtype=np.int64)
     rec_len = np.zeros(len(counted), dtype=np.int64)
     blobs, pos = [], 0
-    media_files: dict[str, tuple[str, int, int]] = {}
     for i, s in enumerate(counted):
         rec = canonical_record(s, task.special_tokens)
-        for m in rec["media"]:
-            media_files.setdefault(m["path"], (m["path"], m["nbytes"], m["mtime_ns"]))
         # surrogatepass: a media path may hold the surrogate escapes of a non-UTF-8 file name;
         # json.loads(bytes) reads them back the same way
         blob = json.dumps(rec, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass") + b"\n"
         blobs.append(blob)
         rec_offset[i], rec_len[i] = pos, len(blob) - 1
-        pos += len(blob)
-    atomic_write(part_path(task.records_dir, task.index), b"".join(blobs))
+        blobs.append(json.dumps([fps[m.path].sha256 for m in s.media]).encode() + b"\n")
+        pos += len(blob) + len(blobs[-1])
+    part = b"".join(blobs)
+    atomic_write(part_path(task.records_dir, task.index), part)
+    media_files = sorted((fps[p] for p in {m.path for s in counted for m in s.media}), key=lambda fp: fp.ref)
     return MeasureResult(
         index=task.index, file_idx=task.file_idx, ids=pa.array([s.id for s in counted], pa.string()),
         num_tokens=np.array([s.num_tokens for s in counted], dtype=np.int32),
@@ -300,7 +358,8 @@ def run_task(task: MeasureTask) -> MeasureResult:
         id_kind=np.array([ID_KINDS.index(s.id_kind) for s in counted], dtype=np.int8),
         id_hash=id_key_hashes([s.id for s in counted], [ID_KINDS.index(s.id_kind) for s in counted]),
         label_tokens=np.array([s.label_tokens for s in counted], dtype=np.int32),
-        media_files=sorted(media_files.values()), media_sha256=media_files_sha256(sorted(media_files.values())),
+        media_files=media_files, media_sha256=media_files_sha256(media_files),
         rejections=rejections, stats=stats, seconds_read=t1 - t0, seconds_count=t2 - t1,
+        part_sha256=hashlib.sha256(part).hexdigest(), part_size=len(part),
     )
 

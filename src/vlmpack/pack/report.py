@@ -4,8 +4,10 @@ The report holds the identity ``records read = samples packed + rejected + dropp
 (with counts per reason), tokens, tokens lost to overlong samples, packs, the utilization
 ``tokens / (packs * seq_len)`` next to the lower bound ``L1 = ceil(sum(tokens) / seq_len)`` packs,
 samples and media tokens per pack p50/p99/max, per input file the records read, packed, rejected,
-dropped overlong and tokens packed (``sources``; the identity holds per file), the sha256 of each
-shard, the config fingerprint and the versions of vlmpack/transformers/tokenizers.
+dropped overlong and tokens packed (``sources``; the identity holds per file), the tar members that
+belong to no sample (``members_without_key``: e.g. a ``README``; ``members_not_files``: symbolic
+links, devices; never records, so outside the identity), the sha256 of each shard, the config
+fingerprint and the versions of vlmpack/transformers/tokenizers.
 
 ``report.html`` is what a person reads (issue 12): one self-contained file (PNG figures embedded as
 base64, see :mod:`vlmpack.pack.figures`) with the key numbers, the sources table and the figures,
@@ -28,7 +30,7 @@ import pyarrow as pa
 
 from vlmpack import __version__
 from vlmpack.config import PackConfig
-from vlmpack.fsio import atomic_write
+from vlmpack.fsio import atomic_write, json_bytes, read_sealed_json, sealed_json_bytes
 from vlmpack.pack.write import ShardResult
 from vlmpack.packing import PackPlan
 from vlmpack.records import SAMPLE_KINDS, ReadStats, Rejection, display_path
@@ -52,11 +54,13 @@ def _pct(values: np.ndarray) -> dict:
 
 
 def source_counts(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, rejections: list[Rejection],
-                  records_by_file: list[int]) -> list[dict]:
+                  records_by_file: list[int], left_out: list[tuple[int, int]] = ()) -> list[dict]:
     """Per input file (in ``cfg.input`` order): ``file``, ``records_read``, ``samples_packed``,
     ``rejected`` (duplicates included, overlong not), ``dropped_overlong`` and ``tokens`` (tokens of
     its packed samples). ``records_by_file[i]``: records read from ``cfg.input[i]``. A rejection is
-    attributed by its locator's file, which the sources set to the input path as given."""
+    attributed by its locator's file, which the sources set to the input path as given.
+    ``left_out``: ``(input file index, tokens)`` of each planned sample the writer left out (its
+    media changed after counting; also among ``rejections``), taken off the packed counts."""
     nfiles = len(cfg.input)
     fidx = manifest.column("file_idx").to_numpy()
     ntok = manifest.column("num_tokens").to_numpy()
@@ -66,6 +70,10 @@ def source_counts(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, rejection
     packed = np.bincount(fidx, minlength=nfiles) - over
     tokens = np.bincount(fidx, weights=ntok, minlength=nfiles) - np.bincount(
         fidx[over_idx], weights=ntok[over_idx], minlength=nfiles)
+    for f, n in left_out:
+        if 0 <= f < nfiles:
+            packed[f] -= 1
+            tokens[f] -= n
     index = {p: i for i, p in enumerate(cfg.input)}
     rejected = Counter(index.get(r.locator.file, -1) for r in rejections if r.reason != "overlong")
     return [{"file": display_path(str(path)), "records_read": int(records_by_file[i]),
@@ -75,9 +83,10 @@ def source_counts(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, rejection
 
 def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: pa.Table, plan: PackPlan,
                  rejections: list[Rejection], shards: list[ShardResult], timings: dict[str, float],
-                 records_by_file: list[int] | None = None) -> dict:
+                 records_by_file: list[int] | None = None, left_out: list[tuple[int, int]] = ()) -> dict:
     """The report as a JSON-ready dict (see the module docstring for its content);
-    ``records_by_file``: records read per input file (``sources`` is left out when ``None``)."""
+    ``records_by_file``: records read per input file (``sources`` is left out when ``None``);
+    ``left_out``: see :func:`source_counts`."""
     reasons = Counter(r.reason for r in rejections)
     overlong = reasons.pop("overlong", 0)
     rejected = sum(reasons.values())
@@ -105,6 +114,8 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
         "dropped_overlong": overlong,
         "identity_holds": stats.records == packed + rejected + overlong,
         "rejected_by_reason": dict(sorted(reasons.items())),
+        "members_without_key": stats.members_without_key,
+        "members_not_files": stats.members_not_files,
         "packs": packs,
         "shards": len(shards),
         "tokens": tokens,
@@ -131,7 +142,7 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
         "seconds": {k: round(v, 3) for k, v in timings.items()},
     }
     if records_by_file is not None:
-        report["sources"] = source_counts(cfg, manifest, plan, rejections, records_by_file)
+        report["sources"] = source_counts(cfg, manifest, plan, rejections, records_by_file, left_out)
     return report
 
 
@@ -144,6 +155,9 @@ def summary_lines(report: dict) -> list[tuple[str, str]]:
         ("rejected", f"{r['rejected']:,}" + (" (" + ", ".join(f"{k} {v}" for k, v in r["rejected_by_reason"].items())
                                             + ")" if r["rejected_by_reason"] else "")),
         ("dropped overlong", f"{r['dropped_overlong']:,}"),
+        *([("tar members in no sample", f"{r.get('members_without_key', 0):,} without a key (e.g. README), "
+                                        f"{r.get('members_not_files', 0):,} not files (links, devices)")]
+          if r.get("members_without_key") or r.get("members_not_files") else []),
         ("identity read = packed + rejected + overlong", "holds" if r["identity_holds"] else "BROKEN"),
         ("tokens", f"{r['tokens']:,}"),
         ("tokens with a label (trained on)", "-" if r.get("label_token_share") is None else
@@ -224,14 +238,12 @@ def write_report_html(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, repor
                       png_cache: Path | None = None) -> Path:
     """Render the figures of the run and write ``OUT/report.html`` atomically; returns its path.
 
-    ``png_cache``: a file keeping the PNGs with the sha256 of the data they show
-    (:func:`report_data`); while that is unchanged (a resume with nothing new, another shard size)
-    the PNGs are taken from it instead of drawn again (matplotlib is not even imported), so a
-    finished run started again costs no plotting. Raises ``OSError`` (disk full, read-only, ...)."""
+    ``png_cache``: a sealed JSON file (:func:`vlmpack.fsio.sealed_json_bytes`; data only) keeping
+    the PNGs (base64) with the sha256 of the data they show (:func:`report_data`); while that is
+    unchanged (a resume with nothing new, another shard size) and the file matches its checksum, the
+    PNGs are taken from it instead of drawn again (matplotlib is not even imported), so a finished
+    run started again costs no plotting. Raises ``OSError`` (disk full, read-only, ...)."""
     import hashlib
-    import pickle
-
-    from vlmpack.pack.rundir import read_pickle
 
     path = Path(cfg.output) / REPORT_HTML
     h = hashlib.sha256()  # what report_data() holds, without importing matplotlib
@@ -239,19 +251,39 @@ def write_report_html(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, repor
         h.update(manifest.column(name).to_numpy().astype(np.int64).tobytes())
     for arr in (plan.overlong, plan.offsets, plan.order, plan.pack_tokens):
         h.update(np.asarray(arr, dtype=np.int64).tobytes() + b"|")
-    h.update(pickle.dumps((cfg.seq_len, report.get("rejected_by_reason"), report.get("dropped_overlong"),
-                           report.get("sources")), protocol=4))
+    h.update(json_bytes([cfg.seq_len, report.get("rejected_by_reason"), report.get("dropped_overlong"),
+                         report.get("sources")], sort_keys=True))
     digest = h.hexdigest()
-    cached = read_pickle(png_cache) if png_cache is not None else None
-    if (isinstance(cached, dict) and cached.get("digest") == digest and isinstance(cached.get("pngs"), dict)
-            and isinstance(cached.get("captions"), dict)):
-        pngs, captions = cached["pngs"], cached["captions"]
+    cached = _read_png_cache(png_cache, digest) if png_cache is not None else None
+    if cached is not None:
+        pngs, captions = cached
     else:
         from vlmpack.pack.figures import REPORT_FIGURES, report_pngs
 
         pngs = report_pngs(report_data(cfg, manifest, plan, report))
         captions = {name: caption for name, caption, _ in REPORT_FIGURES}
         if png_cache is not None:
-            atomic_write(png_cache, pickle.dumps({"digest": digest, "pngs": pngs, "captions": captions}, protocol=4))
+            atomic_write(png_cache, sealed_json_bytes({
+                "digest": digest, "captions": captions,
+                "pngs": {name: base64.b64encode(png).decode("ascii") for name, png in pngs.items()}}))
     atomic_write(path, report_html(report, pngs, f"vlmpack pack report: {display_path(str(cfg.output))}", captions))
     return path
+
+
+def _read_png_cache(path: Path, digest: str) -> tuple[dict[str, bytes], dict[str, str]] | None:
+    """``(pngs, captions)`` of the PNG cache at ``path`` when it matches its checksum, was made for
+    ``digest`` and holds PNG bytes only; else ``None`` (drawn again)."""
+    cached = read_sealed_json(path)
+    if cached is None or cached.get("digest") != digest:
+        return None
+    pngs, captions = cached.get("pngs"), cached.get("captions")
+    if not (isinstance(pngs, dict) and isinstance(captions, dict)
+            and all(isinstance(v, str) for v in (*pngs.values(), *captions.values()))):
+        return None
+    try:
+        raw = {str(name): base64.b64decode(b64, validate=True) for name, b64 in pngs.items()}
+    except ValueError:
+        return None
+    if not all(png.startswith(b"\x89PNG\r\n\x1a\n") for png in raw.values()):
+        return None
+    return raw, {str(k): v for k, v in captions.items()}

@@ -4,8 +4,14 @@ Rules (so that a run directory survives a kill, a full disk or a second run at a
 
 - every file vlmpack writes goes through :func:`atomic_write` (temp file + ``fsync`` + rename +
   ``fsync`` of the folder): a reader sees the old file or the whole new one, never a part;
-- a stage file that cannot be read (empty, truncated, foreign) counts as missing: the task that
-  wrote it is done again (:func:`read_json`, :func:`read_pickle` return ``None``);
+- state is data, never code: JSON (sealed with its own sha256, :func:`vlmpack.fsio.sealed_json_bytes`,
+  except ``config.json``, which holds the fingerprint of the config it records), Arrow / Parquet and
+  NumPy files read with ``allow_pickle=False``, each named with its sha256 in a sealed file
+  (``stages.json``: manifest and plan; a count result: its part and arrays files); nothing in a
+  run directory or count cache is ever unpickled or executed;
+- a stage file that cannot be read (empty, truncated, foreign) or does not match its checksum counts
+  as missing: the task that wrote it is done again (:func:`vlmpack.fsio.read_sealed_json` returns
+  ``None``);
 - :func:`lock_output` takes an exclusive ``flock`` on ``.vlmpack/lock`` for the whole run; a
   second run on the same ``OUT`` fails at once with one line naming the holder's PID (the lock
   goes with the process, also when it is SIGKILLed);
@@ -25,17 +31,19 @@ that stage and the ones after it only.
 ======== =========================================================== ==========================
 stage    key (sha256 of)                                             kept in
 ======== =========================================================== ==========================
-count    vlmpack version, task size, inputs (path, size, mtime),     ``records/`` (stamp
-         model dir + its counting files' sha256, ``input_format``,   ``records/count.json``)
-         ``schema``, ``text_key``, ``media_root``, ``media_lmdb``,   and the count cache
-         ``allow_absolute_media``, ``media_check``,                  ``<cache-dir>/<key>/``
-         ``special_tokens`` (+ ``num_nodes``/``node_rank`` if > 1);
-         each task also re-checks its media files' size + mtime
+count    vlmpack version, task size, inputs (path, size, mtime,     ``records/`` (stamp
+         content sha256), model dir + its counting files' sha256,    ``records/count.json``)
+         ``input_format``, ``schema``, ``text_key``, ``media_root``, and the count cache
+         ``media_lmdb``, ``allow_absolute_media``, ``media_check``,  ``<cache-dir>/<key>/``
+         ``special_tokens``, ``max_member_bytes``, ``max_media_bytes``
+         (+ ``num_nodes``/``node_rank`` if > 1);
+         each task also re-checks its media items' content sha256
+         (:mod:`vlmpack.media.fingerprint`)
 plan     manifest digest (the counts), ``seq_len``, ``algorithm``,   ``plan.npz``,
          ``max_samples_per_pack``, ``max_media_per_pack``,           ``manifest.parquet``
          ``max_media_tokens_per_pack``, ``group_by_kind``,           (key in ``stages.json``)
          ``pad_to_multiple_of``, ``seed``, ``overlong``
-write    count key, plan key, media files as counted,                ``shards/<name>.json``
+write    count key, plan key, media items as counted (sha256),       ``shards/<name>.json``
          ``pretokenize``, ``max_packs_per_shard``,                   markers + the shards
          ``max_shard_bytes``, ``shard_prefix``, ``num_nodes``,
          ``node_rank``
@@ -54,27 +62,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import pickle
 from pathlib import Path
 
 from vlmpack.errors import RunDirError
-from vlmpack.fsio import atomic_write, json_bytes, links_under, read_json, remove_regular
+from vlmpack.fsio import atomic_write, json_bytes, links_under, read_json, read_sealed_json, remove_regular
 
 RUN_DIR = ".vlmpack"
 #: Files and folders of ``OUT`` that belong to vlmpack besides the shards.
 OWNED = ("rejects.jsonl", "report.json", "report.html", ".nv-meta")
 #: Files and folders of ``OUT/.vlmpack`` that ``--overwrite`` keeps: each is reused only under its stage key.
-STAGE_FILES = ("records", "manifest.parquet", "plan.npz", "stages.json", "figures.pkl")
+STAGE_FILES = ("records", "manifest.parquet", "plan.npz", "stages.json", "figures.json")
 _LOCK = "lock"
 _held: dict[str, int] = {}  # OUT -> fd of its lock file, for the life of the process
-
-
-def read_pickle(path: str | Path):
-    """The unpickled content of a run-dir file, or ``None`` when missing or unreadable."""
-    try:
-        return pickle.loads(Path(path).read_bytes())
-    except Exception:  # noqa: BLE001 - truncated/foreign pickles raise many kinds; redo the task
-        return None
 
 
 def lock_output(out: Path) -> None:
@@ -125,7 +124,7 @@ def written_shards(out: Path) -> set[str]:
     """Names of the shards the run record of ``out`` says vlmpack wrote (outputs list, Energon
     ``.info.json``, shard markers)."""
     names: set[str] = set()
-    listed = read_json(out / RUN_DIR / "outputs.json")
+    listed = read_sealed_json(out / RUN_DIR / "outputs.json")
     if isinstance(listed, dict):
         names.update(str(n) for n in listed.get("shards", []))
     info = read_json(out / ".nv-meta" / ".info.json")

@@ -7,13 +7,15 @@ before:
 - count key (:func:`count_key`): sha256 of the vlmpack version, the source of the counting code
   (:func:`counting_code_digest`: a rule fixed between releases must not reuse cached counts),
   :data:`TASK_BYTES`, the inputs'
-  identity (absolute path, size in bytes, mtime in ns), the model directory (absolute path and the
-  sha256 of each counting file, ``ModelFamily.counting_files``) and :data:`COUNT_OPTIONS`. The
-  identity of each media file is checked per task at reuse time instead (size + mtime, see
-  :func:`vlmpack.pack.count_task.media_changed`), as before.
+  identity (absolute path, size in bytes, mtime in ns) and content (sha256 of the bytes,
+  :func:`input_sha256`: an input replaced in place with the same size and mtime gets another key),
+  the model directory (absolute path and the sha256 of each counting file,
+  ``ModelFamily.counting_files``) and :data:`COUNT_OPTIONS`. Each media item is checked per task at
+  reuse time instead (its content sha256, :mod:`vlmpack.media.fingerprint`;
+  :func:`vlmpack.pack.count_task.media_changed`).
 - plan key (:func:`plan_key`): sha256 of the manifest digest (the counts) and :data:`PLAN_OPTIONS`.
-- write key (:func:`write_key`): sha256 of the count key, the plan key, the media files as counted
-  (path, size, mtime: they are copied into the shards) and :data:`WRITE_OPTIONS`.
+- write key (:func:`write_key`): sha256 of the count key, the plan key, the media items as counted
+  (reference, size, content sha256: they are copied into the shards) and :data:`WRITE_OPTIONS`.
 
 Options in :data:`NO_STAGE` change no byte of the output. :func:`count_cache_dir` is where counts
 are shared between output directories and ``vlmpack plan --input`` (``--cache-dir``).
@@ -30,12 +32,62 @@ from pathlib import Path
 
 from vlmpack import __version__
 from vlmpack.config import PackConfig
+from vlmpack.records import MAX_MEDIA_BYTES, MAX_MEMBER_BYTES
 
 #: Input bytes per count task (fixed: the output must not depend on workers; part of the count key).
 TASK_BYTES = 2 << 20
 #: Options that decide the counts and the canonical records (the count stage).
 COUNT_OPTIONS = ("input", "input_format", "input_schema", "text_key", "media_root", "allow_absolute_media",
-                 "media_lmdb", "media_check", "special_tokens", "model")
+                 "media_lmdb", "media_check", "special_tokens", "model", "max_member_bytes", "max_media_bytes")
+
+
+@dataclass(frozen=True)
+class CountOptions:
+    """What the count stage uses of :data:`COUNT_OPTIONS` besides the inputs (which come as task
+    ranges, :mod:`vlmpack.pack.nodes`): the model directory, the media rules (``media_root`` the
+    folder relative references resolve in, absolute references allowed or not, LMDB stores as
+    ``(name, env path)`` pairs, ``media_check`` ``"header"`` | ``"verify"`` | ``"decode"``), the record
+    layout (``input_schema``, ``text_key``) and the ``special_tokens`` policy (``"reject"`` |
+    ``"split"``) and the input caps in bytes (``max_member_bytes``: a WebDataset ``json`` member,
+    ``max_media_bytes``: a media item; larger ones are rejected unread). Built from a config with
+    :meth:`of`."""
+
+    model: str
+    media_root: str
+    input_schema: str = "auto"
+    text_key: str | None = None
+    allow_absolute_media: bool = False
+    media_lmdb: tuple[tuple[str, str], ...] = ()
+    media_check: str = "verify"
+    special_tokens: str = "reject"
+    max_member_bytes: int = MAX_MEMBER_BYTES
+    max_media_bytes: int = MAX_MEDIA_BYTES
+
+    @classmethod
+    def of(cls, cfg: PackConfig) -> CountOptions:
+        """The count options of ``cfg``."""
+        return cls(str(cfg.model), str(cfg.media_root), cfg.input_schema, cfg.text_key, cfg.allow_absolute_media,
+                   tuple(sorted(cfg.media_lmdb.items())), cfg.media_check, cfg.special_tokens, cfg.max_member_bytes,
+                   cfg.max_media_bytes)
+
+
+@dataclass(frozen=True)
+class Workers:
+    """How a stage's tasks run (changes no output byte): ``executor`` ``"local"`` (a process pool of
+    ``workers`` processes) or ``"ray"`` (``ray_address``), with a progress bar when ``progress``.
+    Built from a config with :meth:`of`."""
+
+    workers: int = 1
+    executor: str = "local"
+    ray_address: str | None = None
+    progress: bool = False
+
+    @classmethod
+    def of(cls, cfg: PackConfig) -> Workers:
+        """The execution options of ``cfg``."""
+        return cls(cfg.workers, cfg.executor, cfg.ray_address, cfg.progress)
+
+
 #: Options that decide the plan, given the counts (the plan stage; ``overlong``: drop or stop).
 PLAN_OPTIONS = ("seq_len", "algorithm", "max_samples_per_pack", "max_media_per_pack", "max_media_tokens_per_pack",
                 "group_by_kind", "pad_to_multiple_of", "seed", "overlong")
@@ -64,6 +116,33 @@ class PlanOptions:
 
 #: Options that decide the shard bytes and names, given the plan (the write stage).
 WRITE_OPTIONS = ("pretokenize", "max_packs_per_shard", "max_shard_bytes", "shard_prefix", "num_nodes", "node_rank")
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """What the write stage uses: the output folder, the capacity ``seq_len`` (tokens; no pack may
+    hold more), the shard bounds of :data:`WRITE_OPTIONS` (``max_packs_per_shard`` packs,
+    ``max_shard_bytes`` bytes, names ``<prefix>-NNNNNN.tar`` where ``prefix`` already holds the node
+    slice, :func:`vlmpack.pack.nodes.shard_prefix`), the model directory when each pack also gets its
+    ``input_ids`` (``pretokenize``; else ``None``) and the media rules the writer checks again
+    (``media_root``, ``allow_absolute_media``). Built from a config with :meth:`of`."""
+
+    output: str
+    seq_len: int
+    prefix: str = "shard"
+    max_packs_per_shard: int = 1000
+    max_shard_bytes: int = 512 << 20
+    pretokenize_model: str | None = None
+    media_root: str = "."
+    allow_absolute_media: bool = False
+
+    @classmethod
+    def of(cls, cfg: PackConfig, prefix: str) -> WriteOptions:
+        """The write options of ``cfg``, shards named with ``prefix``."""
+        return cls(str(Path(cfg.output)), cfg.seq_len, prefix, cfg.max_packs_per_shard, cfg.max_shard_bytes,
+                   str(cfg.model) if cfg.pretokenize else None, str(cfg.media_root), cfg.allow_absolute_media)
+
+
 #: Options that change no output byte (where to write, how fast, when to stop, where the cache is).
 NO_STAGE = ("output", "workers", "executor", "ray_address", "overwrite", "progress", "max_reject_fraction",
             "cache_dir")
@@ -99,18 +178,35 @@ def counting_code_digest() -> str:
     return h.hexdigest()
 
 
+_INPUT_SHA: dict[tuple, str] = {}  # (path, size, mtime_ns, ctime_ns, inode) -> sha256, this process only
+
+
+def input_sha256(path: str) -> str:
+    """sha256 (hex) of the bytes of the input file ``path`` (read in 1 MiB pieces, about 1.7 GB/s;
+    the demo set's 7 MB in 4 ms), kept for the life of the process while the file's stat (size,
+    mtime, ctime, inode) is unchanged, so one run hashes each input once. Raises ``OSError``."""
+    from vlmpack.fsio import file_sha256
+
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    if key not in _INPUT_SHA:
+        _INPUT_SHA[key] = file_sha256(path)[0]
+    return _INPUT_SHA[key]
+
+
 def count_payload(cfg: PackConfig, payload: dict) -> dict:
     """What the count key hashes: from ``payload`` (:meth:`PackConfig.fingerprint_payload`, so the
-    model files are hashed once) the inputs' identity and the model files, plus :data:`COUNT_OPTIONS`
-    (absolute paths), the node slice when ``num_nodes > 1`` (task indices are the node's own) and
-    :data:`TASK_BYTES`."""
+    model files are hashed once) the inputs' identity and the model files, the inputs' content
+    (:func:`input_sha256`), plus :data:`COUNT_OPTIONS` (absolute paths), the node slice when
+    ``num_nodes > 1`` (task indices are the node's own) and :data:`TASK_BYTES`. Raises ``OSError``
+    when an input cannot be read."""
     opts = payload["options"]
     count_opts = {k: opts.get("schema" if k == "input_schema" else k) for k in COUNT_OPTIONS}
     if cfg.num_nodes > 1:
         count_opts.update(num_nodes=cfg.num_nodes, node_rank=cfg.node_rank)
     return {"vlmpack": __version__, "code": counting_code_digest(), "stage": "count", "task_bytes": TASK_BYTES,
-            "options": count_opts,
-            "inputs": payload["inputs"], "model_files": payload["model_files"]}
+            "options": count_opts, "inputs": payload["inputs"],
+            "inputs_sha256": [input_sha256(p) for p in cfg.input], "model_files": payload["model_files"]}
 
 
 def count_key(cfg: PackConfig, payload: dict) -> str:
@@ -126,9 +222,9 @@ def plan_key(opts: PlanOptions | PackConfig, manifest_digest: str) -> str:
 
 
 def write_key(cfg: PackConfig, count: str, plan: str, media_files: list) -> str:
-    """sha256 (hex) of the count key, the plan key, the media files as counted (``(reference, size
-    in bytes, mtime in ns)``: their bytes are copied into the shards) and :data:`WRITE_OPTIONS`:
-    the key of the shard markers."""
+    """sha256 (hex) of the count key, the plan key, the media items as counted (``media_files``: the
+    digest of their references, sizes and content sha256, :func:`vlmpack.pack.count_stage.media_digest`;
+    their bytes are copied into the shards) and :data:`WRITE_OPTIONS`: the key of the shard markers."""
     return _digest({"count": count, "plan": plan, "media": media_files,
                     "options": {k: getattr(cfg, k) for k in WRITE_OPTIONS}})
 

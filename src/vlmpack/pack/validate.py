@@ -13,6 +13,7 @@ Division of labour (documented contract for the pipeline):
   model's processor accepts (``media_unsupported``, the family's
   :meth:`~vlmpack.models.base.ModelFamily.media_problem`); fills ``Media.width``, ``height``,
   ``format``, ``nbytes``.
+  A media item larger than ``--max-media-bytes`` is ``media_too_large`` (its size alone decides).
 - **pipeline**: duplicate ids (global), token counts, overlong.
 """
 
@@ -23,7 +24,7 @@ import logging
 from vlmpack.errors import MediaError
 from vlmpack.media.probe import CHECKS, probe_media
 from vlmpack.models.qwen2_vl import MAX_ASPECT_RATIO
-from vlmpack.records import Rejection, Sample
+from vlmpack.records import MAX_MEDIA_BYTES, Rejection, Sample
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ def validate_sample(
     min_side: int = 1,
     media_root: str | None = None,
     allow_absolute_media: bool = False,
+    max_media_bytes: int | None = MAX_MEDIA_BYTES,
 ) -> Sample | Rejection:
     """Check the media of ``sample`` and fill their header fields in place; return the sample or a
     :class:`Rejection` (the first failing media item decides). Never raises for bad data.
@@ -53,7 +55,9 @@ def validate_sample(
     the processor's minimum, e.g. 28 for processors that reject images smaller than one merged patch;
     the default 1 accepts every image, as transformers 5's Qwen2-VL resizes small images up).
     Videos: their container header (size, frames, duration, fps; :mod:`vlmpack.media.video`); the
-    family's count rule decides what it takes. ``ValueError`` for an unknown ``check``.
+    family's count rule decides what it takes. ``max_media_bytes`` (``--max-media-bytes``): a
+    larger item is rejected (``media_too_large``) by its size alone, its bytes never read
+    (default :data:`vlmpack.records.MAX_MEDIA_BYTES`; ``None``: no cap). ``ValueError`` for an unknown ``check``.
     """
     if check not in CHECKS:
         raise ValueError(f"unknown media check {check!r}; use one of {', '.join(CHECKS)}")
@@ -61,7 +65,7 @@ def validate_sample(
     for i, item in enumerate(sample.media):
         try:
             info = probe_media(item.path, item.kind, check, media_root=media_root,
-                               allow_absolute_media=allow_absolute_media)
+                               allow_absolute_media=allow_absolute_media, max_bytes=max_media_bytes)
         except MediaError as e:
             return Rejection(sample.locator, e.reason, f"media {i} ({item.ref}): {e.detail}", own_id)
         except Exception as e:  # noqa: BLE001 - one bad record must never stop a run

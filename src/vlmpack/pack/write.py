@@ -8,25 +8,36 @@ uid/gid 0, empty uname/gname, mode 0644, ustar; a PAX header only where a name n
 is written as ``<name>.tmp`` and renamed when complete; its ``.tar.idx`` (Energon, little-endian
 uint64, N+1 entries) comes from the offsets recorded while writing (``TarFile.offset`` before each
 sample's first member, and before ``close()``).
+
+Each media item is checked again as it is read for a shard (:func:`vlmpack.media.fingerprint.read_checked`):
+a loose file must still resolve inside ``--media-root`` and the bytes must have the sha256 they were
+counted with (kept beside each record in the part file, :func:`vlmpack.pack.count_task.read_record`).
+A sample that fails is left out of its pack and becomes a rejection of the shard
+(:attr:`ShardResult.rejected`; reason ``media_changed``, ``media_outside_root`` or ``media_missing``)
+instead of other bytes being written; a pack left without samples is not written. The next run
+counts that media again (the count stage sees the new content).
+
+No pack holds more than ``seq_len`` tokens: the planner never makes one, so a pack whose recorded
+counts sum above it (a count cache or run directory edited by hand, or a bug) stops the shard with
+:class:`vlmpack.errors.InternalError` naming the pack (exit 70) before anything of it is written.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import tarfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from vlmpack.energon.meta import write_tar_idx
-from vlmpack.errors import InputError
+from vlmpack.errors import InternalError, MediaError
 from vlmpack.fsio import fsync_dir
-from vlmpack.media.ref import display_ref, read_ref, ref_identity
-from vlmpack.pack.count_task import part_path
+from vlmpack.media.fingerprint import read_checked
+from vlmpack.pack.count_task import part_path, read_record
 from vlmpack.packfmt import pack_key, tarinfo
 from vlmpack.sinks import DEFAULT_LAYOUT, get_sink
 
@@ -51,6 +62,8 @@ class ShardTask:
     records_dir: str
     model_dir: str | None = None  # set: also write <key>.input_ids.npy (pretokenized packs)
     layout: str = DEFAULT_LAYOUT  # the output layout (vlmpack.sinks) that makes each pack's members
+    media_root: str | None = None  # --media-root: loose media files must still resolve inside it
+    allow_absolute_media: bool = False  # --allow-absolute-media: no media-root rule
 
     @property
     def num_packs(self) -> int:
@@ -64,7 +77,9 @@ class ShardTask:
 
 @dataclass(frozen=True)
 class ShardResult:
-    """What the writer reports for a finished shard (all sizes in bytes)."""
+    """What the writer reports for a finished shard (all sizes in bytes). ``rejected``: the samples
+    left out because a media item changed since it was counted, each ``{"source": locator dict,
+    "id", "id_kind", "num_tokens", "reason", "detail"}`` (JSON-ready; empty in a normal run)."""
 
     name: str
     num_packs: int
@@ -72,6 +87,7 @@ class ShardResult:
     num_tokens: int
     nbytes: int
     sha256: str
+    rejected: list = field(default_factory=list)
 
 
 def assign_shards(pack_bytes: np.ndarray, max_packs: int, max_bytes: int) -> np.ndarray:
@@ -121,52 +137,101 @@ class _HashingWriter:
         return self.size
 
 
-def _read_media(ref: str, nbytes: int | None, mtime_ns: int | None) -> bytes:
-    """The bytes of a media item (a file or an archive member, :mod:`vlmpack.media.ref`), checked
-    against the size/mtime it had when it was counted. Raises :class:`vlmpack.errors.InputError`
-    when it changed (its token count may be stale) or cannot be read."""
-    try:
-        size, mtime = ref_identity(ref)
-        data = read_ref(ref)
-    except (OSError, EOFError, ValueError) as e:
-        raise InputError(f"media {display_ref(ref)} cannot be read any more ({e}); "
-                         "run the same command again to recount it") from None
-    if (nbytes is not None and (size != nbytes or len(data) != nbytes)) or \
-            (mtime_ns is not None and mtime_ns >= 0 and mtime != mtime_ns):
-        raise InputError(f"media {display_ref(ref)} changed after it was counted; run the same command again "
-                         "(changed media are counted again)")
-    return data
+class _MediaReader:
+    """The writer's ``read_media`` for one pack: :func:`~vlmpack.media.fingerprint.read_checked`
+    against the sha256 each reference was counted with (``expected``), remembering the reference
+    that failed (``failed``) so that the samples using it can be left out."""
+
+    def __init__(self, task: ShardTask, expected: dict[str, str]):
+        self.task, self.expected, self.failed = task, expected, None
+
+    def __call__(self, ref: str, _nbytes: int | None = None, _mtime_ns: int | None = None) -> bytes:
+        try:
+            return read_checked(ref, self.expected[ref], media_root=self.task.media_root,
+                                allow_absolute_media=self.task.allow_absolute_media)
+        except MediaError:
+            self.failed = ref
+            raise
+
+
+def _pack_entries(task: ShardTask, sink, key: str, records: list[tuple[dict, list[str]]],
+                  rejected: list[dict]) -> tuple[list[tuple[str, bytes]], int, int]:
+    """The members of pack ``key`` from ``records`` (record, media sha256 list), leaving out (into
+    ``rejected``) each sample with a media item that fails :class:`_MediaReader`'s checks. Returns
+    ``(entries, tokens, samples)``; no entries when no sample is left."""
+    while records:
+        expected: dict[str, str] = {}
+        conflict = []  # one reference counted with two contents (it changed between two count tasks)
+        for i, (rec, fps) in enumerate(records):
+            for m, fp in zip(rec["media"], fps):
+                if expected.setdefault(m["path"], fp) != fp:
+                    conflict.append(i)
+        if conflict:
+            bad = set(conflict)
+            reason = ("media_changed", "a media item was counted with two different contents in this run")
+        else:
+            reader = _MediaReader(task, expected)
+            try:
+                entries, tokens = sink.pack_members(key, [r for r, _ in records], task.seq_len, reader,
+                                                    model_dir=task.model_dir)
+                return entries, tokens, len(records)
+            except MediaError as e:
+                if reader.failed is None:
+                    raise
+                bad = {i for i, (rec, _) in enumerate(records) if any(m["path"] == reader.failed for m in rec["media"])}
+                reason = (e.reason, e.detail)
+        rejected += [{"source": rec["source"], "id": rec["id"], "id_kind": rec.get("id_kind", "str"),
+                      "num_tokens": rec["num_tokens"], "reason": reason[0], "detail": reason[1]}
+                     for i, (rec, _) in enumerate(records) if i in bad]
+        records = [x for i, x in enumerate(records) if i not in bad]
+    return [], 0, 0
+
+
+def _check_capacity(task: ShardTask, key: str, tokens: int) -> None:
+    """:class:`InternalError` when pack ``key`` of ``task`` holds more than ``task.seq_len`` tokens."""
+    if tokens > task.seq_len:
+        raise InternalError(
+            f"{task.name}: pack {key} holds {tokens:,} tokens by its samples' recorded counts, more than its "
+            f"capacity seq_len {task.seq_len:,}; the plan and the counted records disagree (a count cache or "
+            f"{task.records_dir} edited by hand, or a bug), so the shard is not written; pack again with "
+            "--cache-dir off and --overwrite")
 
 
 def write_shard(task: ShardTask) -> ShardResult:
-    """Write one shard + its ``.tar.idx`` (both atomically). Pure function of ``task``."""
+    """Write one shard + its ``.tar.idx`` (both atomically). Pure function of ``task`` and of the
+    bytes it reads; a sample whose media changed since counting is left out (see the module
+    docstring). Raises ``OSError`` (disk full, read-only, a part file that cannot be read),
+    ``ValueError`` (a damaged part file) and :class:`InternalError` for a pack whose samples'
+    ``num_tokens`` sum above ``task.seq_len`` (the shard is not written; only its ``.tmp`` is left, as
+    after any failure)."""
     out = Path(task.output_dir)
     tar_path = out / task.name
     tmp = tar_path.with_name(tar_path.name + ".tmp")
     offsets: list[int] = []
     n_samples = n_tokens = 0
     handles: dict[int, object] = {}
+    rejected: list[dict] = []
     sink = get_sink(task.layout)
     try:
         with open(tmp, "wb") as raw:
             f = _HashingWriter(raw)
             with tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tf:
                 for j in range(task.num_packs):
-                    members = task.pack_members(j)
                     records = []
-                    for part, off, length in members:
+                    for part, off, length in task.pack_members(j):
                         if part not in handles:
                             handles[part] = open(part_path(task.records_dir, part), "rb")  # noqa: SIM115
-                        fh = handles[part]
-                        fh.seek(off)
-                        records.append(json.loads(fh.read(length)))
+                        records.append(read_record(handles[part], off, length))
                     key = pack_key(task.first_pack + j)
-                    entries, pack_tokens = sink.pack_members(key, records, task.seq_len, _read_media,
-                                                             model_dir=task.model_dir)
+                    _check_capacity(task, key, sum(rec["num_tokens"] for rec, _ in records))
+                    entries, pack_tokens, kept = _pack_entries(task, sink, key, records, rejected)
+                    if not entries:  # every sample of the pack was left out
+                        continue
+                    _check_capacity(task, key, pack_tokens)  # what the output layout wrote
                     offsets.append(tf.offset)
                     for name, data in sorted(entries):
                         tf.addfile(tarinfo(name, len(data)), io.BytesIO(data))
-                    n_samples += len(records)
+                    n_samples += kept
                     n_tokens += pack_tokens
                 offsets.append(tf.offset)
             raw.flush()
@@ -181,4 +246,4 @@ def write_shard(task: ShardTask) -> ShardResult:
     write_tar_idx(out / (task.name + ".idx"), offsets)
     os.replace(tmp, tar_path)
     fsync_dir(out)
-    return ShardResult(task.name, task.num_packs, n_samples, n_tokens, f.size, f.sha256.hexdigest())
+    return ShardResult(task.name, len(offsets) - 1, n_samples, n_tokens, f.size, f.sha256.hexdigest(), rejected)

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 #: ``read_media(reference, size in bytes | None, mtime in ns | None) -> bytes``: the original bytes of
-#: one media item, checked against what was counted (the writer's own reader).
+#: one media item, checked against what was counted (the writer's own reader: the content sha256 and
+#: the media-root rule; raises :class:`vlmpack.errors.MediaError` with a reason code).
 MediaReader = Callable[[str, "int | None", "int | None"], bytes]
 
 
@@ -29,7 +30,8 @@ class Sink(Protocol):
         """The tar members ``[(member name, bytes)]`` of the pack ``key`` (any order: the writer
         sorts them) from the canonical records of its samples (``vlmpack.pack.count_task.canonical_record``)
         and the number of tokens it holds. ``model_dir`` set: also the pretokenized ids, where the
-        layout has them. Raises :class:`vlmpack.errors.InputError` (a media file that changed)."""
+        layout has them. Raises what ``read_media`` raises (:class:`vlmpack.errors.MediaError`: a media
+        item that changed since it was counted; the writer leaves that sample out)."""
 
     def read_pack(self, parts: dict[str, bytes | None]) -> dict:
         """The reader side: the pack object of one pack from its tar parts (part name after
