@@ -1,7 +1,7 @@
 """Issue 19 item 11: the size probe and the training decoder agree on image orientation wherever a
 file keeps it (PNG chunks after ``IDAT``: XMP, ImageMagick's ``Raw profile type exif``, a second
 ``eXIf``, an ``eXIf`` before or after the next frame of an animated PNG; TIFF tag 274 and XMP;
-JPEG/WebP EXIF and XMP), on the red-team images of :func:`hostile_corpus.orientation_media`.
+JPEG/WebP EXIF and XMP), on the red-team images of :func:`orientation_corpus.orientation_media`.
 
 For each image: the probe's (width, height) at every check level equals what the decoder gives
 (``open_image``: ``load()`` + ``ImageOps.exif_transpose``); packed for LLaVA-OneVision (whose
@@ -16,7 +16,8 @@ import json
 import shutil
 
 import pytest
-from hostile_corpus import orientation_media, real_png_of
+from hostile_corpus import real_png_of
+from orientation_corpus import orientation_media
 from PIL import Image, ImageOps
 from test_check import _edit_json
 
