@@ -12,6 +12,7 @@ probe gave before) is caught by ``verify`` and refused by the collator.
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 
@@ -136,3 +137,24 @@ def test_recorded_counts_are_the_collators_and_verify_agrees(ov_out, media, llav
         assert any(repr(sid) in p and "pixels but" in p for p in problems), (sid, problems)
     with pytest.raises(PackMismatchError):
         _encode_all(bad, llava_ov_dir)
+
+
+def test_png_with_too_many_chunks_after_the_image_data_is_refused(media, monkeypatch):
+    """A walk cut short would disagree with the decoder, which reads every chunk: past
+    ``MAX_PNG_CHUNKS`` the image is rejected (``media_unsupported``) instead."""
+    from hostile_corpus import _png_chunk, _png_chunks
+
+    from vlmpack.errors import MediaError
+    from vlmpack.media import orientation
+
+    chunks = _png_chunks(media["png_exif_after_idat.png"][0].read_bytes())  # ... IDAT eXIf(8) IEND
+    at = next(i for i, (k, _) in enumerate(chunks) if k == b"eXIf")
+    chunks[at:at] = [(b"prVt", b"")] * 50
+    data = b"\x89PNG\r\n\x1a\n" + b"".join(_png_chunk(k, d) for k, d in chunks)
+    decoded = open_image(data).size
+    info = probe_bytes(data)
+    assert (info.width, info.height) == decoded == Image.open(io.BytesIO(data)).size[::-1]  # eXIf 8 read
+    monkeypatch.setattr(orientation, "MAX_PNG_CHUNKS", 40)
+    with pytest.raises(MediaError) as e:
+        probe_bytes(data)
+    assert e.value.reason == "media_unsupported" and "40 chunks" in e.value.detail

@@ -41,9 +41,13 @@ import struct
 
 from PIL import ExifTags, Image, ImageFile
 
+from vlmpack.errors import MediaError
+
 _ORIENTATION = ExifTags.Base.Orientation  # 274
 _SWAPS = (5, 6, 7, 8)  # TRANSPOSE, ROTATE_270, TRANSVERSE, ROTATE_90 in exif_transpose
-_MAX_CHUNKS = 1 << 22  # a bound on the walk (a real PNG has far fewer chunks)
+#: Most chunks walked after a PNG's image data (about 3 us each, as load_end's own walk): 8 KiB IDAT
+#: chunks (libpng's default) of a file at the 2 GiB media cap are 262,144; more is a crafted file.
+MAX_PNG_CHUNKS = 1 << 22
 
 
 def oriented_size(img: ImageFile.ImageFile) -> tuple[int, int]:
@@ -53,7 +57,9 @@ def oriented_size(img: ImageFile.ImageFile) -> tuple[int, int]:
     left at the position it had (PNG; a TIFF's ``getexif()`` reads its IFD). Returns
     ``(width, height)`` in pixels. Raises what ``getexif()`` raises on EXIF that does not parse
     (the decoder's ``exif_transpose`` fails on it too); chunk handlers that fail after ``IDAT``
-    (``load()`` fails too, the decode check sees it) only end the walk.
+    (``load()`` fails too, the decode check sees it) only end the walk. :class:`MediaError`
+    ``media_unsupported`` for a PNG with more than :data:`MAX_PNG_CHUNKS` chunks after its image
+    data (rejected rather than probed short of where the decoder reads).
     """
     if img.format == "TIFF":  # Pillow's size already has tag 274 applied; load() applies getexif()
         width, height = img.tag_v2[256], img.tag_v2[257]
@@ -85,7 +91,7 @@ def _png_exif(img: ImageFile.ImageFile) -> Image.Exif:
     try:
         if img.tile:
             fh.seek(img.tile[0][2] - 8)  # the first IDAT chunk's header
-        for _ in range(_MAX_CHUNKS):
+        for _ in range(MAX_PNG_CHUNKS):
             try:
                 cid, start, length = stream.read()
             except (struct.error, SyntaxError):
@@ -99,6 +105,9 @@ def _png_exif(img: ImageFile.ImageFile) -> Image.Exif:
             except Exception:  # noqa: BLE001 - UnicodeDecodeError ends load_end's walk; others fail load()
                 break
             fh.read(4)  # CRC (load_end does not check it)
+        else:
+            raise MediaError("media_unsupported", f"PNG with more than {MAX_PNG_CHUNKS:,} chunks after its "
+                             "image data (its EXIF orientation is not read that far)")
     finally:
         fh.seek(pos)
     shown = Image.Image()
