@@ -99,6 +99,12 @@ def _llava(rid, user: str, answer: str, images: list[str] | None = None, system:
     return rec
 
 
+def real_png_of(real_data: Path) -> bytes:
+    """The bytes of the first demo PNG of 20-400 kB (sorted paths, the broken set left out)."""
+    pngs = sorted((real_data / "images").rglob("*.png"))
+    return next(p for p in pngs if 20_000 < p.stat().st_size < 400_000 and "broken" not in str(p)).read_bytes()
+
+
 def build_corpus(real_data: Path, root: Path, n_good: int = 60) -> tuple[Path, dict[int, tuple[str, str | None]]]:
     """Write the corpus (module docstring); returns ``(input.jsonl path, expected by line)``."""
     media = root / "media"
@@ -115,8 +121,7 @@ def build_corpus(real_data: Path, root: Path, n_good: int = 60) -> tuple[Path, d
             new_images.append(os.path.relpath(dst, root))
         rec["images"] = new_images
         good.append(rec)
-    pngs = sorted((real_data / "images").rglob("*.png"))
-    real_png = next(p for p in pngs if 20_000 < p.stat().st_size < 400_000 and "broken" not in str(p)).read_bytes()
+    real_png = real_png_of(real_data)
     real_jpg = (real_data / "images/skimage_data/skimage/data/hubble_deep_field.jpg").read_bytes()
     rgb = Image.open(io.BytesIO(real_png)).convert("RGB")
 
@@ -135,6 +140,7 @@ def build_corpus(real_data: Path, root: Path, n_good: int = 60) -> tuple[Path, d
     os.symlink(media / "hostile_ok.png", media / "link_in.png")
     os.mkfifo(media / "fifo.png")
     (media / "a_dir.png").mkdir()
+    (media / "orient").mkdir()
     exif = Image.Exif()
     exif[0x0112] = 6
     interlaced = save("interlaced_src.png", "PNG", rgb.resize((61, 47)))
@@ -247,6 +253,10 @@ def build_corpus(real_data: Path, root: Path, n_good: int = 60) -> tuple[Path, d
     add(("bmp_image", _llava("bmp_image", "x", "y", [save("b.bmp", "BMP")]), None))
     add(("tiff_image", _llava("tiff_image", "x", "y", [save("t.tiff", "TIFF")]), None))
     add(("interlaced_png", _llava("interlaced_png", "x", "y", [interlaced]), None))
+    from orientation_corpus import orientation_media  # it builds on this module's PNG chunk helpers
+
+    for name, (data, _) in orientation_media(real_png).items():  # counted at the size the decoder gives
+        add((f"orientation_{name}", _llava(f"orientation_{name}", "x", "y", [put(f"orient/{name}", data)]), None))
     save("hostile_ok.png", "PNG")
     _interlace(media / "interlaced_src.png")
     names = [h[0] for h in hostile]

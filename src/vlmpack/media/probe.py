@@ -28,7 +28,6 @@ import stat
 from vlmpack.errors import MediaError
 from vlmpack.media.fingerprint import holder_stat
 from vlmpack.media.kinds import KINDS, MediaInfo, MediaKind
-from vlmpack.media.kinds.image import _orientation  # noqa: F401 - bench/bench_pack.py times it from here
 from vlmpack.media.ref import display_ref, is_member, read_ref, ref_identity
 from vlmpack.media.resolve import check_real_path, clear_realpaths
 from vlmpack.records import MAX_MEDIA_BYTES
@@ -78,8 +77,10 @@ def probe_media(
     Videos (``kind="video"``): the container header is read with PyAV
     (:func:`vlmpack.media.video.probe_video`: size, frame count, duration, fps; no decoding, except
     ``check="decode"``, which decodes every frame and requires the header's frame count).
-    Width/height follow the EXIF orientation tag (5-8 swap them), as ``PIL.ImageOps.exif_transpose``
-    (and transformers' ``load_image``) would. Cached per process.
+    Width/height are the size after the EXIF orientation the training decoder applies (``load()`` then
+    ``PIL.ImageOps.exif_transpose``, as transformers' ``load_image``), wherever the file keeps it
+    (:func:`vlmpack.media.orientation.oriented_size`: PNG chunks after the image data, XMP, TIFF
+    tags), without decoding pixels. Cached per process.
     Raises :class:`MediaError`: ``media_outside_root`` (see ``media_root``), ``media_missing``
     (absent, a directory, unreadable), ``media_undecodable`` (empty, not an accepted format (the
     detail names what it is, e.g. "EPS is not an accepted image format"), truncated, corrupt),

@@ -373,7 +373,9 @@ class PackEncoder:
                     if rec is not None and rec != got:
                         raise PackMismatchError(
                             f"pack {pack.key!r} sample {it.id!r}: image {part} gives {got} image tokens but the "
-                            f"pack records {rec}; the image processor config differs from the packing one")
+                            f"pack records {rec}; the image processor config differs from the packing one, or "
+                            "the image decodes to another size than the recorded one (an EXIF orientation the "
+                            "packing vlmpack did not read: re-pack)")
             if self.check_num_tokens and it.recorded_tokens is not None and len(ids) != it.recorded_tokens:
                 raise PackMismatchError(
                     f"pack {pack.key!r} sample {it.id!r}: re-encoded to {len(ids)} tokens but the pack records "
