@@ -44,7 +44,8 @@ from bench_video import video_count_table  # noqa: E402
 from demo_data import build_demo_data, build_qwen2_5_vl_model_dir  # noqa: E402
 
 from vlmpack.config import load_config
-from vlmpack.media.probe import _orientation, clear_cache, probe_media
+from vlmpack.media.orientation import orientation
+from vlmpack.media.probe import clear_cache, probe_media
 from vlmpack.models import load_model
 from vlmpack.pack.count_task import count_samples
 from vlmpack.pack.pipeline import make_plan, run_pack
@@ -83,7 +84,7 @@ def _old_verify(path: str) -> None:
     from PIL import Image
 
     with open(path, "rb") as fh, Image.open(fh) as img:
-        _orientation(img, fh)
+        orientation(img)
         img.verify()
 
 

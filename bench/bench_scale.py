@@ -80,7 +80,8 @@ def base_results(data: Path, model_dir: Path) -> Path:
                       output=str(CACHE / "scale_unused"), seq_len=8192, workers=2, progress=False)
     payload = cfg.fingerprint_payload()
     ranges, _ = node_ranges(cfg, stages.TASK_BYTES)
-    count_stage(cfg, dest, ranges, stages.count_key(cfg, payload), {}, payload=stages.count_payload(cfg, payload))
+    count_stage(stages.CountOptions.of(cfg), dest, ranges, stages.count_key(cfg, payload), {},
+                workers=stages.Workers.of(cfg), payload=stages.count_payload(cfg, payload))
     return dest
 
 
@@ -129,11 +130,11 @@ def driver_child(n: int, seq_len: int, base_store: str, model_dir: str) -> dict:
 
     from vlmpack.config import load_config
     from vlmpack.pack.count_stage import media_digest, read_stats
-    from vlmpack.pack.manifest import build_manifest, manifest_digest
+    from vlmpack.pack.manifest import InputFiles, build_manifest, manifest_digest
     from vlmpack.pack.pipeline import _overlong_rejections, _plan, _shard_tasks
     from vlmpack.pack.report import build_report
     from vlmpack.pack.results import save_result
-    from vlmpack.pack.stages import plan_key
+    from vlmpack.pack.stages import PlanOptions, WriteOptions, plan_key
     from vlmpack.packing import plan_packs
 
     plan_packs(np.array([1, 2, 3]), 8, algorithm="bfd")  # JIT warm-up outside the timing
@@ -158,18 +159,19 @@ def driver_child(n: int, seq_len: int, base_store: str, model_dir: str) -> dict:
             results.append(r)
         row["results_s"], row["rss_results_mb"] = time.perf_counter() - t, _rss_mb()
         t = time.perf_counter()
-        manifest, rejections = build_manifest(cfg, results, store)
+        manifest, rejections = build_manifest(InputFiles.of(cfg), results, store)
         row["manifest_s"], row["rss_manifest_mb"] = time.perf_counter() - t, _rss_mb()
         t = time.perf_counter()
         run = Path(tmp) / "run"
         run.mkdir()
-        manifest, plan = _plan(cfg, run, manifest, plan_key(cfg, manifest_digest(manifest)), {})
-        rejections += _overlong_rejections(cfg, run, manifest, plan)
+        opts = PlanOptions.of(cfg)
+        manifest, plan = _plan(opts, run, manifest, plan_key(opts, manifest_digest(manifest)), {})
+        rejections += _overlong_rejections(opts, InputFiles.of(cfg), run, manifest, plan)
         manifest = manifest.drop_columns(["line", "offset", "id_kind"])  # as run_pack does
         row["plan_s"], row["rss_plan_mb"] = time.perf_counter() - t, _rss_mb()
         t = time.perf_counter()
         media_digest(results)
-        tasks = _shard_tasks(cfg, run, manifest, plan)
+        tasks = _shard_tasks(WriteOptions.of(cfg, cfg.shard_prefix), run, manifest, plan)
         row["shard_tasks_s"], row["rss_shard_tasks_mb"] = time.perf_counter() - t, _rss_mb()
         t = time.perf_counter()
         report = build_report(cfg, "x", read_stats(results), manifest, plan, rejections, [], {}, None)

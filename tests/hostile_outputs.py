@@ -2,7 +2,8 @@
 
 Each class of :data:`OUTPUTS` turns a copy of a real vlmpack output into a crafted one (what a
 downloaded or edited output may hold) and names what ``vlmpack check`` / ``verify`` must say
-(``problem:`` lines, exit 1) and, where it applies, what ``vlmpack inspect`` must say (one error
+(``problem:`` lines, exit 1; a class of :data:`VERIFY_ONLY` is sealed so that ``check`` passes it and
+only ``verify`` finds it) and, where it applies, what ``vlmpack inspect`` must say (one error
 line, exit 2). Each class of :data:`BLENDS` is a hand-made blend YAML over a real output and the
 one problem ``vlmpack check BLEND.yaml`` must give.
 
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from test_check import SHARD, _edit_json, _read_tar, _write_tar, reseal_marker
+from test_check import SHARD, _edit_json, _read_tar, _reseal, _write_tar, reseal_marker
 
 from vlmpack.pack.seal import write_hashes
 from vlmpack.packfmt import MAX_PART_BYTES, tarinfo
@@ -36,12 +37,18 @@ from vlmpack.packfmt import MAX_PART_BYTES, tarinfo
 OUTPUTS: dict[str, tuple[Callable[[Path, Path, Path], None], tuple[str, ...], list[str] | None, tuple[str, ...]]] = {}
 #: ``{name: (edit(blend document, ran) -> document, problem words)}``.
 BLENDS: dict[str, tuple[Callable[[dict, Path], dict], tuple[str, ...]]] = {}
+#: Classes sealed so well that ``check`` passes them (exit 0): only ``verify`` finds them.
+VERIFY_ONLY: set[str] = set()
 
 
-def output_class(problem: tuple[str, ...], inspect: list[str] | None = None, inspect_error: tuple[str, ...] = ()):
-    """Register the decorated craft function in :data:`OUTPUTS` under its name."""
+def output_class(problem: tuple[str, ...], inspect: list[str] | None = None, inspect_error: tuple[str, ...] = (),
+                 verify_only: bool = False):
+    """Register the decorated craft function in :data:`OUTPUTS` under its name (and in
+    :data:`VERIFY_ONLY` with ``verify_only``)."""
     def register(fn):
         OUTPUTS[fn.__name__] = (fn, problem, inspect, inspect_error)
+        if verify_only:
+            VERIFY_ONLY.add(fn.__name__)
         return fn
     return register
 
@@ -163,6 +170,47 @@ def info_names_a_shard_outside(out, outside, ran):
     info = json.loads((out / ".nv-meta" / ".info.json").read_text())
     info["shard_counts"] = {f"../{outside.name}/shard-000000.tar": 16, **info["shard_counts"]}
     (out / ".nv-meta" / ".info.json").write_text(json.dumps(info, indent=2))
+
+
+# ------------------------------------------------------------------------- item 10: pretokenized ids
+def pretokenize_first_pack(out: Path, change: Callable[[np.ndarray, object], np.ndarray]) -> None:
+    """Give the first pack of :data:`SHARD` the ``input_ids.npy`` that ``--pretokenize`` writes (its
+    samples' ``family.encode`` with the model recorded in the run directory), passed through
+    ``change(ids, family)``, and reseal the output: ``check`` then passes, the ids are all that differ."""
+    from vlmpack.models import load_model
+
+    family = load_model(json.loads((out / ".vlmpack" / "config.json").read_text())["options"]["model"])
+    packs = _read_tar(out / SHARD)
+    key, parts = packs[0]
+    obj = json.loads(dict(parts)["json"])
+    ids = np.concatenate([family.encode([{**m, "content": [{"type": c["type"]} if "part" in c else c
+                                                            for c in m["content"]]} for m in s["messages"]],
+                                        [x["num_tokens"] for x in s["media"]], s.get("special_tokens"))
+                          for s in obj["samples"]])
+    assert len(ids) == obj["num_tokens"]
+    buf = io.BytesIO()
+    np.save(buf, change(ids.astype("<i4"), family), allow_pickle=False)
+    packs[0] = (key, [*parts, ("input_ids.npy", buf.getvalue())])
+    _write_tar(out / SHARD, packs)
+    _reseal(out)  # sha256, sizes, .tar.idx, report totals, markers
+
+
+@output_class(("input_ids.npy differs from its recorded messages encoded again",), verify_only=True)
+def input_ids_answer_token_replaced(out, outside, ran):
+    """One trained-on (answer) token replaced by another ordinary token: same length, same counts."""
+    def change(ids, family):
+        at = int(np.flatnonzero(family.label_mask(ids.astype(np.int64)))[0])
+        ids[at] = (ids[at] + 1) % family.tokenizer.vocab_size
+        return ids
+    pretokenize_first_pack(out, change)
+
+
+@output_class(("input_ids.npy holds 1 id(s) outside the tokenizer's vocabulary",), verify_only=True)
+def input_ids_beyond_the_vocabulary(out, outside, ran):
+    def change(ids, family):
+        ids[1] = len(family.tokenizer) + 7
+        return ids
+    pretokenize_first_pack(out, change)
 
 
 # ------------------------------------------------------------------------- item 9: links in OUT are not followed

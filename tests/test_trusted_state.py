@@ -322,12 +322,13 @@ def _result(n: int, rng: np.random.Generator, index: int) -> MeasureResult:
                                None if i % 2 else (1, 2, 3, 4)) for i in range(int(rng.integers(0, 4)))]
     rej = [Rejection(Locator("in\udcff.jsonl", 3, 10, None, "line"), "invalid_json", "bad \u2603", None)]
     return MeasureResult(index=index, file_idx=1, ids=ids, num_tokens=arr(np.int32, 9000),
-                         media_tokens=arr(np.int32, 900), num_media=arr(np.int16, 5), kind=arr(np.int8, 3),
+                         media_tokens=arr(np.int32, 900), num_media=arr(np.int32, 5), kind=arr(np.int8, 3),
                          media_bytes=arr(np.int64, 10**9), line=arr(np.int64, 10**6), offset=arr(np.int64, 10**9),
                          rec_offset=arr(np.int64, 10**6), rec_len=arr(np.int64, 10**4), id_kind=arr(np.int8, 3),
                          label_tokens=arr(np.int32, 900), id_hash=arr(np.uint64, 2**62), media_files=media,
                          media_sha256=media_files_sha256(media), rejections=rej,
-                         stats=ReadStats(n + 2, 1, n + 1, {"invalid_json": 1}), part_sha256="", part_size=0)
+                         stats=ReadStats(n + 2, 1, n + 1, {"invalid_json": 1}), part_sha256="", part_size=0,
+                         bound_counted_max=int(rng.integers(0, 10**4)), bound_skipped_min=int(rng.integers(0, 10**9)))
 
 
 @settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -348,6 +349,7 @@ def test_saved_count_results_read_back_and_any_changed_byte_is_refused(tmp_path,
                  "rec_len", "id_kind", "label_tokens", "id_hash"):
         got, want = getattr(back, name), getattr(r, name)
         assert got.dtype == want.dtype and np.array_equal(got, want), name
+    assert (back.bound_counted_max, back.bound_skipped_min) == (r.bound_counted_max, r.bound_skipped_min)
     assert (back.media_files, back.rejections, back.stats) == (r.media_files, r.rejections, r.stats)
     assert read_result(store, 8, 1) is None and read_result(store, 7, 0) is None  # another task's files
     path = {"part": part_path(store, 7), "arrays": arrays_path(store, 7), "result": result_path(store, 7)}[which]

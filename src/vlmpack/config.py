@@ -22,10 +22,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from vlmpack import __version__
 from vlmpack.errors import ConfigError, VlmpackError
+from vlmpack.records import MAX_MEDIA_BYTES, MAX_MEMBER_BYTES
 
 #: Options that change neither the plan nor the bytes written (left out of the fingerprint).
 _NOT_FINGERPRINTED = {"workers", "overwrite", "progress", "output", "executor", "ray_address", "max_reject_fraction",
                       "cache_dir"}
+
+#: Input size caps: left out of the fingerprint at their defaults (see ``fingerprint_payload``).
+_CAPS = ("max_member_bytes", "max_media_bytes")
 
 
 class PackConfig(BaseModel):
@@ -41,7 +45,7 @@ class PackConfig(BaseModel):
     output: str = Field(description="output directory: shards + Energon metadata + report")
     model: str = Field(description="local HF-format model directory (tokenizer, processor, config)")
     media_root: str | None = Field(None, description="media paths are relative to it (default: 1st input's folder)")
-    seq_len: int = Field(8192, gt=0, description="capacity L of a pack, in tokens")
+    seq_len: int = Field(8192, gt=0, le=2**31 - 1, description="capacity L of a pack, in tokens (int32 counts)")
     input_schema: Literal["auto", "llava", "messages", "prompts"] = Field("auto", alias="schema")
     input_format: Literal["auto", "jsonl", "wds", "parquet"] = Field(
         "auto", description="format of the inputs (auto: sniffed per file; see vlmpack.sources)")
@@ -51,6 +55,10 @@ class PackConfig(BaseModel):
     media_lmdb: dict[str, str] = Field(
         default_factory=dict, description="LMDB image stores: NAME -> env path, for lmdb://NAME/KEY references")
     media_check: Literal["header", "verify", "decode"] = "verify"
+    max_member_bytes: int = Field(MAX_MEMBER_BYTES, gt=0, description="a WebDataset json member larger than this "
+                                  "is rejected unread (member_too_large)")
+    max_media_bytes: int = Field(MAX_MEDIA_BYTES, gt=0, le=MAX_MEDIA_BYTES, description="a media item larger than "
+                                 "this is rejected unread (media_too_large); at most what vlmpack check reads")
     overlong: Literal["drop", "error"] = "drop"
     algorithm: str = "bfd"
     max_samples_per_pack: int | None = Field(None, gt=0)
@@ -115,9 +123,11 @@ class PackConfig(BaseModel):
         """The canonical content hashed into :meth:`fingerprint` (also saved in the run dir)."""
         from vlmpack.models import COUNTING_FILES, FAMILIES, model_type
 
-        # a single-node run keeps the fingerprint it had before per-node packing existed
+        # a single-node run keeps the fingerprint it had before per-node packing existed, and a run
+        # with the default input caps the one it had before the caps existed
         opts = self.model_dump(by_alias=True, exclude=_NOT_FINGERPRINTED | (
-            {"num_nodes", "node_rank"} if self.num_nodes == 1 else set()))
+            {"num_nodes", "node_rank"} if self.num_nodes == 1 else set()) | {
+            k for k in _CAPS if getattr(self, k) == type(self).model_fields[k].default})
         opts["input"] = [os.path.abspath(p) for p in self.input]
         opts["media_root"] = os.path.abspath(str(self.media_root))
         opts["model"] = os.path.abspath(self.model)

@@ -15,7 +15,8 @@ never by message text:
   Energon task encoders turn it into Energon's ``SkipSample`` or ``FatalSampleError`` by their
   ``on_bad_pack`` policy (:mod:`vlmpack.energon.task_encoder`).
 
-Anything else that escapes a command is an internal error (exit 70, see ``vlmpack.cli.main``).
+Anything else that escapes a command is an internal error (exit 70, see ``vlmpack.cli.main``);
+:class:`InternalError` names the ones vlmpack raises itself (a broken invariant of its own state).
 :class:`Interrupted` is a ``BaseException`` (signals).
 """
 
@@ -119,9 +120,28 @@ class PackMismatchError(PackError):
     """A pack whose re-tokenized length or media disagree with its recorded counts."""
 
 
+class PackTooLongError(PackError):
+    """A pack with more tokens than its ``seq_len`` (the one it records, or the collator's); the
+    message names the pack and the likely causes (a stale count cache, an edited output, another
+    model directory)."""
+
+
+class TokenIdError(PackError):
+    """A pretokenized pack (``input_ids.npy``) whose ids are no 1-D integer array or lie outside
+    the tokenizer's vocabulary (``0 <= id < len(tokenizer)``); the message names the pack."""
+
+
 class MediaDecodeError(PackError):
     """An image or video of a pack (or of an unpacked sample) that cannot be opened or decoded;
     the message names the pack key, the sample id and the media part."""
+
+
+# ------------------------------------------------------------------------------ internal (exit 70)
+class InternalError(RuntimeError):
+    """A broken invariant of vlmpack's own state (e.g. a planned pack whose counts sum above its
+    capacity: a bug, or a run directory or count cache edited by hand). Deliberately no
+    :class:`VlmpackError`: ``vlmpack.cli.main`` reports it as an internal error (one line, exit 70),
+    never as a user error (exit 2)."""
 
 
 # ------------------------------------------------------------------------------ signals

@@ -17,7 +17,8 @@ A shard holds one tar sample per pack: members ``<key>.<part>`` that share the p
 - Reading what may be crafted (``check``, ``verify``, ``inspect`` read outputs they did not
   write): :func:`loads_json` (no file deeper than :data:`MAX_JSON_DEPTH`, never a
   ``RecursionError``), :func:`parse_pack` (a pack object whose every field has its type, or
-  ``ValueError``), and :class:`ShardPacks` reads no member over :func:`part_limit` (nor a tar
+  ``ValueError``), :func:`parse_input_ids` (the ids of ``input_ids.npy``, header checked before
+  any allocation), and :class:`ShardPacks` reads no member over :func:`part_limit` (nor a tar
   header over :data:`MAX_HEADER_BYTES`), so memory stays bounded whatever a shard claims.
 """
 
@@ -34,7 +35,7 @@ from typing import TypeVar
 
 from vlmpack.fsio import open_inside
 from vlmpack.media.kinds import KINDS
-from vlmpack.records import ID_KINDS
+from vlmpack.records import ID_KINDS, MAX_MEDIA_BYTES
 
 T = TypeVar("T")
 
@@ -51,8 +52,8 @@ EXTRA_PARTS = frozenset({"json", "input_ids.npy"})
 #: The most bytes read of one member, by part (a pack's JSON holds at most ``seq_len`` tokens of text;
 #: ``input_ids.npy`` 4 bytes a token); media: :data:`MAX_MEDIA_BYTES`. A larger member is not read.
 MAX_PART_BYTES = {"json": 64 << 20, "input_ids.npy": 64 << 20}
-#: The most bytes read of one media member (an image or a video; the training side reads it whole too).
-MAX_MEDIA_BYTES = 2 << 30
+# The most bytes read of one media member (an image or a video; the training side reads it whole
+# too) is MAX_MEDIA_BYTES (imported from vlmpack.records): the ceiling of `vlmpack pack --max-media-bytes`.
 #: The most bytes of a tar's extended header (PAX, GNU long name); vlmpack writes < 1 KiB.
 MAX_HEADER_BYTES = 1 << 20
 #: The deepest nesting of arrays and objects :func:`loads_json` accepts (a pack object nests 6 deep).
@@ -221,6 +222,35 @@ def parse_pack(data: bytes | str) -> dict:
         if (why := _sample_problem(s)) is not None:
             raise ValueError(f"sample {i} {why}")
     return obj
+
+
+def parse_input_ids(data: bytes):
+    """The token ids of an ``input_ids.npy`` member (``--pretokenize``; the writer stores int32
+    little-endian ``[T]``): a NumPy int array ``[T]`` (read-only, a view of ``data``). The header is
+    read first, so a crafted shape never allocates: ``ValueError`` (one line) for bytes that are no
+    ``.npy`` version 1 or 2 file of a 1-D integer array whose data fill the rest of the member
+    exactly (no object array, nothing unpickled). The ids' range is the caller's to check."""
+    import io
+
+    import numpy as np
+    from numpy.lib import format as npy
+
+    buf = io.BytesIO(data)
+    try:
+        version = npy.read_magic(buf)
+        if version not in ((1, 0), (2, 0)):
+            raise ValueError(f".npy version {version}")
+        read = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+        shape, _fortran, dtype = read(buf)
+    except (ValueError, TypeError, SyntaxError, EOFError) as e:
+        raise ValueError(f"no .npy array header ({' '.join(str(e).split())[:120]})") from None
+    if len(shape) != 1 or dtype.kind not in "iu" or dtype.hasobject:
+        raise ValueError(f"a {dtype} array of shape {shape}, not 1-D integer token ids")
+    start = buf.tell()
+    if len(data) - start != shape[0] * dtype.itemsize:
+        raise ValueError(f"its header says {shape[0]:,} ids of {dtype.itemsize} bytes but {len(data) - start:,} "
+                         "bytes follow")
+    return np.frombuffer(data, dtype=dtype, count=shape[0], offset=start)
 
 
 def group_by_key(members: Iterable[tuple[str, T]]) -> Iterator[tuple[str, list[T]]]:

@@ -52,7 +52,19 @@ REASONS: dict[str, str] = {
     "overlong": "the sample has more tokens than the sequence length",
     "template_error": "the chat template or tokenizer failed on this sample",
     "special_token_in_text": "the text contains a model special token (e.g. <|image_pad|>) that would break counting",
+    "duplicate_member": "a WebDataset sample holds two members of the same name (e.g. a.json twice); none is guessed",
+    "member_too_large": "a WebDataset sample's json member is larger than --max-member-bytes (not read)",
+    "media_too_large": "a media item is larger than --max-media-bytes (not read)",
 }
+
+#: Default of ``--max-member-bytes``: the largest member of a container read as a record's text
+#: (a WebDataset ``json`` part); a larger one is a ``member_too_large`` rejection, never read.
+MAX_MEMBER_BYTES = 1 << 30
+#: Default and ceiling of ``--max-media-bytes``: the largest media item (file, tar member, table
+#: cell, LMDB value) probed and packed; a larger one is a ``media_too_large`` rejection, never read.
+#: It is also the most ``vlmpack check`` reads of one media member of an output
+#: (:data:`vlmpack.packfmt.MAX_MEDIA_BYTES`), so whatever is packed can be checked.
+MAX_MEDIA_BYTES = 2 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,9 +186,13 @@ class Rejection:
 @dataclass(slots=True)
 class ReadStats:
     """Per-input counters that the report sums: ``lines`` physical lines, ``blank`` empty lines
-    (not records), ``records`` = lines - blank."""
+    (not records), ``records`` = lines - blank; tar shards: ``members_without_key`` (files whose
+    name has no ``<key>.<part>`` form, e.g. ``README``) and ``members_not_files`` (symbolic links,
+    devices, FIFOs), skipped, so part of no record (directories are not counted)."""
 
     lines: int = 0
     blank: int = 0
     records: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
+    members_without_key: int = 0
+    members_not_files: int = 0

@@ -11,6 +11,12 @@ media part) and then recounts, in parallel over shards, every sample from what t
 - each sample: the chat template + tokenizer count of its messages with those media tokens
   (:meth:`~vlmpack.models.base.ModelFamily.token_ids` + ``num_tokens``) must equal its recorded
   ``num_tokens``; every media part is referenced once;
+- a pretokenized pack (``input_ids.npy``, :func:`vlmpack.packfmt.parse_input_ids`): every id lies in
+  ``[0, len(tokenizer))`` (the rule of :class:`vlmpack.train.encode.PackEncoder`), the part holds
+  the samples' recorded counts, and each sample's slice equals, id for id, its messages encoded
+  again as the collator encodes a pack without ids (``token_ids`` then
+  :meth:`~vlmpack.models.base.ModelFamily.expand`, or ``expand_videos`` with each video's layout
+  from its header, as the writer built it), so an id replaced in place (same length) is found;
 - ``decode=True``: each pack is also encoded by the training side's
   :class:`vlmpack.train.encode.PackEncoder` from decoded pixels through the model's image
   processor (the collator's own path), which must give the recorded counts.
@@ -30,13 +36,14 @@ the regular ``*.tar`` files of ``OUT`` (:func:`vlmpack.packfmt.shard_paths`), re
 from __future__ import annotations
 
 import tarfile
+from itertools import accumulate
 from pathlib import Path
 
 from vlmpack.errors import ConfigError, VlmpackError
 from vlmpack.fsio import read_inside
 from vlmpack.media.kinds import MEDIA_TAGS
 from vlmpack.pack.rundir import RUN_DIR
-from vlmpack.packfmt import MemberTooLarge, ShardPacks, loads_json, shard_paths
+from vlmpack.packfmt import MemberTooLarge, ShardPacks, loads_json, parse_input_ids, shard_paths
 from vlmpack.sinks import get_sink
 
 __all__ = ["recount_shard", "verify_output"]
@@ -49,17 +56,72 @@ def _indexed(messages: list[dict], parts: list[str]) -> list[dict]:
                                             for c in m["content"]]} for m in messages]
 
 
+def _stored_ids(data: bytes | None, counts: list, vocab: int, where: str, problems: list[str]):
+    """The ids of a pack's ``input_ids.npy`` (None without one, or when unreadable); a problem line
+    for ids outside ``[0, vocab)`` or a length other than the sum of the samples' recorded ``counts``
+    (then None: the samples' slices are unknown)."""
+    import numpy as np
+
+    if data is None:
+        return None
+    try:
+        ids = parse_input_ids(data)
+    except ValueError as e:
+        problems.append(f"{where}: input_ids.npy is {e}")
+        return None
+    bad = np.flatnonzero((ids < 0) | (ids >= vocab))
+    if len(bad):
+        problems.append(f"{where}: input_ids.npy holds {len(bad):,} id(s) outside the tokenizer's vocabulary "
+                        f"[0, {vocab:,}), the first {int(ids[bad[0]])} at token {int(bad[0])}")
+    if len(ids) != sum(counts):
+        problems.append(f"{where}: input_ids.npy holds {len(ids):,} ids but the samples record {sum(counts):,}")
+        return None
+    return ids
+
+
+def _expected_ids(family, ids, media_tokens: list[int], sizes: list, special: str | None):
+    """One sample's ``input_ids`` as the collator builds them without stored ids: the unexpanded
+    ``ids`` of :meth:`~vlmpack.models.base.ModelFamily.token_ids` expanded with ``media_tokens``
+    (``expand``; with videos ``expand_videos``, each video's layout from its header ``sizes``)."""
+    import numpy as np
+
+    kinds = [m.kind for m in sizes]
+    if "video" not in kinds:
+        return family.expand(np.asarray(ids, dtype=np.int32), media_tokens)
+    layouts = [family.video_layout(m) for m in sizes if m.kind == "video"]
+    return family.expand_videos(np.asarray(ids, dtype=np.int64), media_tokens, layouts, special, kinds=kinds)
+
+
+def _compare_ids(stored, want, where: str) -> str | None:
+    """A problem line when a sample's stored ids differ from ``want`` (the first differing token)."""
+    import numpy as np
+
+    want = np.asarray(want, dtype=np.int64)
+    if len(stored) == len(want) and np.array_equal(stored, want):
+        return None
+    n = min(len(stored), len(want))
+    diff = np.flatnonzero(np.asarray(stored[:n], dtype=np.int64) != want[:n])
+    at = int(diff[0]) if len(diff) else n
+    got = int(stored[at]) if at < len(stored) else "nothing"
+    exp = int(want[at]) if at < len(want) else "nothing"
+    return (f"{where}: input_ids.npy differs from its recorded messages encoded again ({len(stored):,} ids stored, "
+            f"{len(want):,} encoded; first at token {at}: {got} stored, {exp} encoded)")
+
+
 def recount_shard(shard: str, model_dir: str, decode: bool = False) -> list[str]:
     """Problem lines for one shard (see the module docstring); ``[]`` when every count holds.
 
     ``shard``: path of a ``vlmpack.pack/1`` tar; ``model_dir``: the model directory the output
     was packed with. Never raises for bad shard content (an unreadable shard is one problem line).
+    A pretokenized pack's ``input_ids.npy`` is compared with its samples encoded again (module
+    docstring).
     """
     from vlmpack.errors import MediaError, MediaRuleError
     from vlmpack.media.probe import probe_bytes
     from vlmpack.models import MediaSize, load_model
 
     family = load_model(str(model_dir))
+    vocab = len(family.tokenizer)  # ids 0 .. len - 1, added tokens included (PackEncoder's rule)
     encoder = None
     if decode:
         from vlmpack.train.encode import PackEncoder
@@ -78,9 +140,12 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False) -> list[str]
                 problems.append(f"{where}: no readable pack JSON ({type(e).__name__}: {e})")
                 continue
             referenced: list[str] = []
-            for s in samples:  # each field has its type (parse_pack)
+            counts = [s.get("num_tokens") for s in samples]
+            stored = _stored_ids(parts.get("input_ids.npy"), counts, vocab, where, problems)
+            starts = list(accumulate(counts, initial=0))  # each sample's first token in the ids
+            for s, start in zip(samples, starts):  # each field has its type (parse_pack)
                 sid = s.get("id")
-                media, media_tokens = s.get("media", []), []
+                media, media_tokens, sizes = s.get("media", []), [], []
                 n_images = sum(m.get("kind", "image") == "image" for m in media)
                 for m in media:
                     part = m.get("part")
@@ -95,9 +160,9 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False) -> list[str]
                         if (info.width, info.height) != (m.get("width"), m.get("height")):
                             problems.append(f"{where} sample {sid!r} part {part}: the bytes are {info.width}x"
                                             f"{info.height} pixels but {m.get('width')}x{m.get('height')} is recorded")
-                        n = family.media_tokens(MediaSize(m.get("kind", "image"), info.width, info.height,
-                                                          info.duration_s, info.fps, info.frames),
-                                               sample_images=n_images)
+                        sizes.append(MediaSize(m.get("kind", "image"), info.width, info.height, info.duration_s,
+                                               info.fps, info.frames))
+                        n = family.media_tokens(sizes[-1], sample_images=n_images)
                     except (MediaError, MediaRuleError) as e:
                         problems.append(f"{where} sample {sid!r} part {part}: {e}")
                         n = int(m.get("num_tokens") or 0)
@@ -115,6 +180,16 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False) -> list[str]
                 if total != s.get("num_tokens"):
                     problems.append(f"{where} sample {sid!r}: {total} tokens recounted from the shard, "
                                     f"{s.get('num_tokens')} recorded")
+                if stored is None or len(sizes) != len(media):  # no ids, or a media item without its header
+                    continue
+                try:
+                    want = _expected_ids(family, ids, media_tokens, sizes, s.get("special_tokens"))
+                except (ValueError, VlmpackError) as e:
+                    problems.append(f"{where} sample {sid!r}: cannot be encoded again ({type(e).__name__}: {e})")
+                    continue
+                line = _compare_ids(stored[start:start + s["num_tokens"]], want, f"{where} sample {sid!r}")
+                if line:
+                    problems.append(line)
             media_parts = sorted(p for p in parts if p.startswith(MEDIA_TAGS))
             if sorted(referenced) != media_parts:
                 problems.append(f"{where}: media parts {media_parts} but the samples reference {sorted(referenced)}")

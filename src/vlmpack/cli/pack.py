@@ -44,6 +44,12 @@ def pack_command(
     media_lmdb: Optional[list[str]] = _opt(
         "media_lmdb", "--media-lmdb", help="NAME=PATH: an LMDB image store for lmdb://NAME/KEY references; repeatable"),
     media_check: Optional[str] = _opt("media_check", "--media-check", help="header|verify|decode"),
+    max_member_bytes: Optional[int] = _opt(
+        "max_member_bytes", "--max-member-bytes", help="bytes: a WebDataset sample whose json member is larger is "
+        "rejected (member_too_large) without reading it"),
+    max_media_bytes: Optional[int] = _opt(
+        "max_media_bytes", "--max-media-bytes", help="bytes, at most the default: a sample with a larger media item "
+        "(file, tar member, table cell, LMDB value) is rejected (media_too_large) without reading it"),
     overlong: Optional[str] = _opt("overlong", "--overlong", help="drop|error: a sample longer than --seq-len"),
     algorithm: Optional[str] = _opt("algorithm", "--algorithm", help="bin-packing algorithm"),
     max_samples_per_pack: Optional[int] = _opt("max_samples_per_pack", "--max-samples-per-pack", help="samples"),
@@ -85,7 +91,8 @@ def pack_command(
     cfg = load_config(config, input=input or None, output=output, model=model, media_root=media_root,
                       seq_len=seq_len, schema=schema, input_format=input_format, text_key=text_key,
                       allow_absolute_media=allow_absolute_media, media_lmdb=media_lmdb or None,
-                      media_check=media_check, overlong=overlong, algorithm=algorithm,
+                      media_check=media_check, max_member_bytes=max_member_bytes, max_media_bytes=max_media_bytes,
+                      overlong=overlong, algorithm=algorithm,
                       max_samples_per_pack=max_samples_per_pack, max_media_per_pack=max_media_per_pack,
                       max_media_tokens_per_pack=max_media_tokens_per_pack, group_by_kind=group_by_kind,
                       pad_to_multiple_of=pad_to_multiple_of, seed=seed, pretokenize=pretokenize,

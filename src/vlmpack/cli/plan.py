@@ -52,6 +52,8 @@ def plan_command(
                                                         help="As `pack`."),
     media_lmdb: Optional[list[str]] = typer.Option(None, "--media-lmdb", help="As `pack --media-lmdb`."),
     media_check: Optional[str] = typer.Option(None, "--media-check", help="As `pack --media-check`."),
+    max_member_bytes: Optional[int] = typer.Option(None, "--max-member-bytes", help="As `pack --max-member-bytes`."),
+    max_media_bytes: Optional[int] = typer.Option(None, "--max-media-bytes", help="As `pack --max-media-bytes`."),
     special_tokens: Optional[str] = typer.Option(None, "--special-tokens", help="As `pack --special-tokens`."),
     workers: Optional[int] = typer.Option(None, "--workers", "-j", help="Counting processes (default: CPU cores)."),
     cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help="Count cache shared with `pack` (default: "
@@ -65,10 +67,13 @@ def plan_command(
     try:
         if counting and source is not None:
             raise ConfigError(f"give either SOURCE ({source}) or --input/--model/--config, not both")
-        if counting:
-            data = _count(config, input=input or None, model=model, media_root=media_root, schema=schema,
+        if counting:  # texts that cannot fit the largest L planned are rejected untokenized (overlong)
+            longest = max([int(x) for x in seq_len] + ([preflight.GRID_MAX] if sweep or plot is not None else []))
+            data = _count(config, seq_len=longest, input=input or None, model=model, media_root=media_root,
+                          schema=schema,
                           input_format=input_format, text_key=text_key, allow_absolute_media=allow_absolute_media,
                           media_lmdb=media_lmdb or None, media_check=media_check, special_tokens=special_tokens,
+                          max_member_bytes=max_member_bytes, max_media_bytes=max_media_bytes,
                           workers=workers, cache_dir=cache_dir, progress=progress)
         elif source is None:
             raise ConfigError("nothing to plan: give SOURCE (a pack OUT dir, manifest or lengths file) or "

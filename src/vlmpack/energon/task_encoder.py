@@ -25,7 +25,9 @@ sample exactly as ``vlmpack pack`` does, and packs the ``packing_buffer_size`` b
 Bad packs (``on_bad_pack``, both encoders), decided by exception class only:
 
 - :class:`vlmpack.errors.PackError` (a pack whose tokens or media disagree with its record,
-  :class:`~vlmpack.errors.PackMismatchError`; an image or video that does not decode,
+  :class:`~vlmpack.errors.PackMismatchError`; a pack longer than its ``seq_len``,
+  :class:`~vlmpack.errors.PackTooLongError`; pretokenized ids outside the vocabulary,
+  :class:`~vlmpack.errors.TokenIdError`; an image or video that does not decode,
   :class:`~vlmpack.errors.MediaDecodeError`) while cooking, encoding, packing or batching:
   ``"skip"`` (default) raises Energon's ``SkipSample`` after one log line naming the pack and the
   error; ``"fatal"`` raises Energon's ``FatalSampleError`` naming the pack, which stops training at
@@ -214,7 +216,8 @@ class VlmpackOnlineTaskEncoder(_CollatingTaskEncoder):
       model_dir: the model directory; ``seq_len``: pack capacity in tokens; ``algorithm``: a
       :func:`vlmpack.packing.plan_packs` algorithm (default ``"bfd"``); other keywords go to
       :class:`PackCollator` (and ``on_bad_pack``, ``bad_pack_tolerance``: module docstring).
-      Samples longer than ``seq_len`` are dropped with a warning.
+      Samples longer than ``seq_len`` are dropped with a warning; the collator gets ``seq_len`` too
+      (a pack over it is a bad pack, :class:`~vlmpack.errors.PackTooLongError`).
     Use with ``get_train_dataset(..., packing_buffer_size=N, task_encoder=te)`` on a
     ``CrudeWebdataset`` (cooked by :func:`cook_llava`).
     """
@@ -222,7 +225,7 @@ class VlmpackOnlineTaskEncoder(_CollatingTaskEncoder):
     cookers = [Cooker(cook_llava)]
 
     def __init__(self, model_dir: str, *, seq_len: int, algorithm: str = "bfd", **options: Any):
-        super().__init__(model_dir, **options)
+        super().__init__(model_dir, seq_len=int(seq_len), **options)
         self.seq_len = int(seq_len)
         self.algorithm = algorithm
 

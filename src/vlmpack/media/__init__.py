@@ -9,4 +9,6 @@
   extensions, header probe, training-side decoder.
 - :mod:`vlmpack.media.probe`: probing a media file's header (size in pixels, orientation) and
   checking it decodes, with a bounded cache.
+- :mod:`vlmpack.media.orientation`: an image's size after the EXIF orientation the training
+  decoder applies (PNG chunks after the image data, XMP, TIFF tags), without decoding pixels.
 """

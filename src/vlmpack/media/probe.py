@@ -28,9 +28,9 @@ import stat
 from vlmpack.errors import MediaError
 from vlmpack.media.fingerprint import holder_stat
 from vlmpack.media.kinds import KINDS, MediaInfo, MediaKind
-from vlmpack.media.kinds.image import _orientation  # noqa: F401 - bench/bench_pack.py times it from here
 from vlmpack.media.ref import display_ref, is_member, read_ref, ref_identity
 from vlmpack.media.resolve import check_real_path, clear_realpaths
+from vlmpack.records import MAX_MEDIA_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +55,7 @@ def probe_media(
     *,
     media_root: str | None = None,
     allow_absolute_media: bool = False,
+    max_bytes: int | None = MAX_MEDIA_BYTES,
 ) -> MediaInfo:
     """Header facts of the media file at ``path`` (absolute, as from
     :func:`vlmpack.media.resolve.resolve_ref`).
@@ -76,18 +77,22 @@ def probe_media(
     Videos (``kind="video"``): the container header is read with PyAV
     (:func:`vlmpack.media.video.probe_video`: size, frame count, duration, fps; no decoding, except
     ``check="decode"``, which decodes every frame and requires the header's frame count).
-    Width/height follow the EXIF orientation tag (5-8 swap them), as ``PIL.ImageOps.exif_transpose``
-    (and transformers' ``load_image``) would. Cached per process.
+    Width/height are the size after the EXIF orientation the training decoder applies (``load()`` then
+    ``PIL.ImageOps.exif_transpose``, as transformers' ``load_image``), wherever the file keeps it
+    (:func:`vlmpack.media.orientation.oriented_size`: PNG chunks after the image data, XMP, TIFF
+    tags), without decoding pixels. Cached per process.
     Raises :class:`MediaError`: ``media_outside_root`` (see ``media_root``), ``media_missing``
     (absent, a directory, unreadable), ``media_undecodable`` (empty, not an accepted format (the
     detail names what it is, e.g. "EPS is not an accepted image format"), truncated, corrupt),
-    ``media_unsupported`` (more pixels than PIL's decompression-bomb limit). ``ValueError`` for an
-    unknown ``check``.
+    ``media_unsupported`` (more pixels than PIL's decompression-bomb limit), ``media_too_large``
+    (more than ``max_bytes`` bytes, ``--max-media-bytes``, default
+    :data:`vlmpack.records.MAX_MEDIA_BYTES`: told from the file's or member's size, nothing read;
+    ``None``: no cap). ``ValueError`` for an unknown ``check``.
     """
     if check not in CHECKS:
         raise ValueError(f"unknown media check {check!r}; use one of {', '.join(CHECKS)}")
     if is_member(path):  # a member of an input archive (read in place): no media-root rule
-        return _probe_member(path, kind, check)
+        return _probe_member(path, kind, check, max_bytes)
     if media_root is not None and not allow_absolute_media:
         check_real_path(path, media_root, kind)
     try:
@@ -97,6 +102,7 @@ def probe_media(
     if not stat.S_ISREG(st.st_mode):
         what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
         raise MediaError("media_missing", f"{kind} path is {what}: {path}")
+    _check_size(path, kind, st.st_size, max_bytes)
     key = (path, kind, check, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
     hit = _CACHE.get(key)
     if hit is None:
@@ -119,7 +125,7 @@ def probe_bytes(data: bytes, kind: str = "image", check: str = "header", *, name
     return _spec(kind).probe(name, len(data), check, data)
 
 
-def _probe_member(ref: str, kind: str, check: str) -> MediaInfo:
+def _probe_member(ref: str, kind: str, check: str, max_bytes: int | None) -> MediaInfo:
     """:func:`probe_media` for a :mod:`vlmpack.media.ref` archive member (cached per the stat of its
     container: size, mtime, ctime, inode)."""
     try:
@@ -128,6 +134,7 @@ def _probe_member(ref: str, kind: str, check: str) -> MediaInfo:
     except (OSError, ValueError) as e:
         raise MediaError("media_missing", f"{kind} not readable in its container: {display_ref(ref)} "
                          f"({_oneline(e)})") from None
+    _check_size(display_ref(ref), kind, size, max_bytes)
     hit = _CACHE.get(key)
     spec = _spec(kind)
     if hit is None and spec.probe_by_content:
@@ -160,6 +167,13 @@ def _probe_member(ref: str, kind: str, check: str) -> MediaInfo:
     if isinstance(hit, MediaError):
         raise MediaError(hit.reason, hit.detail)
     return hit
+
+
+def _check_size(where: str, kind: str, size: int, max_bytes: int | None) -> None:
+    """``media_too_large`` for an item of more than ``max_bytes`` bytes (``None``: no cap)."""
+    if max_bytes is not None and size > max_bytes:
+        raise MediaError("media_too_large", f"{kind} {where} is {size:,} bytes, more than --max-media-bytes "
+                         f"{max_bytes:,}; not read (raise the option to pack it)")
 
 
 def _remember(key: tuple, value) -> None:

@@ -181,13 +181,16 @@ def _lmdb_env(path: str):
     return env
 
 
-def _lmdb_get(value: LmdbValue) -> bytes:
-    """The bytes of an LMDB value; ``FileNotFoundError`` for a missing key, ``OSError`` otherwise."""
+def _lmdb_get(value: LmdbValue, size_only: bool = False):
+    """The bytes of an LMDB value, or with ``size_only`` its length in bytes (read from the memory
+    map, the value not copied); ``FileNotFoundError`` for a missing key, ``OSError`` otherwise."""
     import lmdb
 
     try:
-        with _lmdb_env(value.env).begin(buffers=False) as txn:
+        with _lmdb_env(value.env).begin(buffers=size_only) as txn:
             data = txn.get(value.key)
+            if data is not None and size_only:
+                return len(data)
     except lmdb.Error as e:  # e.g. a key longer than the env's maximum
         raise OSError(f"cannot read key {value.key!r} of LMDB environment {value.env}: {e}") from None
     if data is None:
@@ -281,7 +284,7 @@ def ref_identity(ref: str) -> tuple[int, int]:
         return len(parsed.data), 0
     if isinstance(parsed, LmdbValue):
         mtime = os.stat(_lmdb_data_file(parsed.env)).st_mtime_ns
-        return len(_lmdb_get(parsed)), mtime
+        return _lmdb_get(parsed, size_only=True), mtime
     if isinstance(parsed, ParquetCell):
         return len(_parquet_get(parsed)), os.stat(parsed.file).st_mtime_ns
     if isinstance(parsed, TarMember):

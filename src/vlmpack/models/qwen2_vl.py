@@ -45,10 +45,13 @@ from vlmpack.models.chat_tokenizer import load_chat_tokenizer
 from vlmpack.models.chatml import assistant_label_mask
 from vlmpack.models.qwen_video_rule import QwenVideoRule
 from vlmpack.models.special_tokens import (
+    cut_turns,
+    find_joined_special_token,
     find_special_token,
     render_pieces,
     special_token_pattern,
     special_token_strings,
+    token_cuts,
     tokenize_pieces,
 )
 
@@ -171,8 +174,25 @@ class Qwen2VLFamily(QwenVideoRule):
 
     def find_special_token(self, messages: Sequence[dict]) -> tuple[int, str] | None:
         """``(turn index, token)`` of the first special token (``<|im_end|>``, ...) in the text of
-        ``messages``, or None (see :mod:`vlmpack.models.special_tokens`)."""
-        return find_special_token(messages, self._special_re)
+        ``messages``, or None (see :mod:`vlmpack.models.special_tokens`): in one text part
+        (:func:`~vlmpack.models.special_tokens.find_special_token`), else formed where the chat
+        template joins a turn's parts (``"hello<|im_"`` + ``"end|>"``;
+        :func:`~vlmpack.models.special_tokens.find_joined_special_token`, rendered only for a
+        conversation with a part whose edge is a piece of a special token,
+        :func:`~vlmpack.models.special_tokens.cut_turns`). A template that raises finds nothing
+        here (:meth:`token_ids` then raises the same)."""
+        hit = find_special_token(messages, self._special_re)
+        if hit is not None or self._special_re is None:
+            return hit
+        cuts = self.__dict__.get("_special_cuts")
+        if cuts is None:
+            cuts = self.__dict__["_special_cuts"] = token_cuts(self.special_tokens)
+        if not cut_turns(messages, cuts):
+            return None
+        try:
+            return find_joined_special_token(self.render, messages, self._special_re, cuts)
+        except Exception:  # noqa: BLE001 - a template may raise anything; counting reports it as template_error
+            return None
 
     def render_pieces(self, messages: Sequence[dict]) -> list[str | int]:
         """:func:`vlmpack.models.special_tokens.render_pieces` with this family's template (the

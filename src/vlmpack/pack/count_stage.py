@@ -16,9 +16,12 @@ stores exist:
   publishes only when it gets the lock at once, ``plan`` waits for it.
 
 A task's output is reused when its files parse and match their recorded sha256 (the part file's
-text included: an edit that keeps its length is seen; :func:`vlmpack.pack.results.read_result`) and
+text included: an edit that keeps its length is seen; :func:`vlmpack.pack.results.read_result`),
 none of its media items changed since (their content sha256, :mod:`vlmpack.media.fingerprint`;
-:func:`vlmpack.pack.count_task.media_changed`); otherwise the task is counted again. Nothing read
+:func:`vlmpack.pack.count_task.media_changed`) and ``--seq-len`` leaves the same samples
+untokenized (:meth:`~vlmpack.pack.count_task.MeasureResult.fits`: the count key holds no L, so
+only a task with a sample whose text alone is about L tokens or more is counted again); otherwise
+the task is counted again. Nothing read
 from a store is executed (no pickle). Files are written with :func:`vlmpack.fsio.atomic_write` (the
 part first: a result file marks a task done), so a kill at any point leaves stores that the next
 run can use.
@@ -53,10 +56,10 @@ from vlmpack.pack.count_task import (
     result_path,
 )
 from vlmpack.pack.executors import guarded_executor, run_tasks
-from vlmpack.pack.manifest import build_manifest
+from vlmpack.pack.manifest import InputFiles, build_manifest
 from vlmpack.pack.nodes import InputRange, node_ranges
 from vlmpack.pack.results import read_result, save_result
-from vlmpack.pack.stages import count_cache_dir, count_key, count_payload
+from vlmpack.pack.stages import CountOptions, Workers, count_cache_dir, count_key, count_payload
 from vlmpack.records import ReadStats, Rejection
 
 log = logging.getLogger(__name__)
@@ -92,6 +95,10 @@ def load_result(store: Path, task: MeasureTask) -> MeasureResult | None:
     changed = media_changed(r.media_files)
     if changed is not None:
         log.warning("media file %s changed since it was counted; counting task %d again", changed, task.index)
+        return None
+    if not r.fits(task.token_limit):
+        log.info("task %d was counted for another --seq-len that leaves other samples untokenized; counting "
+                 "it again", task.index)
         return None
     return r
 
@@ -147,16 +154,19 @@ def store_lock(store: Path, *, wait: bool):
         os.close(fd)
 
 
-def _tasks(cfg: PackConfig, store: Path, ranges: list[InputRange]) -> list[MeasureTask]:
-    return [MeasureTask(i, fi, path, start, end, first, cfg.input_schema, str(cfg.media_root),
-                        cfg.allow_absolute_media, cfg.media_check, str(cfg.model), str(store), cfg.special_tokens,
-                        fmt, tuple(sorted(cfg.media_lmdb.items())), cfg.text_key)
+def _tasks(opts: CountOptions, store: Path, ranges: list[InputRange]) -> list[MeasureTask]:
+    return [MeasureTask(i, fi, path, start, end, first, opts.input_schema, opts.media_root,
+                        opts.allow_absolute_media, opts.media_check, opts.model, str(store), opts.special_tokens,
+                        fmt, opts.media_lmdb, opts.text_key, token_limit=opts.token_limit,
+                        max_member_bytes=opts.max_member_bytes, max_media_bytes=opts.max_media_bytes)
             for i, (fi, path, fmt, start, end, first, _) in enumerate(ranges)]
 
 
-def count_stage(cfg: PackConfig, store: Path, ranges: list[InputRange], key: str, reuse: dict, *,
-                cache: Path | None = None, payload: dict | None = None) -> list[MeasureResult]:
-    """The results of every count task of ``ranges`` for count key ``key``, in task order.
+def count_stage(opts: CountOptions, store: Path, ranges: list[InputRange], key: str, reuse: dict, *,
+                workers: Workers = Workers(), cache: Path | None = None,
+                payload: dict | None = None) -> list[MeasureResult]:
+    """The results of every count task of ``ranges`` for count key ``key``, in task order, counted
+    with ``opts`` on ``workers``.
 
     Reused from ``store`` (emptied first when it holds another key), else taken from the cache
     store ``cache/<key>`` when given, else counted into ``store`` (a pool is started, and the model
@@ -167,7 +177,7 @@ def count_stage(cfg: PackConfig, store: Path, ranges: list[InputRange], key: str
     ``OSError`` for ``store``.
     """
     claim_store(store, key, payload)
-    tasks = _tasks(cfg, store, ranges)
+    tasks = _tasks(opts, store, ranges)
     results: list[MeasureResult | None] = [None] * len(tasks)
     with ExitStack() as stack:
         shared, publish = None, False
@@ -218,9 +228,9 @@ def count_stage(cfg: PackConfig, store: Path, ranges: list[InputRange], key: str
 
         if todo:
             weights = [r.nbytes for r in ranges]
-            with guarded_executor(cfg.executor, cfg.workers, str(cfg.model), cfg.ray_address) as pool:
+            with guarded_executor(workers.executor, workers.workers, opts.model, workers.ray_address) as pool:
                 run_tasks(pool, count_mod.run_task, todo, done=save, desc="count",
-                          weights=[weights[t.index] for t in todo], unit="B", show=cfg.progress)
+                          weights=[weights[t.index] for t in todo], unit="B", show=workers.progress)
         for t in tasks:  # counted before the cache existed, or while it was busy
             share(t.index, fresh=False)
     return results  # type: ignore[return-value]
@@ -235,12 +245,14 @@ def media_digest(results: list[MeasureResult]) -> str:
 
 
 def read_stats(results: list[MeasureResult]) -> ReadStats:
-    """Records, lines and blank lines read over all tasks."""
+    """Records, lines, blank lines and skipped tar members read over all tasks."""
     stats = ReadStats()
     for r in results:
         stats.lines += r.stats.lines
         stats.blank += r.stats.blank
         stats.records += r.stats.records
+        stats.members_without_key += r.stats.members_without_key
+        stats.members_not_files += r.stats.members_not_files
     return stats
 
 
@@ -279,6 +291,7 @@ def count_inputs(cfg: PackConfig) -> Counted:
                 log.warning("count cache %s cannot be used (%s); counting into a temporary folder", root,
                             e.strerror or e)
         where = store or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="vlmpack-count-")))
-        results = count_stage(cfg, where, ranges, key, reuse, payload=count_payload(cfg, payload))
-        manifest, rejections = build_manifest(cfg, results, where)
+        results = count_stage(CountOptions.of(cfg), where, ranges, key, reuse, workers=Workers.of(cfg),
+                              payload=count_payload(cfg, payload))
+        manifest, rejections = build_manifest(InputFiles.of(cfg), results, where)
     return Counted(manifest, rejections, read_stats(results), key, store, reuse)

@@ -33,12 +33,15 @@ from vlmpack.fsio import atomic_write
 from vlmpack.media.fingerprint import Fingerprint, fingerprint, unchanged
 from vlmpack.media.ref import display_ref, ref_identity
 from vlmpack.models import load_model
-from vlmpack.pack.validate import validate_sample
-from vlmpack.records import ID_KINDS, SAMPLE_KINDS, ReadStats, Rejection, Sample
+from vlmpack.pack.validate import skip_overlong_texts, text_bound_of, validate_sample
+from vlmpack.records import ID_KINDS, MAX_MEDIA_BYTES, MAX_MEMBER_BYTES, SAMPLE_KINDS, ReadStats, Rejection, Sample
 from vlmpack.sources import get_source
 
 KIND_CODE = {k: i for i, k in enumerate(SAMPLE_KINDS)}  # text 0, image 1, video 2
 TOKENIZE_BATCH = 256
+#: The largest token count a per-sample int32 array holds: a sample counted above it is ``overlong``
+#: for every ``--seq-len`` (:class:`vlmpack.config.PackConfig` caps L at it), never wrapped.
+MAX_TOKENS = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -62,13 +65,16 @@ class MeasureTask:
     fmt: str = "jsonl"  # the input's format (vlmpack.sources): what start/end/first_line mean
     media_lmdb: tuple[tuple[str, str], ...] = ()  # --media-lmdb stores: (name, env path) pairs
     text_key: str | None = None  # --text-key: the key of the turns
+    token_limit: int = MAX_TOKENS  # tokens: a sample whose text alone needs more is rejected untokenized
+    max_member_bytes: int = MAX_MEMBER_BYTES  # --max-member-bytes: the largest WDS json member read
+    max_media_bytes: int = MAX_MEDIA_BYTES  # --max-media-bytes: the largest media item probed and packed
 
 
 @dataclass
 class MeasureResult:
     """Arrays over the task's accepted samples (in input order) plus its rejections.
 
-    ``num_tokens``/``media_tokens`` int32 (tokens), ``num_media`` int16, ``kind`` int8 (0 text,
+    ``num_tokens``/``media_tokens`` int32 (tokens), ``num_media`` int32, ``kind`` int8 (0 text,
     1 image, 2 video), ``media_bytes`` int64 (bytes of the original media), ``line`` int64,
     ``offset`` int64 (bytes, in the decompressed input), ``rec_offset``/``rec_len`` int64 (bytes,
     in the task's records part file), ``id_kind`` int8 (index into :data:`vlmpack.records.ID_KINDS`),
@@ -78,7 +84,11 @@ class MeasureResult:
     bytes) of every media item the accepted samples use, as counted: a resume whose media changed
     counts the task again; the driver drops the list once checked (:meth:`flatten`) and keeps
     ``media_sha256``, its digest. ``part_sha256`` / ``part_size``: sha256 (hex) and size in bytes of
-    the records part file the task wrote. Saved as data only (:mod:`vlmpack.pack.results`).
+    the records part file the task wrote. ``bound_counted_max`` / ``bound_skipped_min``: the largest
+    text lower bound (tokens, :func:`vlmpack.models.text_bound.min_text_tokens`) of a sample that
+    was tokenized and the smallest of one rejected ``overlong`` untokenized (0: none); the result
+    holds for a ``--seq-len`` L when ``bound_counted_max <= L < bound_skipped_min`` (:meth:`fits`).
+    Saved as data only (:mod:`vlmpack.pack.results`).
     """
 
     index: int
@@ -106,6 +116,15 @@ class MeasureResult:
     released: bool = False  # the per-sample arrays were dropped (they are in the saved result)
     part_sha256: str = ""  # sha256 (hex) of the records part file
     part_size: int = 0  # its size in bytes
+    bound_counted_max: int = 0
+    bound_skipped_min: int = 0
+
+    def fits(self, token_limit: int) -> bool:
+        """True when counting again with ``token_limit`` (tokens) would give this same result: the
+        same samples are left untokenized (those whose text bound exceeds the limit), so a count
+        cache keyed without L serves every L that does not move a sample across it."""
+        return self.bound_counted_max <= token_limit and (not self.bound_skipped_min
+                                                          or token_limit < self.bound_skipped_min)
 
     def ids_array(self):
         """``ids`` as a pyarrow ``string`` array (a result built by hand may hold a list)."""
@@ -256,7 +275,8 @@ def count_samples(family, samples: list[Sample], special_tokens: str = "reject"
     ``special_tokens``: ``"reject"`` rejects a sample whose text holds a special token of the
     tokenizer (``special_token_in_text``); ``"split"`` tokenizes such text as plain text (see
     :mod:`vlmpack.models.special_tokens`). Batched tokenization (``TOKENIZE_BATCH`` samples a
-    call). A sample whose template fails or whose media the processor refuses is rejected.
+    call). A sample whose template fails or whose media the processor refuses is rejected; one
+    counted above :data:`MAX_TOKENS` (int32, e.g. 200,000 images of 16,384 tokens) is ``overlong``.
     Returns ``(counted samples, rejections)``, both in input order.
     """
     ok: list[Sample] = []
@@ -297,6 +317,10 @@ def count_samples(family, samples: list[Sample], special_tokens: str = "reject"
                 rejected.append(Rejection(s.locator, "special_token_in_text", problem, s.id))
                 continue
             s.num_tokens = family.num_tokens(arr, [m.num_tokens for m in s.media])
+            if max(s.num_tokens, sum(m.num_tokens for m in s.media)) > MAX_TOKENS:  # int32 arrays: never wrap
+                rejected.append(Rejection(s.locator, "overlong", f"{s.num_tokens:,} tokens > {MAX_TOKENS:,}, the "
+                                          "largest --seq-len", s.id))
+                continue
             s.label_tokens = int(np.count_nonzero(family.label_mask(arr)))  # media tokens never carry labels
             counted.append(s)
     return counted, rejected
@@ -312,19 +336,23 @@ def run_task(task: MeasureTask) -> MeasureResult:
     source = get_source(task.fmt)
     for rec in source.read(task.path, task.start, task.end, task.first_line, schema=task.schema,
                            media_root=task.media_root, allow_absolute_media=task.allow_absolute_media,
-                           stats=stats, **({"lmdb_envs": dict(task.media_lmdb)} if task.media_lmdb else {}),
+                           stats=stats, max_member_bytes=task.max_member_bytes,
+                           **({"lmdb_envs": dict(task.media_lmdb)} if task.media_lmdb else {}),
                            **({"text_key": task.text_key} if task.text_key else {})):
         if isinstance(rec, Rejection):
             rejections.append(rec)
             continue
         checked = validate_sample(rec, check=task.media_check, family=family, media_root=task.media_root,
-                                  allow_absolute_media=task.allow_absolute_media)
+                                  allow_absolute_media=task.allow_absolute_media,
+                                  max_media_bytes=task.max_media_bytes)
         (rejections if isinstance(checked, Rejection) else valid).append(checked)
     t1 = time.perf_counter()
+    valid, rej_long, kept_max, skipped_min = skip_overlong_texts(text_bound_of(task.model_dir), valid,
+                                                                 task.token_limit)
     counted, rej = count_samples(family, valid, task.special_tokens)
     counted, rej_fp, fps = _fingerprints(counted)
     t2 = time.perf_counter()
-    rejections.extend(rej + rej_fp)
+    rejections.extend(rej_long + rej + rej_fp)
     rejections.sort(key=lambda r: r.locator.line)
     rec_offset = np.zeros(len(counted), dtype=np.int64)
     rec_len = np.zeros(len(counted), dtype=np.int64)
@@ -345,7 +373,7 @@ def run_task(task: MeasureTask) -> MeasureResult:
         index=task.index, file_idx=task.file_idx, ids=pa.array([s.id for s in counted], pa.string()),
         num_tokens=np.array([s.num_tokens for s in counted], dtype=np.int32),
         media_tokens=np.array([sum(m.num_tokens for m in s.media) for s in counted], dtype=np.int32),
-        num_media=np.array([len(s.media) for s in counted], dtype=np.int16),
+        num_media=np.array([len(s.media) for s in counted], dtype=np.int32),
         kind=np.array([KIND_CODE[s.kind] for s in counted], dtype=np.int8),
         media_bytes=np.array([sum(m.nbytes for m in s.media) for s in counted], dtype=np.int64),
         line=np.array([s.locator.line for s in counted], dtype=np.int64),
@@ -357,5 +385,6 @@ def run_task(task: MeasureTask) -> MeasureResult:
         media_files=media_files, media_sha256=media_files_sha256(media_files),
         rejections=rejections, stats=stats, seconds_read=t1 - t0, seconds_count=t2 - t1,
         part_sha256=hashlib.sha256(part).hexdigest(), part_size=len(part),
+        bound_counted_max=kept_max, bound_skipped_min=skipped_min,
     )
 

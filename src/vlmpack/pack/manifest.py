@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from vlmpack.config import PackConfig
 from vlmpack.pack.count_task import MeasureResult
 from vlmpack.pack.results import read_result
 from vlmpack.records import ID_KINDS, Locator, Rejection
 from vlmpack.sources import get_source, resolve_format
 
-__all__ = ["build_manifest", "duplicate_positions", "locator", "manifest_digest"]
+if TYPE_CHECKING:
+    from vlmpack.config import PackConfig
+
+__all__ = ["InputFiles", "build_manifest", "duplicate_positions", "manifest_digest"]
 
 
 def duplicate_positions(ids, id_kind: np.ndarray, hashes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -83,17 +87,17 @@ def duplicate_positions(ids, id_kind: np.ndarray, hashes: np.ndarray | None = No
 
 
 #: Per-sample array fields of :class:`MeasureResult` and their manifest dtypes.
-_COLUMNS = {"num_tokens": np.int32, "media_tokens": np.int32, "num_media": np.int16, "kind": np.int8,
+_COLUMNS = {"num_tokens": np.int32, "media_tokens": np.int32, "num_media": np.int32, "kind": np.int8,
             "media_bytes": np.int64, "line": np.int64, "offset": np.int64, "rec_offset": np.int64,
             "rec_len": np.int64}
 
 
-def build_manifest(cfg: PackConfig, results: list[MeasureResult],
+def build_manifest(inputs: InputFiles, results: list[MeasureResult],
                    store: Path | None = None) -> tuple[pa.Table, list[Rejection]]:
     """Concatenate the task results into the manifest (valid, unique samples in input order)
-    and the list of rejections, duplicates included. Ids are compared as ``(id_kind, id)``
-    (:data:`vlmpack.records.ID_KINDS`) by :func:`duplicate_positions`; the first occurrence in
-    input order is kept.
+    and the list of rejections, duplicates included (``inputs``: what their locators name). Ids
+    are compared as ``(id_kind, id)`` (:data:`vlmpack.records.ID_KINDS`) by
+    :func:`duplicate_positions`; the first occurrence in input order is kept.
 
     Flat in memory: every column is allocated once at its final size and filled task by task
     (the ids: one Arrow chunk per task); a result whose arrays were released on the driver
@@ -140,8 +144,8 @@ def build_manifest(cfg: PackConfig, results: list[MeasureResult],
     del hashes
     for i, f in zip(dups.tolist(), firsts.tolist()):
         sid, k = ids[i].as_py(), int(id_kind[i])
-        loc = locator(cfg, file_idx[i], int(cols["line"][i]), int(cols["offset"][i]))
-        first = str(locator(cfg, file_idx[f], int(cols["line"][f]), 0))
+        loc = inputs.locator(file_idx[i], int(cols["line"][i]), int(cols["offset"][i]))
+        first = str(inputs.locator(file_idx[f], int(cols["line"][f]), 0))
         rejections.append(Rejection(loc, "duplicate_id", f"{ID_KINDS[k]} id {sid!r} first seen at {first}", sid))
     if len(dups):
         keep = np.ones(total, dtype=bool)
@@ -172,10 +176,25 @@ def manifest_digest(manifest: pa.Table) -> str:
     return h.hexdigest()
 
 
-def locator(cfg: PackConfig, file_idx: int, number: int, offset: int) -> Locator:
-    """The locator of a manifest row (its file's format decides what ``number`` counts)."""
-    path = cfg.input[file_idx]
-    return Locator(path, number, offset, None, _unit(path, cfg.input_format))
+@dataclass(frozen=True)
+class InputFiles:
+    """The run's input files in config order (a manifest row's ``file_idx`` indexes ``paths``) and
+    ``--input-format`` (``"auto"``: sniffed per file, :func:`vlmpack.sources.resolve_format`): what a
+    row's :class:`~vlmpack.records.Locator` needs. Built from a config with :meth:`of`."""
+
+    paths: tuple[str, ...]
+    input_format: str = "auto"
+
+    @classmethod
+    def of(cls, cfg: PackConfig) -> InputFiles:
+        """The inputs of ``cfg``."""
+        return cls(tuple(cfg.input), cfg.input_format)
+
+    def locator(self, file_idx: int, number: int, offset: int) -> Locator:
+        """The locator of a manifest row (its file's format decides what ``number`` counts: line,
+        sample or row). Raises ``IndexError`` for a ``file_idx`` outside ``paths``."""
+        path = self.paths[file_idx]
+        return Locator(path, number, offset, None, _unit(path, self.input_format))
 
 
 @functools.lru_cache(maxsize=1024)

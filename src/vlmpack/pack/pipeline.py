@@ -55,12 +55,22 @@ from vlmpack.pack import stages
 from vlmpack.pack.count_stage import count_stage, media_digest, read_stats
 from vlmpack.pack.count_task import MeasureResult
 from vlmpack.pack.executors import guarded_executor, run_tasks
-from vlmpack.pack.manifest import build_manifest, locator, manifest_digest
+from vlmpack.pack.manifest import InputFiles, build_manifest, manifest_digest
 from vlmpack.pack.nodes import InputRange, check_node_output, model_fingerprint, node_ranges, node_record, shard_prefix
 from vlmpack.pack.report import build_report, write_report_html
 from vlmpack.pack.rundir import RUN_DIR, prepare_output, unlock_output
 from vlmpack.pack.seal import write_hashes
-from vlmpack.pack.stages import PlanOptions, count_cache_dir, count_key, count_payload, plan_key, write_key
+from vlmpack.pack.stages import (
+    CountOptions,
+    PlanOptions,
+    Workers,
+    WriteOptions,
+    count_cache_dir,
+    count_key,
+    count_payload,
+    plan_key,
+    write_key,
+)
 from vlmpack.pack.write import ShardResult, ShardTask, assign_shards, estimate_pack_bytes, write_shard
 from vlmpack.packing import PackPlan, plan_packs
 from vlmpack.records import Locator, Rejection, display_path
@@ -102,7 +112,10 @@ def _ids_at(run: Path, rows: np.ndarray) -> list[str]:
     return out
 
 
-def _overlong_rejections(cfg: PackConfig, run: Path, manifest: pa.Table, plan: PackPlan) -> list[Rejection]:
+def _overlong_rejections(opts: PlanOptions, inputs: InputFiles, run: Path, manifest: pa.Table,
+                         plan: PackPlan) -> list[Rejection]:
+    """The rejections of the samples the plan left out (``plan.overlong``), with the options that
+    decided it; raises :class:`OverlongError` instead when ``opts.overlong == "error"``."""
     out = []
     rows = np.asarray(plan.overlong, dtype=np.int64)
     ids = _ids_at(run, rows)
@@ -111,26 +124,40 @@ def _overlong_rejections(cfg: PackConfig, run: Path, manifest: pa.Table, plan: P
     media_n, media_tok = manifest.column("num_media"), manifest.column("media_tokens")
     for sid, i in zip(ids, rows.tolist()):
         n = ntok[i].as_py()
-        loc = locator(cfg, fidx[i].as_py(), line[i].as_py(), off[i].as_py())
-        if n > cfg.seq_len:
-            why = f"{n} tokens > --seq-len {cfg.seq_len}"
+        loc = inputs.locator(fidx[i].as_py(), line[i].as_py(), off[i].as_py())
+        if n > opts.seq_len:
+            why = f"{n} tokens > --seq-len {opts.seq_len}"
         else:  # fits in tokens, but not alone in a pack under a media budget or the padding rule
             why = (f"{n} tokens, {media_n[i].as_py()} media, {media_tok[i].as_py()} media tokens do not fit one pack "
-                   f"(--seq-len {cfg.seq_len}, --max-media-per-pack {cfg.max_media_per_pack}, "
-                   f"--max-media-tokens-per-pack {cfg.max_media_tokens_per_pack}, "
-                   f"--pad-to-multiple-of {cfg.pad_to_multiple_of})")
-        if cfg.overlong == "error":
+                   f"(--seq-len {opts.seq_len}, --max-media-per-pack {opts.max_media_per_pack}, "
+                   f"--max-media-tokens-per-pack {opts.max_media_tokens_per_pack}, "
+                   f"--pad-to-multiple-of {opts.pad_to_multiple_of})")
+        if opts.overlong == "error":
             raise OverlongError(f"sample {sid!r} at {loc}: {why} ({len(rows)} such samples); "
                                 "use --overlong drop or a larger --seq-len")
         out.append(Rejection(loc, "overlong", why, sid))
     return out
 
 
+def _overlong_gate(cfg: PackConfig, rejections: list[Rejection]) -> None:
+    """``--overlong error`` for the samples the count stage rejected ``overlong`` before tokenizing
+    (their text alone needs more than ``--seq-len`` tokens, :func:`vlmpack.pack.count_task.skip_overlong_texts`)
+    or counted above int32: the same :class:`OverlongError` as the plan stage's; with ``drop`` they stay
+    rejections, reported as dropped overlong."""
+    over = [r for r in rejections if r.reason == "overlong"] if cfg.overlong == "error" else []
+    if over:
+        r = over[0]
+        raise OverlongError(f"sample {r.id!r} at {r.locator}: {r.detail} ({len(over)} such samples); "
+                            "use --overlong drop or a larger --seq-len")
+
+
 # ---------------------------------------------------------------------------------------- write
-def _shard_tasks(cfg: PackConfig, run: Path, manifest: pa.Table, plan: PackPlan) -> list[ShardTask]:
+def _shard_tasks(opts: WriteOptions, run: Path, manifest: pa.Table, plan: PackPlan) -> list[ShardTask]:
+    """The write tasks of ``plan``: packs cut into shards (:func:`assign_shards`), each task with its
+    samples' record locations (part, offset, length in bytes) in pack order and its pack offsets."""
     col = lambda name: manifest.column(name).to_numpy()  # noqa: E731
     pack_bytes = estimate_pack_bytes(plan.offsets, plan.order, col("rec_len"), col("media_bytes"), col("num_media"))
-    bounds = assign_shards(pack_bytes, cfg.max_packs_per_shard, cfg.max_shard_bytes)
+    bounds = assign_shards(pack_bytes, opts.max_packs_per_shard, opts.max_shard_bytes)
     order = np.asarray(plan.order)
     rows = np.empty((len(order), 3), dtype=np.int64)  # [n, 3] in pack order, one column at a time
     for j, name in enumerate(("part", "rec_offset", "rec_len")):
@@ -139,18 +166,19 @@ def _shard_tasks(cfg: PackConfig, run: Path, manifest: pa.Table, plan: PackPlan)
     tasks = []
     for s in range(len(bounds) - 1):  # array slices: no per-sample Python object
         a, z = offsets[bounds[s]], offsets[bounds[s + 1]]
-        tasks.append(ShardTask(s, f"{shard_prefix(cfg)}-{s:06d}.tar", int(bounds[s]), rows[a:z],
-                               offsets[bounds[s]:bounds[s + 1] + 1] - a, cfg.seq_len, str(Path(cfg.output)),
-                               str(run / "records"), str(cfg.model) if cfg.pretokenize else None,
-                               media_root=str(cfg.media_root), allow_absolute_media=cfg.allow_absolute_media))
+        tasks.append(ShardTask(s, f"{opts.prefix}-{s:06d}.tar", int(bounds[s]), rows[a:z],
+                               offsets[bounds[s]:bounds[s + 1] + 1] - a, opts.seq_len, opts.output,
+                               str(run / "records"), opts.pretokenize_model,
+                               media_root=opts.media_root, allow_absolute_media=opts.allow_absolute_media))
     return tasks
 
 
-def _write(cfg: PackConfig, run: Path, tasks: list[ShardTask], key: str, reuse: dict) -> list[ShardResult]:
+def _write(opts: WriteOptions, workers: Workers, run: Path, tasks: list[ShardTask], key: str,
+           reuse: dict) -> list[ShardResult]:
     """Write the shards not yet done for the write ``key`` (a marker of another key, or an
     unreadable one, counts as not done); a pool is started only when a shard is left (it loads the
     model only for ``--pretokenize``)."""
-    out = Path(cfg.output)
+    out = Path(opts.output)
     names = {t.name for t in tasks}
     for p in out.glob("*.tmp"):  # leftovers of a killed run (only vlmpack's own names)
         if p.name.removesuffix(".tmp").removesuffix(".idx") in names:
@@ -178,10 +206,10 @@ def _write(cfg: PackConfig, run: Path, tasks: list[ShardTask], key: str, reuse: 
         results[t.index] = r
 
     if todo:
-        with guarded_executor(cfg.executor, cfg.workers, str(cfg.model), cfg.ray_address,
-                              preload=cfg.pretokenize) as pool:
+        with guarded_executor(workers.executor, workers.workers, opts.pretokenize_model or "", workers.ray_address,
+                              preload=opts.pretokenize_model is not None) as pool:
             run_tasks(pool, write_shard, todo, done=save, desc="write", weights=[t.num_packs for t in todo],
-                      unit="pack", show=cfg.progress)
+                      unit="pack", show=workers.progress)
     return results  # type: ignore[return-value]
 
 
@@ -195,7 +223,7 @@ def _left_out_ok(result: dict) -> bool:
         for x in rows)
 
 
-def _plan(cfg: PackConfig, run: Path, manifest: pa.Table, key: str, reuse: dict) -> tuple[pa.Table, PackPlan]:
+def _plan(opts: PlanOptions, run: Path, manifest: pa.Table, key: str, reuse: dict) -> tuple[pa.Table, PackPlan]:
     """The plan of ``manifest`` (``key``: its plan key, :func:`vlmpack.pack.stages.plan_key`), reused
     from the run dir when it was made for the same key (and ``manifest.parquet`` is there), else
     made and saved (manifest, plan, then the stage record). Returns the manifest without its id
@@ -213,7 +241,7 @@ def _plan(cfg: PackConfig, run: Path, manifest: pa.Table, key: str, reuse: dict)
         log.warning("manifest.parquet / plan.npz in %s do not match their checksums; planning again", run)
     atomic_write_parquet(run / "manifest.parquet", manifest)
     manifest = manifest.drop_columns(["id"])
-    plan = make_plan(PlanOptions.of(cfg), manifest)
+    plan = make_plan(opts, manifest)
     reuse["plan_reused"] = False
     npz = io.BytesIO()
     plan.to_npz(npz)
@@ -234,17 +262,17 @@ def _files_match(run: Path, files) -> bool:
         return False
 
 
-def _write_rejections(cfg: PackConfig, shards: list[ShardResult]) -> list[tuple[Rejection, int, int]]:
+def _write_rejections(inputs: InputFiles, shards: list[ShardResult]) -> list[tuple[Rejection, int, int]]:
     """The samples the writer left out (a media item changed after counting,
     :attr:`ShardResult.rejected`) as ``(rejection, input file index, tokens)``, in shard order."""
-    files = {display_path(str(p)): i for i, p in enumerate(cfg.input)}
+    files = {display_path(str(p)): i for i, p in enumerate(inputs.paths)}
     out = []
     for shard in shards:
         for x in shard.rejected:
             src = x["source"]
             unit = next(u for u in ("line", "sample", "row") if u in src)
             f = files.get(src["file"], -1)
-            loc = Locator(cfg.input[f] if f >= 0 else src["file"], src[unit],
+            loc = Locator(inputs.paths[f] if f >= 0 else src["file"], src[unit],
                           src.get("offset", src.get("row_group", 0)), src.get("key"), unit)
             out.append((Rejection(loc, x["reason"], x["detail"], x["id"]), f, x["num_tokens"]))
     return out
@@ -260,13 +288,15 @@ def _write_rejects(cfg: PackConfig, rejections: list[Rejection]) -> None:
 def _reject_gate(cfg: PackConfig, fingerprint: str, results: list[MeasureResult], rejections: list[Rejection]) -> None:
     """Stop after counting (before planning and writing) when more than ``max_reject_fraction``
     of the records were rejected: rejects.jsonl and a report of the counting stage are written."""
-    records = read_stats(results).records
+    stats = read_stats(results)
+    records = stats.records
     if not records or len(rejections) <= cfg.max_reject_fraction * records:
         return
     _write_rejects(cfg, rejections)
     reasons = Counter(r.reason for r in rejections)
     report = {"status": "failed", "stage": "count", "records_read": records, "rejected": len(rejections),
-              "rejected_by_reason": dict(sorted(reasons.items())), "max_reject_fraction": cfg.max_reject_fraction,
+              "rejected_by_reason": dict(sorted(reasons.items())), "members_without_key": stats.members_without_key,
+              "members_not_files": stats.members_not_files, "max_reject_fraction": cfg.max_reject_fraction,
               "fingerprint": fingerprint}
     atomic_write(Path(cfg.output) / "report.json", json_bytes(report, indent=1))
     top = ", ".join(f"{k} {v:,}" for k, v in reasons.most_common(3))
@@ -305,24 +335,28 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
     timings: dict[str, float] = {}
     reuse: dict = {}  # what a resumed run took from the run directory (or the count cache) instead of redoing it
     keys = {"count": count_key(cfg, payload)}
+    # each stage gets only its own options (vlmpack.pack.stages)
+    inputs, plan_opts, workers = InputFiles.of(cfg), PlanOptions.of(cfg), Workers.of(cfg)
     t = time.perf_counter()
-    results = count_stage(cfg, run / "records", ranges, keys["count"], reuse, cache=count_cache_dir(cfg),
-                          payload=count_payload(cfg, payload))
+    results = count_stage(CountOptions.of(cfg), run / "records", ranges, keys["count"], reuse, workers=workers,
+                          cache=count_cache_dir(cfg), payload=count_payload(cfg, payload))
     timings["measure"] = time.perf_counter() - t
     t = time.perf_counter()
-    manifest, rejections = build_manifest(cfg, results, run / "records")
+    manifest, rejections = build_manifest(inputs, results, run / "records")
+    _overlong_gate(cfg, rejections)
     _reject_gate(cfg, fingerprint, results, rejections)
-    keys["plan"] = plan_key(PlanOptions.of(cfg), manifest_digest(manifest))
-    manifest, plan = _plan(cfg, run, manifest, keys["plan"], reuse)  # the ids stay on disk from here
-    rejections += _overlong_rejections(cfg, run, manifest, plan)
+    keys["plan"] = plan_key(plan_opts, manifest_digest(manifest))
+    manifest, plan = _plan(plan_opts, run, manifest, keys["plan"], reuse)  # the ids stay on disk from here
+    rejections += _overlong_rejections(plan_opts, inputs, run, manifest, plan)
     manifest = manifest.drop_columns(["line", "offset", "id_kind"])  # only locators needed them (done)
     timings["plan"] = time.perf_counter() - t
     t = time.perf_counter()
     keys["write"] = write_key(cfg, keys["count"], keys["plan"], media_digest(results))
-    tasks = _shard_tasks(cfg, run, manifest, plan)
+    write_opts = WriteOptions.of(cfg, shard_prefix(cfg))
+    tasks = _shard_tasks(write_opts, run, manifest, plan)
     atomic_write(run / "outputs.json", sealed_json_bytes({"shards": [x.name for x in tasks]}))
-    shards = _write(cfg, run, tasks, keys["write"], reuse)
-    left_out = _write_rejections(cfg, shards)
+    shards = _write(write_opts, workers, run, tasks, keys["write"], reuse)
+    left_out = _write_rejections(inputs, shards)
     rejections += [r for r, _, _ in left_out]
     timings["write"] = time.perf_counter() - t
     if shards:

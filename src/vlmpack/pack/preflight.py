@@ -195,7 +195,11 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def default_grid(max_length: int = 0, lo: int = 1024, hi: int = 131072) -> list[int]:
+#: The largest L of the default sweep grid (tokens) below the longest sample.
+GRID_MAX = 131072
+
+
+def default_grid(max_length: int = 0, lo: int = 1024, hi: int = GRID_MAX) -> list[int]:
     """The default sweep of L in tokens: ``2**k`` and ``1.5 * 2**k`` from ``lo`` to ``hi`` (half-octave
     steps of common sequence lengths: 1024, 1536, 2048, 3072, ...), extended by whole octaves up to
     the first power of two >= ``max_length`` (tokens of the longest sample) so that the last L

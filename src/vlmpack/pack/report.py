@@ -4,8 +4,10 @@ The report holds the identity ``records read = samples packed + rejected + dropp
 (with counts per reason), tokens, tokens lost to overlong samples, packs, the utilization
 ``tokens / (packs * seq_len)`` next to the lower bound ``L1 = ceil(sum(tokens) / seq_len)`` packs,
 samples and media tokens per pack p50/p99/max, per input file the records read, packed, rejected,
-dropped overlong and tokens packed (``sources``; the identity holds per file), the sha256 of each
-shard, the config fingerprint and the versions of vlmpack/transformers/tokenizers.
+dropped overlong and tokens packed (``sources``; the identity holds per file), the tar members that
+belong to no sample (``members_without_key``: e.g. a ``README``; ``members_not_files``: symbolic
+links, devices; never records, so outside the identity), the sha256 of each shard, the config
+fingerprint and the versions of vlmpack/transformers/tokenizers.
 
 ``report.html`` is what a person reads (issue 12): one self-contained file (PNG figures embedded as
 base64, see :mod:`vlmpack.pack.figures`) with the key numbers, the sources table and the figures,
@@ -54,7 +56,8 @@ def _pct(values: np.ndarray) -> dict:
 def source_counts(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, rejections: list[Rejection],
                   records_by_file: list[int], left_out: list[tuple[int, int]] = ()) -> list[dict]:
     """Per input file (in ``cfg.input`` order): ``file``, ``records_read``, ``samples_packed``,
-    ``rejected`` (duplicates included, overlong not), ``dropped_overlong`` and ``tokens`` (tokens of
+    ``rejected`` (duplicates included, overlong not), ``dropped_overlong`` (the plan's and those
+    rejected ``overlong`` by the count stage, untokenized) and ``tokens`` (tokens of
     its packed samples). ``records_by_file[i]``: records read from ``cfg.input[i]``. A rejection is
     attributed by its locator's file, which the sources set to the input path as given.
     ``left_out``: ``(input file index, tokens)`` of each planned sample the writer left out (its
@@ -74,9 +77,11 @@ def source_counts(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, rejection
             tokens[f] -= n
     index = {p: i for i, p in enumerate(cfg.input)}
     rejected = Counter(index.get(r.locator.file, -1) for r in rejections if r.reason != "overlong")
+    # the plan's overlong samples and those the count stage rejected overlong untokenized: all in rejections
+    dropped = Counter(index.get(r.locator.file, -1) for r in rejections if r.reason == "overlong")
     return [{"file": display_path(str(path)), "records_read": int(records_by_file[i]),
              "samples_packed": int(packed[i]), "rejected": int(rejected.get(i, 0)),
-             "dropped_overlong": int(over[i]), "tokens": int(tokens[i])} for i, path in enumerate(cfg.input)]
+             "dropped_overlong": int(dropped.get(i, 0)), "tokens": int(tokens[i])} for i, path in enumerate(cfg.input)]
 
 
 def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: pa.Table, plan: PackPlan,
@@ -112,6 +117,8 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
         "dropped_overlong": overlong,
         "identity_holds": stats.records == packed + rejected + overlong,
         "rejected_by_reason": dict(sorted(reasons.items())),
+        "members_without_key": stats.members_without_key,
+        "members_not_files": stats.members_not_files,
         "packs": packs,
         "shards": len(shards),
         "tokens": tokens,
@@ -151,6 +158,9 @@ def summary_lines(report: dict) -> list[tuple[str, str]]:
         ("rejected", f"{r['rejected']:,}" + (" (" + ", ".join(f"{k} {v}" for k, v in r["rejected_by_reason"].items())
                                             + ")" if r["rejected_by_reason"] else "")),
         ("dropped overlong", f"{r['dropped_overlong']:,}"),
+        *([("tar members in no sample", f"{r.get('members_without_key', 0):,} without a key (e.g. README), "
+                                        f"{r.get('members_not_files', 0):,} not files (links, devices)")]
+          if r.get("members_without_key") or r.get("members_not_files") else []),
         ("identity read = packed + rejected + overlong", "holds" if r["identity_holds"] else "BROKEN"),
         ("tokens", f"{r['tokens']:,}"),
         ("tokens with a label (trained on)", "-" if r.get("label_token_share") is None else

@@ -8,7 +8,8 @@ A finished count task leaves three files in its count store (:mod:`vlmpack.pack.
   :data:`SCHEMA` (the per-sample arrays of :class:`~vlmpack.pack.count_task.MeasureResult`);
 - ``part-<task>.result.json``: sealed JSON (:func:`vlmpack.fsio.sealed_json_bytes`), written last
   (it marks the task done): :data:`FORMAT`, the task's index and input, sha256 and size of the two
-  files above, the media fingerprints, the rejections, the read counters and worker seconds.
+  files above, the media fingerprints, the rejections, the read counters, worker seconds and the
+  text bounds of :meth:`~vlmpack.pack.count_task.MeasureResult.fits` (``text_bounds``).
 
 Nothing in these files is ever executed: :func:`read_result` parses JSON and Arrow, checks the
 seal, the sha256 of the other two files, the Arrow schema (:data:`SCHEMA` exactly) and the Arrow
@@ -31,10 +32,10 @@ from vlmpack.pack.count_task import MeasureResult, arrays_path, media_files_sha2
 from vlmpack.records import Locator, ReadStats, Rejection
 
 #: The ``format`` of a result file this code reads and writes.
-FORMAT = "vlmpack.count-result/1"
+FORMAT = "vlmpack.count-result/2"  # /2: num_media int32, text_bounds
 #: The columns of ``part-<task>.arrow``: the per-sample fields of MeasureResult (``id``: its ``ids``).
 SCHEMA = pa.schema([("id", pa.string()), ("num_tokens", pa.int32()), ("media_tokens", pa.int32()),
-                    ("num_media", pa.int16()), ("kind", pa.int8()), ("media_bytes", pa.int64()),
+                    ("num_media", pa.int32()), ("kind", pa.int8()), ("media_bytes", pa.int64()),
                     ("line", pa.int64()), ("offset", pa.int64()), ("rec_offset", pa.int64()),
                     ("rec_len", pa.int64()), ("id_kind", pa.int8()), ("label_tokens", pa.int32()),
                     ("id_hash", pa.uint64())])
@@ -83,8 +84,10 @@ def save_result(store: str | Path, r: MeasureResult) -> None:
                       "arrays": {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}},
             "media": [fp.to_json() for fp in r.media_files],
             "rejections": [_rejection_json(x) for x in r.rejections],
-            "stats": {"lines": s.lines, "blank": s.blank, "records": s.records, "reasons": dict(s.reasons)},
-            "seconds_read": r.seconds_read, "seconds_count": r.seconds_count}
+            "stats": {"lines": s.lines, "blank": s.blank, "records": s.records, "reasons": dict(s.reasons),
+                      "members_without_key": s.members_without_key, "members_not_files": s.members_not_files},
+            "seconds_read": r.seconds_read, "seconds_count": r.seconds_count,
+            "text_bounds": [r.bound_counted_max, r.bound_skipped_min]}
     atomic_write(result_path(store, r.index), sealed_json_bytes(meta))
 
 
@@ -120,15 +123,20 @@ def read_result(store: str | Path, index: int, file_idx: int, *, check_part: boo
                 pa.array([], SCHEMA.field(name).type) for name in SCHEMA.names}
         st = meta["stats"]
         stats = ReadStats(int(st["lines"]), int(st["blank"]), int(st["records"]),
-                          {str(k): int(v) for k, v in dict(st["reasons"]).items()})
+                          {str(k): int(v) for k, v in dict(st["reasons"]).items()},
+                          int(st.get("members_without_key", 0)), int(st.get("members_not_files", 0)))
         media = [Fingerprint.from_json(x) for x in meta["media"]]
+        bounds = meta["text_bounds"]
+        if not (isinstance(bounds, list) and len(bounds) == 2 and all(_is_int(x) and x >= 0 for x in bounds)):
+            return None
         r = MeasureResult(
             index=index, file_idx=file_idx, ids=cols["id"],
             **{name: cols[name].to_numpy(zero_copy_only=False) for name in _ARRAYS},
             media_files=media, media_sha256=media_files_sha256(media),
             rejections=[_rejection(x) for x in meta["rejections"]], stats=stats,
             seconds_read=float(meta["seconds_read"]), seconds_count=float(meta["seconds_count"]),
-            part_sha256=str(files["part"]["sha256"]), part_size=int(files["part"]["size"]))
+            part_sha256=str(files["part"]["sha256"]), part_size=int(files["part"]["size"]),
+            bound_counted_max=bounds[0], bound_skipped_min=bounds[1])
     except (OSError, KeyError, TypeError, ValueError, AttributeError, pa.ArrowException):
         return None
     return r

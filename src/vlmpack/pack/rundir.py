@@ -35,7 +35,8 @@ count    vlmpack version, task size, inputs (path, size, mtime,     ``records/``
          content sha256), model dir + its counting files' sha256,    ``records/count.json``)
          ``input_format``, ``schema``, ``text_key``, ``media_root``, and the count cache
          ``media_lmdb``, ``allow_absolute_media``, ``media_check``,  ``<cache-dir>/<key>/``
-         ``special_tokens`` (+ ``num_nodes``/``node_rank`` if > 1);
+         ``special_tokens``, ``max_member_bytes``, ``max_media_bytes``
+         (+ ``num_nodes``/``node_rank`` if > 1);
          each task also re-checks its media items' content sha256
          (:mod:`vlmpack.media.fingerprint`)
 plan     manifest digest (the counts), ``seq_len``, ``algorithm``,   ``plan.npz``,

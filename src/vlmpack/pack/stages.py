@@ -32,12 +32,66 @@ from pathlib import Path
 
 from vlmpack import __version__
 from vlmpack.config import PackConfig
+from vlmpack.records import MAX_MEDIA_BYTES, MAX_MEMBER_BYTES
 
 #: Input bytes per count task (fixed: the output must not depend on workers; part of the count key).
 TASK_BYTES = 2 << 20
 #: Options that decide the counts and the canonical records (the count stage).
 COUNT_OPTIONS = ("input", "input_format", "input_schema", "text_key", "media_root", "allow_absolute_media",
-                 "media_lmdb", "media_check", "special_tokens", "model")
+                 "media_lmdb", "media_check", "special_tokens", "model", "max_member_bytes", "max_media_bytes")
+
+
+@dataclass(frozen=True)
+class CountOptions:
+    """What the count stage uses of :data:`COUNT_OPTIONS` besides the inputs (which come as task
+    ranges, :mod:`vlmpack.pack.nodes`): the model directory, the media rules (``media_root`` the
+    folder relative references resolve in, absolute references allowed or not, LMDB stores as
+    ``(name, env path)`` pairs, ``media_check`` ``"header"`` | ``"verify"`` | ``"decode"``), the record
+    layout (``input_schema``, ``text_key``) and the ``special_tokens`` policy (``"reject"`` |
+    ``"split"``) and the input caps in bytes (``max_member_bytes``: a WebDataset ``json`` member,
+    ``max_media_bytes``: a media item; larger ones are rejected unread). ``token_limit`` (tokens,
+    ``--seq-len``): a sample whose text alone needs more under any tokenization is rejected
+    ``overlong`` before tokenizing (:func:`vlmpack.pack.validate.skip_overlong_texts`); not part of
+    the count key: a saved task is reused for another limit while no sample crosses it
+    (:meth:`vlmpack.pack.count_task.MeasureResult.fits`). Built from a config with :meth:`of`."""
+
+    model: str
+    media_root: str
+    input_schema: str = "auto"
+    text_key: str | None = None
+    allow_absolute_media: bool = False
+    media_lmdb: tuple[tuple[str, str], ...] = ()
+    media_check: str = "verify"
+    special_tokens: str = "reject"
+    max_member_bytes: int = MAX_MEMBER_BYTES
+    max_media_bytes: int = MAX_MEDIA_BYTES
+    token_limit: int = 2**31 - 1
+
+    @classmethod
+    def of(cls, cfg: PackConfig) -> CountOptions:
+        """The count options of ``cfg``."""
+        return cls(str(cfg.model), str(cfg.media_root), cfg.input_schema, cfg.text_key, cfg.allow_absolute_media,
+                   tuple(sorted(cfg.media_lmdb.items())), cfg.media_check, cfg.special_tokens, cfg.max_member_bytes,
+                   cfg.max_media_bytes, cfg.seq_len)
+
+
+@dataclass(frozen=True)
+class Workers:
+    """How a stage's tasks run (changes no output byte): ``executor`` ``"local"`` (a process pool of
+    ``workers`` processes) or ``"ray"`` (``ray_address``), with a progress bar when ``progress``.
+    Built from a config with :meth:`of`."""
+
+    workers: int = 1
+    executor: str = "local"
+    ray_address: str | None = None
+    progress: bool = False
+
+    @classmethod
+    def of(cls, cfg: PackConfig) -> Workers:
+        """The execution options of ``cfg``."""
+        return cls(cfg.workers, cfg.executor, cfg.ray_address, cfg.progress)
+
+
 #: Options that decide the plan, given the counts (the plan stage; ``overlong``: drop or stop).
 PLAN_OPTIONS = ("seq_len", "algorithm", "max_samples_per_pack", "max_media_per_pack", "max_media_tokens_per_pack",
                 "group_by_kind", "pad_to_multiple_of", "seed", "overlong")
@@ -66,6 +120,33 @@ class PlanOptions:
 
 #: Options that decide the shard bytes and names, given the plan (the write stage).
 WRITE_OPTIONS = ("pretokenize", "max_packs_per_shard", "max_shard_bytes", "shard_prefix", "num_nodes", "node_rank")
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """What the write stage uses: the output folder, the capacity ``seq_len`` (tokens; no pack may
+    hold more), the shard bounds of :data:`WRITE_OPTIONS` (``max_packs_per_shard`` packs,
+    ``max_shard_bytes`` bytes, names ``<prefix>-NNNNNN.tar`` where ``prefix`` already holds the node
+    slice, :func:`vlmpack.pack.nodes.shard_prefix`), the model directory when each pack also gets its
+    ``input_ids`` (``pretokenize``; else ``None``) and the media rules the writer checks again
+    (``media_root``, ``allow_absolute_media``). Built from a config with :meth:`of`."""
+
+    output: str
+    seq_len: int
+    prefix: str = "shard"
+    max_packs_per_shard: int = 1000
+    max_shard_bytes: int = 512 << 20
+    pretokenize_model: str | None = None
+    media_root: str = "."
+    allow_absolute_media: bool = False
+
+    @classmethod
+    def of(cls, cfg: PackConfig, prefix: str) -> WriteOptions:
+        """The write options of ``cfg``, shards named with ``prefix``."""
+        return cls(str(Path(cfg.output)), cfg.seq_len, prefix, cfg.max_packs_per_shard, cfg.max_shard_bytes,
+                   str(cfg.model) if cfg.pretokenize else None, str(cfg.media_root), cfg.allow_absolute_media)
+
+
 #: Options that change no output byte (where to write, how fast, when to stop, where the cache is).
 NO_STAGE = ("output", "workers", "executor", "ray_address", "overwrite", "progress", "max_reject_fraction",
             "cache_dir")

@@ -13,17 +13,23 @@ Division of labour (documented contract for the pipeline):
   model's processor accepts (``media_unsupported``, the family's
   :meth:`~vlmpack.models.base.ModelFamily.media_problem`); fills ``Media.width``, ``height``,
   ``format``, ``nbytes``.
+  A media item larger than ``--max-media-bytes`` is ``media_too_large`` (its size alone decides).
+- **before tokenizing** (:func:`skip_overlong_texts`): a sample whose text alone needs more than
+  ``--seq-len`` tokens under any tokenization is ``overlong`` (:mod:`vlmpack.models.text_bound`).
 - **pipeline**: duplicate ids (global), token counts, overlong.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from vlmpack.errors import MediaError
 from vlmpack.media.probe import CHECKS, probe_media
+from vlmpack.models import load_model
 from vlmpack.models.qwen2_vl import MAX_ASPECT_RATIO
-from vlmpack.records import Rejection, Sample
+from vlmpack.models.text_bound import TextBound, min_text_tokens, sample_texts, text_bound
+from vlmpack.records import MAX_MEDIA_BYTES, Rejection, Sample
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +43,7 @@ def validate_sample(
     min_side: int = 1,
     media_root: str | None = None,
     allow_absolute_media: bool = False,
+    max_media_bytes: int | None = MAX_MEDIA_BYTES,
 ) -> Sample | Rejection:
     """Check the media of ``sample`` and fill their header fields in place; return the sample or a
     :class:`Rejection` (the first failing media item decides). Never raises for bad data.
@@ -53,7 +60,9 @@ def validate_sample(
     the processor's minimum, e.g. 28 for processors that reject images smaller than one merged patch;
     the default 1 accepts every image, as transformers 5's Qwen2-VL resizes small images up).
     Videos: their container header (size, frames, duration, fps; :mod:`vlmpack.media.video`); the
-    family's count rule decides what it takes. ``ValueError`` for an unknown ``check``.
+    family's count rule decides what it takes. ``max_media_bytes`` (``--max-media-bytes``): a
+    larger item is rejected (``media_too_large``) by its size alone, its bytes never read
+    (default :data:`vlmpack.records.MAX_MEDIA_BYTES`; ``None``: no cap). ``ValueError`` for an unknown ``check``.
     """
     if check not in CHECKS:
         raise ValueError(f"unknown media check {check!r}; use one of {', '.join(CHECKS)}")
@@ -61,7 +70,7 @@ def validate_sample(
     for i, item in enumerate(sample.media):
         try:
             info = probe_media(item.path, item.kind, check, media_root=media_root,
-                               allow_absolute_media=allow_absolute_media)
+                               allow_absolute_media=allow_absolute_media, max_bytes=max_media_bytes)
         except MediaError as e:
             return Rejection(sample.locator, e.reason, f"media {i} ({item.ref}): {e.detail}", own_id)
         except Exception as e:  # noqa: BLE001 - one bad record must never stop a run
@@ -93,3 +102,31 @@ def validate_sample(
         item.width, item.height, item.format, item.nbytes = info.width, info.height, info.format, info.nbytes
         item.duration_s, item.fps, item.frames = info.duration_s, info.fps, info.frames  # videos; None for images
     return sample
+
+
+@functools.lru_cache(maxsize=4)
+def text_bound_of(model_dir: str) -> TextBound | None:
+    """The :class:`~vlmpack.models.text_bound.TextBound` of ``model_dir``'s tokenizer (once per process)."""
+    return text_bound(load_model(model_dir).tokenizer)
+
+
+def skip_overlong_texts(bound: TextBound | None, samples: list[Sample], token_limit: int
+                        ) -> tuple[list[Sample], list[Rejection], int, int]:
+    """Reject ``overlong``, before tokenizing, each sample whose texts alone need more than
+    ``token_limit`` tokens under any tokenization (:func:`vlmpack.models.text_bound.min_text_tokens`;
+    ``bound`` ``None``: no sample is). Returns ``(kept, rejected, largest bound kept, smallest bound
+    rejected or 0)``, bounds in tokens. Never raises."""
+    if bound is None:
+        return samples, [], 0, 0
+    kept, rejected, kept_max, skipped_min = [], [], 0, 0
+    for s in samples:
+        nbytes, lb = min_text_tokens(sample_texts(s.messages), bound)
+        if lb <= token_limit:
+            kept.append(s)
+            kept_max = max(kept_max, lb)
+            continue
+        skipped_min = lb if not skipped_min else min(skipped_min, lb)
+        rejected.append(Rejection(s.locator, "overlong", f"at least {lb:,} tokens > --seq-len, rejected before "
+                                  f"tokenizing: {nbytes:,} bytes of text, a token covers at most "
+                                  f"{bound.max_token_bytes} bytes", s.id))
+    return kept, rejected, kept_max, skipped_min

@@ -21,6 +21,10 @@ Each written pack's samples get their content sha256 (:func:`vlmpack.packfmt.sam
 sample's pack entry and its media bytes as written, :attr:`ShardResult.content_sha256`), kept in the
 shard's marker in the run directory (never in the shard: its bytes are as without it), which
 ``vlmpack check`` compares every sample of the shard with.
+
+No pack holds more than ``seq_len`` tokens: the planner never makes one, so a pack whose recorded
+counts sum above it (a count cache or run directory edited by hand, or a bug) stops the shard with
+:class:`vlmpack.errors.InternalError` naming the pack (exit 70) before anything of it is written.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from vlmpack.energon.meta import write_tar_idx
-from vlmpack.errors import MediaError
+from vlmpack.errors import InternalError, MediaError
 from vlmpack.fsio import fsync_dir
 from vlmpack.media.fingerprint import read_checked
 from vlmpack.pack.count_task import part_path, read_record
@@ -201,11 +205,23 @@ def _digest(rec: dict, media_sha256: list[str], seq_len: int) -> str:
     return sample_digest(build_pack([rec], seq_len)[0]["samples"][0], media_sha256)
 
 
+def _check_capacity(task: ShardTask, key: str, tokens: int) -> None:
+    """:class:`InternalError` when pack ``key`` of ``task`` holds more than ``task.seq_len`` tokens."""
+    if tokens > task.seq_len:
+        raise InternalError(
+            f"{task.name}: pack {key} holds {tokens:,} tokens by its samples' recorded counts, more than its "
+            f"capacity seq_len {task.seq_len:,}; the plan and the counted records disagree (a count cache or "
+            f"{task.records_dir} edited by hand, or a bug), so the shard is not written; pack again with "
+            "--cache-dir off and --overwrite")
+
+
 def write_shard(task: ShardTask) -> ShardResult:
     """Write one shard + its ``.tar.idx`` (both atomically). Pure function of ``task`` and of the
     bytes it reads; a sample whose media changed since counting is left out (see the module
-    docstring). Raises ``OSError`` (disk full, read-only, a part file that cannot be read) and
-    ``ValueError`` (a damaged part file)."""
+    docstring). Raises ``OSError`` (disk full, read-only, a part file that cannot be read),
+    ``ValueError`` (a damaged part file) and :class:`InternalError` for a pack whose samples'
+    ``num_tokens`` sum above ``task.seq_len`` (the shard is not written; only its ``.tmp`` is left, as
+    after any failure)."""
     out = Path(task.output_dir)
     tar_path = out / task.name
     tmp = tar_path.with_name(tar_path.name + ".tmp")
@@ -225,12 +241,14 @@ def write_shard(task: ShardTask) -> ShardResult:
                         if part not in handles:
                             handles[part] = open(part_path(task.records_dir, part), "rb")  # noqa: SIM115
                         records.append(read_record(handles[part], off, length))
-                    entries, pack_tokens, kept = _pack_entries(task, sink, pack_key(task.first_pack + j), records,
-                                                               rejected)
+                    key = pack_key(task.first_pack + j)
+                    _check_capacity(task, key, sum(rec["num_tokens"] for rec, _ in records))
+                    entries, pack_tokens, kept = _pack_entries(task, sink, key, records, rejected)
                     if not entries:  # every sample of the pack was left out
                         continue
+                    _check_capacity(task, key, pack_tokens)  # what the output layout wrote
                     offsets.append(tf.offset)
-                    digests[pack_key(task.first_pack + j)] = [_digest(r, fps, task.seq_len) for r, fps in kept]
+                    digests[key] = [_digest(r, fps, task.seq_len) for r, fps in kept]
                     for name, data in sorted(entries):
                         tf.addfile(tarinfo(name, len(data)), io.BytesIO(data))
                     n_samples += len(kept)

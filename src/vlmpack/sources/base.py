@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
-from vlmpack.records import ReadStats, Rejection, Sample
+from vlmpack.records import MAX_MEMBER_BYTES, ReadStats, Rejection, Sample
 
 #: A task: ``(start, end, first)``: what one pool task reads of one input file. The meaning is the
 #: format's (JSONL: a line-aligned byte range and the number of its first line; a tar shard: a byte
@@ -37,8 +37,12 @@ class Source(Protocol):
 
     def read(self, path: str, start: int, end: int, first: int, *, schema: str = "auto", media_root: str = ".",
              allow_absolute_media: bool = False, stats: ReadStats | None = None,
-             lmdb_envs: dict[str, str] | None = None, text_key: str | None = None) -> Iterator[Sample | Rejection]:
+             lmdb_envs: dict[str, str] | None = None, text_key: str | None = None,
+             max_member_bytes: int = MAX_MEMBER_BYTES) -> Iterator[Sample | Rejection]:
         """One :class:`~vlmpack.records.Sample` or :class:`~vlmpack.records.Rejection` (with a
         reason code of :data:`vlmpack.records.REASONS`) per record of the task, in input order;
         never raises for a bad record, raises :class:`~vlmpack.errors.InputError` (one line) for a
-        file that breaks while being read. ``stats`` counts lines/records/parse rejections."""
+        file that breaks while being read. ``stats`` counts lines/records/parse rejections.
+        ``max_member_bytes`` (``--max-member-bytes``): a format whose records are members of a
+        container (a WebDataset ``json`` part) rejects a larger one unread (``member_too_large``);
+        formats without such members take it and have nothing to apply it to."""

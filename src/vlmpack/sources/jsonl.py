@@ -32,7 +32,9 @@ class JsonlSource:
         return split_ranges(path, target_bytes)
 
     @staticmethod
-    def read(path: str, start: int, end: int, first: int, **options):
+    def read(path: str, start: int, end: int, first: int, *, max_member_bytes: int | None = None, **options):
         """:func:`vlmpack.readers.read_range` (options: ``schema``, ``media_root``,
-        ``allow_absolute_media``, ``stats``)."""
+        ``allow_absolute_media``, ``stats``, ``lmdb_envs``, ``text_key``); a line is no container
+        member, so ``max_member_bytes`` does not apply."""
+        del max_member_bytes
         return read_range(path, start, end, first, **options)

@@ -146,11 +146,14 @@ class ParquetSource:
     @staticmethod
     def read(path: str, start: int, end: int, first: int, *, schema: str = "auto", media_root: str = ".",
              allow_absolute_media: bool = False, stats: ReadStats | None = None,
-             lmdb_envs: dict[str, str] | None = None, text_key: str | None = None) -> Iterator:
+             lmdb_envs: dict[str, str] | None = None, text_key: str | None = None,
+             max_member_bytes: int | None = None) -> Iterator:
         """One :class:`~vlmpack.records.Sample` or :class:`~vlmpack.records.Rejection` per row of
         groups ``[start, end)`` (``end=-1``: to the end); rows numbered from ``first``. Path
         strings resolve like JSONL's (``media_root``, ``allow_absolute_media``, ``lmdb_envs``: the
-        ``--media-lmdb`` stores for ``lmdb://NAME/KEY`` names)."""
+        ``--media-lmdb`` stores for ``lmdb://NAME/KEY`` names). A row is no container member, so
+        ``max_member_bytes`` does not apply (media cells: ``--max-media-bytes`` when probed)."""
+        del max_member_bytes
         stats = stats if stats is not None else ReadStats()
         tab = Table(path)
         end = len(tab.rows) if end < 0 else min(end, len(tab.rows))

@@ -18,14 +18,27 @@ seeking over the data). A member that ends past the end of the file, or a shard 
 end-of-archive blocks, stops the run with one :class:`~vlmpack.errors.InputError` line naming the
 shard and the byte: a truncated shard is never read silently short. ``.tar.gz``/``.tgz`` shards
 are refused with one line (no byte-range reads in a gzip stream).
+
+Shards joined end to end (``cat a.tar b.tar > ab.tar``) are read whole, as GNU tar's
+``--ignore-zeros`` reads them: the zero blocks that end each archive are skipped and every
+archive's samples are read (offsets stay offsets in the joined file; a sample never spans two
+archives); bytes after end-of-archive blocks that are not a tar header are one ``InputError`` line.
+Per sample: two members of one name are a ``duplicate_member`` rejection (no copy is guessed),
+a ``json`` part larger than ``--max-member-bytes`` a ``member_too_large`` one (not read); media
+members larger than ``--max-media-bytes`` are rejected when probed (``media_too_large``,
+:func:`vlmpack.media.probe.probe_media`). Members that belong to no sample (a name without
+``<key>.<part>``, e.g. ``README``; a symbolic link) are counted in the report
+(``members_without_key``, ``members_not_files``).
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import re
 import tarfile
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -39,8 +52,10 @@ from vlmpack.media.resolve import resolve_ref
 from vlmpack.packfmt import group_by_key
 from vlmpack.readers.jsonl import parse_record, record_to_sample
 from vlmpack.readers.sniff import _is_tar
-from vlmpack.records import Locator, ReadStats, Rejection
+from vlmpack.records import MAX_MEMBER_BYTES, Locator, ReadStats, Rejection
 
+_BLOCK = tarfile.BLOCKSIZE  # bytes of a tar block
+_SCAN = 1 << 20  # bytes read at a time when skipping the zero blocks between joined archives
 _KEY = re.compile(r"^((?:.*/|)[^./][^/]*?)\.([^/]+)$")  # key = up to the first dot of the base name
 #: The fields of a sample's ``json`` part that list its media, per kind (the first is the canonical
 #: one); a kind of :data:`vlmpack.media.kinds.KINDS` not named here: ``<kind>s`` and ``<kind>``.
@@ -64,69 +79,122 @@ class Part:
     size: int
 
 
-def iter_samples(path: str, start: int = 0, end: int = -1) -> Iterator[tuple[str, list[Part]]]:
+def iter_samples(path: str, start: int = 0, end: int = -1,
+                 skipped: ReadStats | None = None) -> Iterator[tuple[str, list[Part]]]:
     """Yield ``(key, parts)`` for the samples whose first header lies in ``[start, end)``
     (bytes; ``end=-1``: to the end): the consecutive parts that share a key
-    (:func:`vlmpack.packfmt.group_by_key`). Regular files and hard links (tar writers store a
+    (:func:`vlmpack.packfmt.group_by_key`) within one archive (the end of a joined archive ends a
+    sample too, see :func:`_members`). Regular files and hard links (tar writers store a
     repeated file as a link to its first copy; its data is that member's) count; other members and
-    names without a part are skipped. Raises :class:`InputError` (one line) for a truncated or
-    corrupt shard or a link to a member that is not in it."""
-    return group_by_key(_parts(path, start, end))
+    names without a part are skipped and counted in ``skipped`` (``members_without_key``:
+    a file such as ``README``; ``members_not_files``: a symbolic link, device or FIFO; directories
+    are not counted). Raises :class:`InputError` (one line) for a truncated or corrupt shard or a
+    link to a member that is not in it."""
+    return ((key, parts) for (_, key), parts in group_by_key(_parts(path, start, end, skipped)))
 
 
-def _parts(path: str, start: int, end: int) -> Iterator[tuple[str, Part]]:
-    """``(key, part)`` per member of :func:`iter_samples`' range, in tar order."""
-    size = os.path.getsize(path)
-    pos = start
+def _parts(path: str, start: int, end: int, skipped: ReadStats | None) -> Iterator[tuple[tuple[int, str], Part]]:
+    """``((archive number, key), part)`` per member of :func:`iter_samples`' range, in tar order."""
+    with open(path, "rb") as fh:
+        for archive, member in _members(path, fh, start, end):
+            kp = split_key(member.name) if member.isreg() or member.islnk() else None
+            if kp is None:
+                if skipped is not None and not member.isdir():
+                    if member.isreg() or member.islnk():
+                        skipped.members_without_key += 1
+                    else:
+                        skipped.members_not_files += 1
+                continue
+            if member.islnk():
+                yield (archive, kp[0]), Part(kp[1], member.offset, *_link_target(path, member))
+            else:
+                yield (archive, kp[0]), Part(kp[1], member.offset, member.offset_data, member.size)
+
+
+def _members(path: str, fh, start: int, end: int) -> Iterator[tuple[int, tarfile.TarInfo]]:
+    """``(archive number, member)`` for every member whose header lies in ``[start, end)``, in tar
+    order, read from the open shard ``fh`` (``start``: a member header; the headers are not kept).
+
+    A shard may be several tar archives joined end to end (``cat a.tar b.tar``, a common mistake):
+    as GNU tar's ``--ignore-zeros`` does, the zero blocks that end one archive are skipped and the
+    next archive is read on (its member offsets stay offsets in the shard, so tasks, locators and
+    ``tar://`` references stay exact); the archive number starts at 0 for ``start`` and counts
+    the ends crossed. Every archive end is checked (:func:`_next_archive`). Raises
+    :class:`InputError`: a member that ends past the end of the file, an archive that stops without
+    its end-of-archive blocks (a shard cut between members), bytes after end-of-archive blocks
+    that are not a tar header, or what ``tarfile`` cannot read."""
+    size = os.fstat(fh.fileno()).st_size
+    pos, archive = start, 0
     try:
-        with open(path, "rb") as fh:
-            fh.seek(start)
+        while True:
+            fh.seek(pos)
             tf = tarfile.open(fileobj=fh, mode="r:")
-            while True:
-                member = tf.next()
-                if member is None:
-                    break
+            first = pos
+            while (member := tf.next()) is not None:
                 pos = member.offset
-                if end >= 0 and member.offset >= end:
-                    break
+                if 0 <= end <= member.offset:
+                    return
                 if member.offset_data + member.size > size:
                     raise InputError(f"{printable_path(path)}: member {member.name!r} at byte {member.offset} ends "
                                      f"past the end of the file ({size} bytes); the shard is truncated, re-create it")
                 tf.members.clear()  # bounded memory: the headers are not kept
-                kp = split_key(member.name) if member.isreg() or member.islnk() else None
-                if kp is None:
-                    continue
-                if member.islnk():
-                    target = _regular_members(path, os.path.getmtime(path)).get(member.linkname)
-                    if target is None:
-                        raise InputError(f"{printable_path(path)}: member {member.name!r} links to "
-                                         f"{member.linkname!r}, which the shard does not hold; re-create it")
-                    yield kp[0], Part(kp[1], member.offset, *target)
-                else:
-                    yield kp[0], Part(kp[1], member.offset, member.offset_data, member.size)
-            if end < 0 or end >= size:
-                _check_end(path, tf.offset, size)
+                yield archive, member
+            if archive and tf.offset == first:
+                raise InputError(f"{printable_path(path)}: the bytes at {first} after the end-of-archive blocks of a "
+                                 "tar archive are not a tar header; the shard is corrupt, re-create it")
+            nxt = _next_archive(path, fh, tf.offset, size)
+            if nxt is None or 0 <= end <= nxt:
+                return
+            pos, archive = nxt, archive + 1
     except tarfile.TarError as e:
         raise InputError(f"{printable_path(path)}: not a readable tar after byte {pos} ({e}); "
                          "the shard is truncated or corrupt, re-create it") from None
 
 
-@lru_cache(maxsize=8)
-def _regular_members(path: str, mtime: float) -> dict[str, tuple[int, int]]:  # noqa: ARG001 - cache key
-    """name -> (data offset, size) of every regular member of the shard (built on the first hard link)."""
-    with tarfile.open(path, mode="r:") as tf:
-        return {m.name: (m.offset_data, m.size) for m in tf if m.isreg()}
-
-
-def _check_end(path: str, offset: int, size: int) -> None:
-    """A tar written completely ends with zero blocks after its last member; a cut between members
-    leaves none (tarfile itself would just stop there)."""
-    with open(path, "rb") as f:
-        f.seek(offset)
-        tail = f.read(1024)
-    if len(tail) < 512 or tail.strip(b"\x00"):
+def _next_archive(path: str, fh, offset: int, size: int) -> int | None:
+    """Where the next archive of a joined shard starts (bytes), or None at the end of the file,
+    for an archive whose last member ends at ``offset``. A tar written completely ends with zero
+    blocks there; a cut between members leaves none (``tarfile`` itself would just stop): one
+    :class:`InputError` line. The zero blocks are skipped in 1 MiB reads (bounded memory); the next
+    non-zero 512-byte block is the next archive's first header."""
+    fh.seek(offset)
+    block = fh.read(_BLOCK)
+    if len(block) < _BLOCK or block.count(0) != _BLOCK:
         raise InputError(f"{printable_path(path)}: no end-of-archive blocks after byte {offset} ({size} bytes); the "
                          "shard is truncated, re-create it")
+    pos = offset + _BLOCK
+    while chunk := fh.read(_SCAN):
+        data = chunk.lstrip(b"\x00")
+        if data:
+            return pos + (len(chunk) - len(data)) // _BLOCK * _BLOCK
+        pos += len(chunk)
+    return None
+
+
+def _link_target(path: str, member: tarfile.TarInfo) -> tuple[int, int]:
+    """``(data offset, size)`` of the member a hard link names: the last regular member of that name
+    before the link (``tarfile``'s rule; in a joined shard, possibly in an earlier archive, as GNU
+    tar's ``--ignore-zeros`` would extract it), else the first one after it. Raises
+    :class:`InputError` when the shard holds none."""
+    headers, data = _regular_members(path, os.path.getmtime(path)).get(member.linkname, ((), ()))
+    if not data:
+        raise InputError(f"{printable_path(path)}: member {member.name!r} links to "
+                         f"{member.linkname!r}, which the shard does not hold; re-create it")
+    return data[max(bisect.bisect_left(headers, member.offset) - 1, 0)]
+
+
+@lru_cache(maxsize=8)
+def _regular_members(path: str, mtime: float) -> dict[str, tuple[list[int], list[tuple[int, int]]]]:  # noqa: ARG001
+    """name -> (header offsets, [(data offset, size)]) of the regular members of the shard, in
+    order, over every joined archive (built on the first hard link; ``mtime``: the cache key)."""
+    found: dict[str, tuple[list[int], list[tuple[int, int]]]] = {}
+    with open(path, "rb") as fh:
+        for _, m in _members(path, fh, 0, -1):
+            if m.isreg():
+                headers, data = found.setdefault(m.name, ([], []))
+                headers.append(m.offset)
+                data.append((m.offset_data, m.size))
+    return found
 
 
 class WdsSource:
@@ -167,30 +235,42 @@ class WdsSource:
     @staticmethod
     def read(path: str, start: int, end: int, first: int, *, schema: str = "auto", media_root: str = ".",
              allow_absolute_media: bool = False, stats: ReadStats | None = None,
-             lmdb_envs: dict[str, str] | None = None, text_key: str | None = None) -> Iterator:
+             lmdb_envs: dict[str, str] | None = None, text_key: str | None = None,
+             max_member_bytes: int = MAX_MEMBER_BYTES) -> Iterator:
         """One :class:`~vlmpack.records.Sample` or :class:`~vlmpack.records.Rejection` per sample of
         the range (``media_root`` and ``allow_absolute_media`` do not apply: media are members;
         ``lmdb_envs``: the ``--media-lmdb`` stores for ``lmdb://NAME/KEY`` names; ``text_key``:
-        the key of the turns, ``--text-key``)."""
+        the key of the turns, ``--text-key``). A sample with two members of one name is rejected
+        (``duplicate_member``), one whose ``json`` part is larger than ``max_member_bytes``
+        (``--max-member-bytes``) too (``member_too_large``, the part is not read); members
+        without a key are counted in ``stats`` (:func:`iter_samples`)."""
         stats = stats if stats is not None else ReadStats()
         with open(path, "rb") as fh:
-            for no, (key, members) in enumerate(iter_samples(path, start, end), first):
+            for no, (key, members) in enumerate(iter_samples(path, start, end, stats), first):
                 stats.lines += 1
                 stats.records += 1
                 loc = Locator(path, no, members[0].header, key, "sample")
-                res = _sample(path, fh, key, members, loc, schema, lmdb_envs, text_key)
+                res = _sample(path, fh, key, members, loc, schema, lmdb_envs, text_key, max_member_bytes)
                 if isinstance(res, Rejection):
                     stats.reasons[res.reason] = stats.reasons.get(res.reason, 0) + 1
                 yield res
 
 
 def _sample(path: str, fh, key: str, members: list[Part], loc: Locator, schema: str,
-            lmdb_envs: dict[str, str] | None = None, text_key: str | None = None):
+            lmdb_envs: dict[str, str] | None, text_key: str | None, max_member_bytes: int):
     parts = {m.name: m for m in members}
+    if len(parts) < len(members):
+        twice = sorted(n for n, c in Counter(m.name for m in members).items() if c > 1)
+        return Rejection(loc, "duplicate_member", f"sample {key!r} holds more than one member named "
+                         f"{', '.join(f'{key}.{n}' for n in twice[:4])}; which one is meant cannot be told: "
+                         "re-create the shard with one member per part", key)
     meta = parts.get("json")
     if meta is None:
         return Rejection(loc, "unknown_schema", f"sample {key!r} has no .json part (parts: {sorted(parts)[:8]})",
                          key)
+    if meta.size > max_member_bytes:
+        return Rejection(loc, "member_too_large", f"sample {key!r}: member {key}.json is {meta.size:,} bytes, more "
+                         f"than --max-member-bytes {max_member_bytes:,}; not read (raise the option to pack it)", key)
     fh.seek(meta.offset)
     raw = fh.read(meta.size)
     try:

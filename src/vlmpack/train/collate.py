@@ -78,6 +78,12 @@ class PackCollator:
       placeholder_image: add a minimal image (its own segment, labels -100) to batches without
         images, so every rank runs the vision tower (FSDP / ZeRO-3), as NeMo does.
       check_num_tokens: compare re-encoded lengths with the pack's recorded counts.
+      seq_len: the most tokens one pack may hold (the trainer's sequence length, in tokens); default
+        ``None``: the ``seq_len`` each pack records. A longer pack raises
+        :class:`vlmpack.errors.PackTooLongError` (a :class:`~vlmpack.errors.PackError`: the Energon
+        task encoders skip it or stop by ``on_bad_pack``), as a pretokenized pack with ids outside
+        the tokenizer's vocabulary raises :class:`vlmpack.errors.TokenIdError`
+        (:class:`vlmpack.train.encode.PackEncoder`).
       allow_linear_attention_leak: build batches for a model with linear-attention layers (Qwen3.5's
         Gated DeltaNet, :meth:`vlmpack.models.qwen3_vl.Qwen3_5Family.linear_attention_layers`)
         although they will not see the sample boundaries: without it such a model needs a
@@ -85,8 +91,9 @@ class PackCollator:
         passes ``cu_seq_lens_q`` to its varlen kernel); transformers' torch fallback carries the
         recurrent and conv state across samples (a packed row then trains unlike its samples).
 
-    Raises :class:`ConfigError` for inconsistent options and for a model with linear-attention
-    layers that would mix packed samples (see ``allow_linear_attention_leak``).
+    Raises :class:`ConfigError` for inconsistent options (``seq_len`` not an int >= 1) and for a
+    model with linear-attention layers that would mix packed samples (see
+    ``allow_linear_attention_leak``).
     """
 
     def __init__(self, model_dir: str | Path, *, mrope: bool | None = None,
@@ -94,12 +101,13 @@ class PackCollator:
                  attn_implementation: str = "flash_attention_2", dense_mask: bool = False,
                  pad_to_multiple_of: int | None = None, position_start: int = 0,
                  loss_weighting: LossWeighting | None = None, placeholder_image: bool = False,
-                 check_num_tokens: bool = True, allow_linear_attention_leak: bool = False):
+                 check_num_tokens: bool = True, allow_linear_attention_leak: bool = False,
+                 seq_len: int | None = None):
         from vlmpack.models import load_model
 
         self.model_dir = str(model_dir)
         self.family = load_model(self.model_dir)
-        self.encoder = PackEncoder(self.family, check_num_tokens=check_num_tokens)
+        self.encoder = PackEncoder(self.family, check_num_tokens=check_num_tokens, seq_len=seq_len)
         self.mrope = bool(self.family.mrope) if mrope is None else bool(mrope)
         if position_layout not in (3, 4):
             raise ConfigError(f"position_layout must be 3 or 4, got {position_layout!r}")

@@ -24,7 +24,6 @@ Images are opened like transformers' ``load_image``: ``ImageOps.exif_transpose``
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 from collections.abc import Sequence
@@ -35,10 +34,11 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vlmpack.errors import ConfigError, PackMismatchError
+from vlmpack.errors import ConfigError, PackMismatchError, PackTooLongError, TokenIdError
 from vlmpack.media.kinds import KINDS, PART_RE
 from vlmpack.media.kinds.image import open_image
 from vlmpack.models.chatml import assistant_label_mask
+from vlmpack.packfmt import parse_input_ids
 from vlmpack.train.videos import (
     check_videos,
     expand_with_videos,
@@ -146,23 +146,28 @@ def read_pack(obj: Any) -> PackInput:
         key, samples = str(d.get("__key__", d.get("key", "?"))), d["samples"]
         media, parts = d.get("media", []), d.get("media_parts", [])
         pack = _from_pack_fields(key, samples, media, parts, d.get("num_tokens"), d.get("seq_len"))
-        pack.input_ids = _as_ids(d.get("input_ids"))
+        pack.input_ids = _as_ids(d.get("input_ids"), key)
         return pack
     if hasattr(obj, "samples") and hasattr(obj, "media_parts"):
         pack = _from_pack_fields(str(getattr(obj, "__key__", "?")), obj.samples, obj.media, obj.media_parts,
                                  obj.num_tokens, obj.seq_len)
-        pack.input_ids = _as_ids(getattr(obj, "input_ids", None))
+        pack.input_ids = _as_ids(getattr(obj, "input_ids", None), pack.key)
         return pack
     raise ConfigError(f"cannot collate an object of type {type(obj).__name__}; give a VlmpackPack, a pack dict "
                       "or a list of samples")
 
 
-def _as_ids(value: Any) -> np.ndarray | None:
-    """A pretokenized ``input_ids`` part (decoded array, or raw ``.npy`` bytes) as an int array."""
+def _as_ids(value: Any, key: str) -> np.ndarray | None:
+    """A pretokenized ``input_ids`` part (decoded array, or raw ``.npy`` bytes read by
+    :func:`vlmpack.packfmt.parse_input_ids`) as an array; :class:`TokenIdError` naming pack
+    ``key`` for bytes that are no 1-D integer ``.npy`` array."""
     if value is None:
         return None
     if isinstance(value, (bytes, bytearray)):
-        value = np.load(io.BytesIO(value), allow_pickle=False)
+        try:
+            value = parse_input_ids(bytes(value))
+        except ValueError as e:
+            raise TokenIdError(f"pack {key!r}: the input_ids part is {e}; the shard is corrupt, re-pack it") from None
     return np.asarray(value)
 
 
@@ -228,18 +233,62 @@ class _Expanded:
     ids: np.ndarray
 
 
+#: What a pack longer than its ``seq_len`` most likely comes from (:class:`PackTooLongError`).
+_TOO_LONG_CAUSES = ("likely causes: counts from a stale or hand-edited count cache at pack time, an output edited "
+                    "after packing, or a model_dir other than the --model directory the output was packed with; "
+                    "run 'vlmpack verify OUT --model DIR' and re-pack")
+
+
 class PackEncoder:
     """Encodes packs with one model family (tokenizer + image processor).
 
     Args:
       family: a :class:`vlmpack.models.base.ModelFamily` (``vlmpack.models.load_model(dir)``).
       check_num_tokens: compare T and each sample's tokens with the counts the pack records.
+      seq_len: the most tokens a pack may hold (the trainer's sequence length); ``None``: only the
+        ``seq_len`` each pack records. A pack over either raises :class:`PackTooLongError`.
+
+    Pretokenized ids (``input_ids.npy``) must be a 1-D integer array of ids ``0 <= id <
+    len(family.tokenizer)``: ``len()`` of a transformers tokenizer is "the full vocabulary with
+    the added tokens" (``PreTrainedTokenizerBase.__len__``; ``vocab_size`` is the base vocabulary
+    without them), the ids the tokenizer can produce (151,669 for the Qwen2.5-VL tokenizer). The
+    model's embedding table may have more rows (a config's ``vocab_size`` is often padded), but an
+    id past the tokenizer's was never written by ``vlmpack pack``. Anything else raises
+    :class:`TokenIdError`.
     """
 
-    def __init__(self, family, *, check_num_tokens: bool = True):
+    def __init__(self, family, *, check_num_tokens: bool = True, seq_len: int | None = None):
         self.family = family
         self.check_num_tokens = check_num_tokens
+        if seq_len is not None and (not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1):
+            raise ConfigError(f"seq_len must be an int >= 1 or None, got {seq_len!r}")
+        self.seq_len = seq_len
+        self.vocab_size = len(family.tokenizer)  # ids 0 .. len - 1, added tokens included
         family.label_mask(np.zeros(0, dtype=np.int64))  # the label rule's ConfigError, at start
+
+    def _check_length(self, pack: PackInput, n: int, what: str) -> None:
+        """:class:`PackTooLongError` when ``n`` tokens (``what``: how they were found) exceed the
+        pack's recorded ``seq_len`` or this encoder's."""
+        limits = [(pack.seq_len, "its recorded seq_len"), (self.seq_len, "the collator's seq_len")]
+        over = [(cap, name) for cap, name in limits if cap is not None and n > cap]
+        if over:
+            cap, name = min(over)
+            raise PackTooLongError(f"pack {pack.key!r} {what} {n:,} tokens, more than {name} {cap:,}; "
+                                   f"{_TOO_LONG_CAUSES}")
+
+    def _check_token_ids(self, pack: PackInput) -> None:
+        """:class:`TokenIdError` when the pretokenized ids are no 1-D integer array or hold an id
+        outside ``[0, len(tokenizer))`` (see the class docstring)."""
+        ids = pack.input_ids
+        if ids.ndim != 1 or ids.dtype.kind not in "iu":
+            raise TokenIdError(f"pack {pack.key!r}: the input_ids part is a {ids.dtype} array of shape "
+                               f"{ids.shape}, not 1-D integer token ids; the shard is corrupt, re-pack it")
+        bad = np.flatnonzero((ids < 0) | (ids >= self.vocab_size))
+        if len(bad):
+            raise TokenIdError(
+                f"pack {pack.key!r}: the input_ids part holds {len(bad):,} id(s) outside the tokenizer's vocabulary "
+                f"[0, {self.vocab_size:,}), the first {int(ids[bad[0]])} at token {int(bad[0])}; the part was "
+                "edited or made with another tokenizer: check model_dir, run 'vlmpack verify', re-pack")
 
     def labels_for(self, ids: np.ndarray) -> np.ndarray:
         """int64 labels ``[n]`` of one sample's ids (-100 where the family's label mask is False)."""
@@ -250,9 +299,10 @@ class PackEncoder:
         out = self.family.process_images(images)
         return out.pixel_values, out.grids
 
-    @staticmethod
-    def _pretokenized(pack: PackInput) -> list[_Expanded] | None:
-        """Split a pretokenized pack's ids by the recorded per-sample counts (None if unknown)."""
+    def _pretokenized(self, pack: PackInput) -> list[_Expanded] | None:
+        """Split a pretokenized pack's ids by the recorded per-sample counts (None if unknown),
+        after :meth:`_check_token_ids`."""
+        self._check_token_ids(pack)
         counts = [it.recorded_tokens for it in pack.items]
         if any(c is None for c in counts):
             return None
@@ -270,12 +320,18 @@ class PackEncoder:
         count differs from the recorded one, or when a sample's text holds a special token of the
         tokenizer and the sample does not say ``"special_tokens": "split"`` (the pack JSON key
         ``vlmpack pack --special-tokens split`` writes; such text is then tokenized as plain text,
-        exactly as it was counted).
+        exactly as it was counted); :class:`PackTooLongError` when the pack holds more tokens than
+        its ``seq_len`` or the encoder's (its ``input_ids`` part before any image is processed, the
+        encoded length after the count checks: a pack whose record alone is off is a
+        :class:`PackMismatchError`); :class:`TokenIdError` for pretokenized ids outside the
+        vocabulary (class docstring).
         """
         pack = read_pack(obj)
         f = self.family
         if not pack.items:
             raise PackMismatchError(f"pack {pack.key!r} holds no samples")
+        if pack.input_ids is not None:  # before any image is decoded
+            self._check_length(pack, len(pack.input_ids), "has an input_ids part of")
         raw_ids = self._pretokenized(pack) if pack.input_ids is not None else None
         if raw_ids is None:
             for it in pack.items:
@@ -317,7 +373,9 @@ class PackEncoder:
                     if rec is not None and rec != got:
                         raise PackMismatchError(
                             f"pack {pack.key!r} sample {it.id!r}: image {part} gives {got} image tokens but the "
-                            f"pack records {rec}; the image processor config differs from the packing one")
+                            f"pack records {rec}; the image processor config differs from the packing one, or "
+                            "the image decodes to another size than the recorded one (an EXIF orientation the "
+                            "packing vlmpack did not read: re-pack)")
             if self.check_num_tokens and it.recorded_tokens is not None and len(ids) != it.recorded_tokens:
                 raise PackMismatchError(
                     f"pack {pack.key!r} sample {it.id!r}: re-encoded to {len(ids)} tokens but the pack records "
@@ -332,6 +390,7 @@ class PackEncoder:
         if self.check_num_tokens and pack.num_tokens is not None and total != pack.num_tokens:
             raise PackMismatchError(f"pack {pack.key!r}: re-encoded to {total} tokens but the pack records "
                                     f"{pack.num_tokens}; re-pack with the same model directory")
+        self._check_length(pack, total, "encodes to")
         return EncodedPack(key=pack.key, sample_ids=[it.id for it in pack.items],
                            lengths=np.asarray(lengths, dtype=np.int64),
                            input_ids=np.concatenate(ids_list), labels=np.concatenate(labels_list),

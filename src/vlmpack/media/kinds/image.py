@@ -1,13 +1,13 @@
 """The image kind: PNG, JPEG, WebP, GIF, BMP, TIFF files (:data:`vlmpack.media.image.IMAGE_FORMATS`),
 packed as ``img<N>.<ext>`` members. Probe: :func:`probe_image` (PIL header + the decodability check
-of :mod:`vlmpack.media.image`, size after EXIF orientation); decoder: :func:`open_image` (PIL, as
+of :mod:`vlmpack.media.image`, size after EXIF orientation as the decoder applies it:
+:func:`vlmpack.media.orientation.oriented_size`); decoder: :func:`open_image` (PIL, as
 transformers' ``load_image``; re-exported by :mod:`vlmpack.train.encode`)."""
 
 from __future__ import annotations
 
 import io
 import os
-import struct
 import warnings
 from pathlib import Path
 from typing import Any
@@ -17,9 +17,8 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from vlmpack.errors import ConfigError, MediaDecodeError, MediaError
 from vlmpack.media.image import IMAGE_FORMATS, check_decodes, open_image_file
 from vlmpack.media.kinds.spec import MediaInfo, MediaKind
+from vlmpack.media.orientation import oriented_size
 from vlmpack.media.ref import is_member, open_ref
-
-_ORIENTATION_TAG = 0x0112
 
 
 def probe_image(path: str, nbytes: int, check: str, data: bytes | None = None) -> MediaInfo:
@@ -32,8 +31,7 @@ def probe_image(path: str, nbytes: int, check: str, data: bytes | None = None) -
                 fmt = img.format or ""
                 if fmt not in IMAGE_FORMATS:  # a plugin of OPEN_FORMATS that answered with another format
                     raise MediaError("media_undecodable", f"{fmt} is not an accepted image format: {path}")
-                width, height = img.size
-                orientation = _orientation(img, fh)
+                width, height = oriented_size(img)
                 if check != "header":
                     check_decodes(img, full=check == "decode")
     except MediaError:
@@ -54,47 +52,7 @@ def probe_image(path: str, nbytes: int, check: str, data: bytes | None = None) -
         ) from None
     if width <= 0 or height <= 0:
         raise MediaError("media_undecodable", f"image has size {width}x{height}: {path}")
-    if orientation in (5, 6, 7, 8):
-        width, height = height, width
     return MediaInfo(width, height, fmt, nbytes)
-
-
-def _orientation(img: Image.Image, fh) -> int:
-    """The EXIF orientation (1-8) PIL's ``exif_transpose`` would apply, without decoding pixels.
-
-    PNG keeps EXIF in an ``eXIf`` chunk that may follow the image data; PIL's ``PngImageFile.getexif``
-    would decode all pixels to reach it, so trailing chunk headers are walked here instead (seek only).
-    """
-    if img.format == "PNG" and "exif" not in img.info:
-        pos = fh.tell()
-        try:
-            trailing = _png_trailing_exif(fh, img.tile[0][2] - 8 if img.tile else pos)
-        finally:
-            fh.seek(pos)
-        if trailing is not None:
-            img.info["exif"] = b"Exif\x00\x00" + trailing
-        exif = Image.Image.getexif(img)  # base method: reads info only, never loads pixels
-    else:
-        exif = img.getexif()
-    value = exif.get(_ORIENTATION_TAG, 1)
-    return value if isinstance(value, int) else 1
-
-
-def _png_trailing_exif(fh, start: int) -> bytes | None:
-    """Payload of the first ``eXIf`` chunk at or after byte ``start`` (a chunk boundary), or None."""
-    fh.seek(start)
-    for _ in range(1 << 20):
-        head = fh.read(8)
-        if len(head) < 8:
-            return None
-        length, cid = struct.unpack(">I4s", head)
-        if cid == b"eXIf":
-            data = fh.read(length)
-            return data if len(data) == length else None
-        if cid == b"IEND":
-            return None
-        fh.seek(length + 4, os.SEEK_CUR)
-    return None
 
 
 def open_image(obj: Any, *, where: str = "") -> Image.Image:
