@@ -27,8 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from test_check import SHARD, _edit_json, _read_tar, _reseal, _write_tar
+from test_check import SHARD, _edit_json, _read_tar, _reseal, _write_tar, reseal_marker
 
+from vlmpack.pack.seal import write_hashes
 from vlmpack.packfmt import MAX_PART_BYTES, tarinfo
 
 #: ``{name: (craft(out, outside, ran), check/verify problem words, inspect arguments or None, inspect error words)}``:
@@ -58,16 +59,17 @@ def first_key(out: Path) -> str:
 
 
 def seal_shard(out: Path, offsets: list[int]) -> None:
-    """Record :data:`SHARD` as it now is (sha256 in ``report.json`` and its marker, size, ``.tar.idx``
-    from ``offsets``) without parsing its packs: only reading them can find what was done."""
+    """Record :data:`SHARD` as it now is (sha256 in ``report.json``, its sealed marker and the run's
+    ``hashes.json``, size, ``.tar.idx`` from ``offsets``) without parsing its packs: only reading
+    them can find what was done."""
     data = (out / SHARD).read_bytes()
     sha = hashlib.sha256(data).hexdigest()
     report = json.loads((out / "report.json").read_text())
     report["shard_sha256"][SHARD] = sha
     (out / "report.json").write_text(json.dumps(report))
-    marker = out / ".vlmpack" / "shards" / (SHARD + ".json")
-    marker.write_text(json.dumps({**json.loads(marker.read_text()), "sha256": sha, "nbytes": len(data)}))
+    reseal_marker(out, SHARD, sha256=sha, nbytes=len(data))
     (out / (SHARD + ".idx")).write_bytes(np.asarray(offsets, "<u8").tobytes())
+    write_hashes(out, list(report["shard_sha256"]))
 
 
 def swap_json(out: Path, body: bytes) -> None:
@@ -274,3 +276,131 @@ def entry_names_another_dataset_yaml(doc, ran):
 def header_names_another_module(doc, ran):
     doc["__module__"] = "subprocess"
     return doc
+
+
+# ------------------------------------------------------------------------- item 3: every edit is seen
+def reseal_report(out: Path, offsets: list[int] | None = None) -> None:
+    """The attack of issue 19 item 3: the shard's sha256 (and the shards' total size) resealed in
+    ``report.json`` (and its ``.tar.idx`` from ``offsets``), the run directory left as the run wrote it."""
+    report = json.loads((out / "report.json").read_text())
+    report["shard_sha256"][SHARD] = hashlib.sha256((out / SHARD).read_bytes()).hexdigest()
+    report["shard_bytes"] = sum((out / name).stat().st_size for name in report["shard_sha256"])
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    if offsets is not None:
+        (out / (SHARD + ".idx")).write_bytes(np.asarray(offsets, "<u8").tobytes())
+
+
+def edit_answer_digit(out: Path) -> str:
+    """One digit of an assistant answer of :data:`SHARD` becomes another one, in place (the tar's
+    bytes keep their length; Qwen's tokenizer splits digits one by one, so the token count stays):
+    returns the sample's id."""
+    data = bytearray((out / SHARD).read_bytes())
+    with tarfile.open(out / SHARD) as tf:
+        members = [m for m in tf if m.name.endswith(".json")]
+    for m in members:
+        body = bytes(data[m.offset_data:m.offset_data + m.size])
+        obj = json.loads(body)
+        for s in obj["samples"]:
+            for c in (c for msg in s["messages"] if msg["role"] == "assistant" for c in msg["content"]):
+                at = next((i for i, ch in enumerate(c.get("text", "")) if ch in "0123456789"), None)
+                if at is not None:
+                    c["text"] = c["text"][:at] + ("1" if c["text"][at] != "1" else "2") + c["text"][at + 1:]
+                    new = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+                    assert len(new) == len(body) and new != body
+                    data[m.offset_data:m.offset_data + m.size] = new
+                    (out / SHARD).write_bytes(bytes(data))
+                    return s["id"]
+    raise AssertionError(f"no assistant answer with a digit in {SHARD}")
+
+
+def replace_image(out: Path) -> list[int]:
+    """An image of :data:`SHARD` replaced by another image of the output with the same recorded
+    size and media tokens (other bytes): returns the new ``.tar.idx`` offsets."""
+    def images(path):
+        for key, parts in _read_tar(path):
+            obj, parts = json.loads(dict(parts)["json"]), dict(parts)
+            for s in obj["samples"]:
+                for m in s["media"]:
+                    yield (m["width"], m["height"], m["num_tokens"]), key, m["part"], parts[m["part"]]
+
+    others = {}
+    for path in sorted(out.glob("*.tar")):
+        for size, _, _, data in images(path):
+            others.setdefault(size, set()).add(data)
+    for size, key, part, data in images(out / SHARD):
+        other = next((d for d in sorted(others[size]) if d != data), None)
+        if other is not None:
+            packs = [(k, [(p, other if (k, p) == (key, part) else d) for p, d in parts])
+                     for k, parts in _read_tar(out / SHARD)]
+            return _write_tar(out / SHARD, packs)
+    raise AssertionError("no two images of the same size and media tokens")
+
+
+@output_class(("content sha256 differs from every one recorded", "at pack time"))
+def answer_digit_edited_report_resealed(out, outside, ran):
+    edit_answer_digit(out)
+    reseal_report(out)
+
+
+@output_class(("content sha256 differs from every one recorded",))
+def answer_digit_edited_record_resealed(out, outside, ran):
+    """Everything a checksum of a file could catch is sealed again (report, marker, hashes.json)."""
+    edit_answer_digit(out)
+    data = (out / SHARD).read_bytes()
+    reseal_report(out)
+    reseal_marker(out, SHARD, sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data))
+    write_hashes(out, list(json.loads((out / "report.json").read_text())["shard_sha256"]))
+
+
+@output_class(("rejects.jsonl: sha256", "edited after packing"))
+def rejects_edited(out, outside, ran):
+    text = (out / "rejects.jsonl").read_text()
+    (out / "rejects.jsonl").write_text(text.replace('"reason": "overlong"', '"reason": "not_utf8"', 1))
+    assert (out / "rejects.jsonl").read_text() != text
+
+
+@output_class(("report.json: sha256", "edited after packing"))
+def report_counts_edited(out, outside, ran):
+    report = json.loads((out / "report.json").read_text())
+    report["rejected"] += 1
+    report["records_read"] += 1
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+
+
+@output_class((".vlmpack/config.json: sha256", "edited after packing"))
+def run_config_edited(out, outside, ran):
+    cfg = out / ".vlmpack" / "config.json"
+    cfg.write_text(cfg.read_text().replace('"seq_len": 2048', '"seq_len": 2049', 1))
+    assert '"seq_len": 2049' in cfg.read_text()
+
+
+@output_class(("content sha256 differs from every one recorded",))
+def image_replaced_report_resealed(out, outside, ran):
+    """Also a stale-count line (tests/test_run_record.py checks both)."""
+    reseal_report(out, replace_image(out))
+
+
+@output_class(("the recorded count is not of these bytes", "a stale cached count"))
+def image_replaced_content_record_resealed(out, outside, ran):
+    """The shard, its marker (content sha256 of the samples as they are now included) and the hash
+    record all agree: only the count stage's record of each media item's sha256 can see it."""
+    from vlmpack.packfmt import parse_pack, sample_digest
+
+    offsets = replace_image(out)
+    digests = {}
+    for key, parts in _read_tar(out / SHARD):
+        parts = dict(parts)
+        digests[key] = [sample_digest(s, [hashlib.sha256(parts[m["part"]]).hexdigest() for m in s["media"]])
+                        for s in parse_pack(parts["json"])["samples"]]
+    data = (out / SHARD).read_bytes()
+    reseal_report(out, offsets)
+    reseal_marker(out, SHARD, sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data), content_sha256=digests)
+    write_hashes(out, list(json.loads((out / "report.json").read_text())["shard_sha256"]))
+
+
+@output_class(("the count record", "cannot be read", "media identity cannot be checked"))
+def count_record_is_a_fifo(out, outside, ran):
+    """The count stage's records replaced by FIFOs: never opened, one problem line."""
+    for part in sorted((out / ".vlmpack" / "records").glob("part-*.jsonl")):
+        part.unlink()
+        fifo(part)

@@ -3,8 +3,9 @@
 One real output of the demo set (first 300 records, L = 2048 so that a few samples are dropped as
 overlong, 16 packs per shard so that there are several shards) is made once per module; each case
 copies it and damages it. "Sealed" damage also recomputes everything a checksum could catch
-(sha256, sizes, ``.tar.idx``, ``.info.json``, report totals, run-dir markers), so that only the
-comparison with the run record (or Energon itself) can find it.
+(sha256, sizes, ``.tar.idx``, ``.info.json``, report totals, run-dir markers, ``hashes.json``), so
+that only the comparison with the run record (the manifest, completeness, each sample's content
+sha256 recorded at pack time) or Energon itself can find it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from vlmpack.check import check_output
+from vlmpack.pack.seal import write_hashes
 from vlmpack.packfmt import ShardPacks, tarinfo
 
 SHARD = "shard-000001.tar"
@@ -83,7 +85,8 @@ def _edit_json(out: Path, shard: str, edit) -> None:
 
 
 def _reseal(out: Path) -> None:
-    """Recompute sha256, sizes, idx, .info.json counts, report totals and markers of every shard."""
+    """Recompute sha256, sizes, idx, .info.json counts, report totals, markers of every shard and the
+    run's hash record ``hashes.json`` (not the samples' content sha256 recorded at pack time)."""
     import hashlib
 
     import numpy as np
@@ -101,10 +104,7 @@ def _reseal(out: Path) -> None:
         sha = hashlib.sha256(data).hexdigest()
         info["shard_counts"][name] = len(packs)
         report["shard_sha256"][name] = sha
-        marker = out / ".vlmpack" / "shards" / (name + ".json")
-        m = json.loads(marker.read_text())
-        m.update(sha256=sha, nbytes=len(data), num_packs=len(packs))
-        marker.write_text(json.dumps(m))
+        reseal_marker(out, name, sha256=sha, nbytes=len(data), num_packs=len(packs))
         totals["packs"] += len(packs)
         totals["samples_packed"] += sum(len(o["samples"]) for o in objs)
         totals["tokens"] += sum(o["num_tokens"] for o in objs)
@@ -112,6 +112,20 @@ def _reseal(out: Path) -> None:
     report.update(totals)
     (out / "report.json").write_text(json.dumps(report))
     (out / ".nv-meta" / ".info.json").write_text(json.dumps(info, indent=2))
+    write_hashes(out, list(info["shard_counts"]))
+
+
+def reseal_marker(out: Path, name: str, **result) -> None:
+    """Update the ``result`` fields of shard ``name``'s marker and seal it again (what a checksum of
+    the run record could catch; the samples' content sha256 recorded at pack time stay as they were
+    unless ``content_sha256`` is given)."""
+    from vlmpack.fsio import sealed_json_bytes
+
+    marker = out / ".vlmpack" / "shards" / (name + ".json")
+    m = json.loads(marker.read_text())
+    m.pop("checksum", None)
+    m["result"].update(result)
+    marker.write_bytes(sealed_json_bytes(m))
 
 
 def _cli(path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -262,8 +276,11 @@ def test_wrong_recorded_sample_count(out):
     _edit_json(out, SHARD, edit)
     assert changed
     problems = check_output(out, num_workers=0)["problems"]
-    assert len(problems) == 1 and "manifest" in problems[0], problems
-    assert all(repr(i) in problems[0] for i in changed["ids"]), problems
+    counts = [p for p in problems if "manifest" in p]
+    assert len(counts) == 1 and all(repr(i) in counts[0] for i in changed["ids"]), problems
+    # and each edited sample is no longer the one packed (its content sha256 recorded at pack time)
+    content = [p for p in problems if "content sha256 differs" in p]
+    assert len(problems) == 3 and all(any(repr(i) in p for p in content) for i in changed["ids"]), problems
     _assert_fails(out, "num_tokens", repr(changed["ids"][0]))
 
 
@@ -346,9 +363,10 @@ def test_ids_compare_as_kind_and_id(out):
 
     _edit_json(out, SHARD, edit)
     problems = check_output(out, num_workers=0)["problems"]
-    assert len(problems) == 2, problems
+    assert len(problems) == 3, problems
     assert any("lost" in p and repr(first["id"]) in p for p in problems)
     assert any("not in the manifest" in p and "(line)" in p for p in problems)
+    assert any("content sha256 differs" in p and repr(first["id"]) in p for p in problems)
 
 
 def test_report_of_a_failed_run(out):

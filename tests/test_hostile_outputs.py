@@ -83,6 +83,9 @@ def test_check_on_a_crafted_output(name, packed, tmp_path):  # noqa: F811
 
 @pytest.mark.parametrize("name", ["edited_loader", "json_nested_100k_deep", "media_entry_is_a_string",
                                   "json_member_over_its_limit", "shard_is_a_link", "run_dir_is_a_link",
+                                  "answer_digit_edited_report_resealed", "answer_digit_edited_record_resealed",
+                                  "rejects_edited", "report_counts_edited", "run_config_edited",
+                                  "image_replaced_report_resealed", "image_replaced_content_record_resealed",
                                   *sorted(VERIFY_ONLY)])
 def test_verify_on_a_crafted_output(name, packed, tmp_path, model_dir):  # noqa: F811
     out, ran, _ = _crafted(packed, tmp_path, name)

@@ -1,9 +1,10 @@
 """``vlmpack verify``: every count re-derived from the shard bytes alone.
 
 Uses the real output and the "sealed" damage helpers of ``test_check.py``: sealed damage also
-recomputes every checksum, marker and total, so the ``check`` gate passes and only the recount
-from the shard bytes (chat template + tokenizer + the family's media rule on the parts' headers)
-can find it.
+recomputes every file checksum, marker and total (not the samples' content sha256 recorded at pack
+time, which the ``check`` gate compares), so that the recount from the shard bytes (chat template +
+tokenizer + the family's media rule on the parts' headers) is shown to find what it must; with
+``run_dir=False`` it is the only check of a sample's content.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def test_clean_output_verifies_with_and_without_decode(packed, model_dir):  # no
     assert proc.returncode == 0 and "verify passed" in proc.stdout, proc.stderr
 
 
-def test_sealed_text_edit_is_found_only_by_the_recount(out):  # noqa: F811
+def test_sealed_text_edit_is_found_by_the_content_sha256_and_the_recount(out):  # noqa: F811
     edited = {}
 
     def edit(key, obj):  # a few more words in one user turn: the recorded counts stay as they were
@@ -42,9 +43,12 @@ def test_sealed_text_edit_is_found_only_by_the_recount(out):  # noqa: F811
         return obj
 
     _edit_json(out, SHARD, edit)
-    assert check_output(out, num_workers=0)["problems"] == []  # the gate cannot see it
+    # every file checksum is sealed again: the gate sees it by the content sha256 recorded at pack time
+    gate = check_output(out, num_workers=0)["problems"]
+    assert len(gate) == 1 and "content sha256 differs" in gate[0] and repr(edited["id"]) in gate[0], gate
     problems = _recount_problems(out)
-    assert len(problems) == 1 and "recounted from the shard" in problems[0] and repr(edited["id"]) in problems[0]
+    recount = [p for p in problems if p not in gate]
+    assert len(recount) == 1 and "recounted from the shard" in recount[0] and repr(edited["id"]) in recount[0]
 
 
 def test_sealed_swapped_images_are_found(out):  # noqa: F811

@@ -125,7 +125,13 @@ def read_sealed_json(path: str | Path) -> dict | None:
     """The object of a file written from :func:`sealed_json_bytes` (without its checksum), or
     ``None`` when the file is missing, is no JSON object, has no checksum or one that does not match
     its content. Never raises."""
-    obj = read_json(path)
+    return unseal(read_json(path))
+
+
+def unseal(obj) -> dict | None:
+    """The object of a parsed sealed JSON value (:func:`sealed_json_bytes`) without its checksum, or
+    ``None`` when ``obj`` is no object, has no checksum or one that does not match. For a reader that
+    bounds its own reads (``vlmpack check``: :func:`read_inside`). Never raises."""
     if not isinstance(obj, dict) or not isinstance(obj.get(CHECKSUM), str):
         return None
     body = {k: v for k, v in obj.items() if k != CHECKSUM}

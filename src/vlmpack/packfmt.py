@@ -24,7 +24,9 @@ A shard holds one tar sample per pack: members ``<key>.<part>`` that share the p
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import tarfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -109,6 +111,37 @@ def build_pack(records: list[dict], seq_len: int) -> tuple[dict, list[tuple]]:
         samples.append(sample)
     total = sum(s["num_tokens"] for s in samples)
     return {"format": FORMAT, "seq_len": seq_len, "num_tokens": total, "samples": samples}, media_parts
+
+
+#: The domain tag that starts what :func:`sample_digest` hashes (a new rule gets a new tag).
+SAMPLE_DIGEST = b"vlmpack.sample-sha256/1"
+_NUMBERED = re.compile(r"^([A-Za-z_]+)[0-9]+")
+
+
+def sample_digest(sample: dict, media_sha256: list[str]) -> str:
+    """The content sha256 (hex) of one sample of a pack object: every field of the sample (``id``,
+    ``id_kind``, ``num_tokens``, ``source``, ``messages``, ``media``, ``special_tokens``, ...) as
+    canonical JSON (sorted keys, no spaces, ASCII escapes), each media ``part`` name renumbered within
+    the sample (its i-th item ``img<i>.<ext>`` / ``vid<i>.<ext>``: the numbering over the pack is the
+    pack's), then ``media_sha256``, the sha256 (hex) of each media item's bytes in the sample's media
+    order. A changed character of any text or field, or another media byte, gives another digest; the
+    same sample gives the same digest whichever pack holds it, so it is also derived from the count
+    stage's canonical record (:func:`build_pack` of that record alone) and the sha256 of its media.
+
+    ``sample``: a sample of a pack object whose fields have their types (:func:`parse_pack`, or
+    :func:`build_pack`'s own). The writer records it per sample in the run directory; ``check``
+    computes it again from the shard (docs/format.md, "Run record")."""
+    names = {}
+    for i, m in enumerate(sample["media"]):
+        names[m["part"]] = _NUMBERED.sub(lambda g, i=i: f"{g.group(1)}{i}", m["part"], count=1)
+    body = {**sample,
+            "media": [{**m, "part": names[m["part"]]} for m in sample["media"]],
+            "messages": [{**msg, "content": [{**c, "part": names.get(c["part"], c["part"])} if "part" in c else c
+                                             for c in msg["content"]]} for msg in sample["messages"]]}
+    h = hashlib.sha256(SAMPLE_DIGEST + b"\0")
+    h.update(json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii"))
+    h.update(b"\0" + "".join(f"{x}\n" for x in media_sha256).encode("ascii", "replace"))
+    return h.hexdigest()
 
 
 def part_limit(part: str) -> int:

@@ -21,6 +21,10 @@ media part) and then recounts, in parallel over shards, every sample from what t
   :class:`vlmpack.train.encode.PackEncoder` from decoded pixels through the model's image
   processor (the collator's own path), which must give the recorded counts.
 
+The gate also compares every file and every sample's content sha256 with the run's record
+(:mod:`vlmpack.check.content`): an edit that keeps every count (one character of an answer, an image
+of the same size) is found there, not by the recount.
+
 Every finding is one ``problem`` line (shard, pack key, sample id); nothing raises for a bad output.
 Nothing the output holds is run and nothing outside it is read: the gate is :mod:`vlmpack.check`'s
 (``.nv-meta`` as vlmpack writes it, Energon given vlmpack's own loader), the shards recounted are

@@ -25,6 +25,13 @@ Checks, cheapest first; every finding is one line in ``problems`` and nothing ra
    and no other id is. Ids are compared as ``(kind, id)`` with kind ``"str"|"int"|"line"``
    (manifest ``id_kind`` 0/1/2, pack JSON ``"id_kind"``; missing means ``"str"``). A missing run
    dir is a problem unless ``run_dir=False``.
+5b. The run's record of what it wrote (with the run dir, :mod:`~vlmpack.check.content`):
+   ``.vlmpack/hashes.json`` (sealed) holds the sha256 of ``report.json``, ``rejects.jsonl``,
+   ``.vlmpack/config.json``, ``manifest.parquet``, ``plan.npz`` and every shard and ``.tar.idx``,
+   each hashed again; each sample's content sha256 (:func:`vlmpack.packfmt.sample_digest` of its
+   pack-object entry and media bytes) is one the writer recorded for its pack in the shard's sealed
+   marker; each media part's sha256 is the one the count stage recorded for that sample
+   (``.vlmpack/records/``): a count taken for other bytes is a problem.
 6. Energon (when ``.nv-meta`` is as vlmpack writes it and no link or oversized member was found):
    one pass of Energon's own ``get_train_dataset(VIEW, repeat=False, auto_decode=False)``, ``VIEW``
    a temporary folder with ``.nv-meta`` written from vlmpack's own bytes (never the files of ``OUT``)
@@ -42,7 +49,8 @@ tar member over :func:`vlmpack.packfmt.part_limit` is read, JSON nests at most
 
 Modules, by concern: :mod:`~vlmpack.check.findings` (what a check has found so far),
 :mod:`~vlmpack.check.records` (steps 1, 2, 5: ``report.json``, the run dir, shard lists,
-completeness), :mod:`~vlmpack.check.nvmeta` (step 1: ``.nv-meta`` as vlmpack writes it),
+completeness), :mod:`~vlmpack.check.content` (step 5b: files, samples, media against the run
+record), :mod:`~vlmpack.check.nvmeta` (step 1: ``.nv-meta`` as vlmpack writes it),
 :mod:`~vlmpack.check.shards` (steps 3, 4: hashes, tars, packs, ``.tar.idx``) and
 :mod:`~vlmpack.check.load` (step 6: Energon).
 """
@@ -52,6 +60,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from vlmpack.check.content import check_files, finish, load_hashes
 from vlmpack.check.findings import Findings
 from vlmpack.check.load import check_energon
 from vlmpack.check.records import check_totals, load_records, load_run_dir, shard_names
@@ -87,6 +96,7 @@ def check_output(out_dir: str | Path, *, num_workers: int = 2, run_dir: bool = T
             return res
         if run_dir:
             load_run_dir(f)
+            load_hashes(f)
         res["shards"] = shard_names(f)
         for name in res["shards"]:
             try:
@@ -94,9 +104,12 @@ def check_output(out_dir: str | Path, *, num_workers: int = 2, run_dir: bool = T
             except OSError as e:
                 f.add(f"{name}: cannot be read ({one_line(e)})")
         check_totals(f)
+        check_files(f, res["shards"])
     except OSError as e:  # e.g. an unreadable directory
         f.add(f"{out}: cannot be read ({one_line(e)})")
         return res
+    finally:
+        finish(f)
     res["shard_counts"] = f.counts
     if f.meta_ok and f.load_ok:
         res.update(check_energon(f, num_workers))

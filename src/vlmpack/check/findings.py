@@ -26,7 +26,11 @@ class Findings:
     samples)), ``totals`` (``packs``, ``samples``, ``tokens``, ``bytes``) and ``token_diffs``
     (samples whose ``num_tokens`` differs from the manifest's). ``load_ok``: False once something
     was found that Energon must not be handed (a symbolic link, a member over its size limit, a
-    shard name that is no file of ``out``, a count of packs no shard's bytes can hold)."""
+    shard name that is no file of ``out``, a count of packs no shard's bytes can hold). From the run
+    record (:mod:`vlmpack.check.content`): ``hashes`` (``hashes.json``: relative name -> ``{"sha256",
+    "size"}``; None without it), ``records_at`` (``(kind, id)`` -> ``(task, rec_offset, rec_len,
+    num_media)`` of its count record), ``content_lines`` (sample content problems found),
+    ``open_records`` (count record files open), ``records_broken`` (a count record could not be read)."""
 
     out: Path
     problems: list[str] = field(default_factory=list)
@@ -39,6 +43,11 @@ class Findings:
     packs: dict[str, tuple[str, list[tuple[str, str]]]] = field(default_factory=dict)
     totals: Counter[str] = field(default_factory=Counter)
     token_diffs: list[str] = field(default_factory=list)
+    hashes: dict | None = None
+    records_at: dict[tuple[str, str], tuple[int, int, int, int]] | None = None
+    content_lines: int = 0
+    open_records: dict = field(default_factory=dict)
+    records_broken: bool = False
 
     def add(self, msg: str) -> None:
         """Record one problem line."""

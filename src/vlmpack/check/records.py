@@ -77,8 +77,19 @@ def load_run_dir(f: Findings) -> None:
     keep = np.ones(len(ids), bool)
     keep[over] = False
     f.expected = {(ID_KINDS[k], i): t for i, t, k, ok in zip(ids, tokens, kinds.tolist(), keep.tolist()) if ok}
+    f.records_at = _records_at(table, ids, kinds, keep)
     for pair in _left_out(f):  # rejected by the writer (their media changed after counting): in rejects.jsonl
         f.expected.pop(pair, None)
+
+
+def _records_at(table, ids: list[str], kinds: np.ndarray, keep: np.ndarray) -> dict | None:
+    """``(kind, id)`` -> ``(task, rec_offset, rec_len, num_media)``: where each sample's count record
+    lies (manifest columns ``part``, ``rec_offset``, ``rec_len``, ``num_media``; None without them)."""
+    cols = ("part", "rec_offset", "rec_len", "num_media")
+    if not all(c in table.column_names for c in cols):
+        return None
+    arrays = [np.maximum(table.column(c).to_numpy().astype(np.int64), 0).tolist() for c in cols]
+    return {(ID_KINDS[k], i): tuple(at) for i, k, ok, *at in zip(ids, kinds.tolist(), keep.tolist(), *arrays) if ok}
 
 
 def _left_out(f: Findings) -> list[tuple[str, str]]:

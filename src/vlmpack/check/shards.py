@@ -11,10 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
-from vlmpack.check.findings import Findings, eg, is_int, read_json
+from vlmpack.check.content import check_samples, recorded_sha256, shard_marker
+from vlmpack.check.findings import Findings, eg, is_int
 from vlmpack.energon.load import one_line
 from vlmpack.fsio import LinkRefused, open_inside, read_inside
 from vlmpack.pack.rundir import RUN_DIR
+from vlmpack.pack.seal import HASHES
 from vlmpack.packfmt import EXTRA_PARTS, FORMAT, MemberTooLarge, ShardPacks, split_member
 from vlmpack.sinks import get_sink
 
@@ -28,18 +30,17 @@ def check_shard(f: Findings, name: str) -> None:
             h.update(chunk)
             size += len(chunk)
     f.totals["bytes"] += size
-    try:  # the run dir's marker of the shard: {"sha256", "nbytes", ...}
-        marker = read_json(f.out, f"{RUN_DIR}/shards/{name}.json")
-    except (OSError, ValueError):
-        marker = {}
-    marker = marker if isinstance(marker, dict) else {}
-    want = (f.report or {}).get("shard_sha256", {}).get(name) or marker.get("sha256")
-    if want is not None and h.hexdigest() != want:
-        f.add(f"{name}: sha256 {h.hexdigest()[:16]}... differs from the recorded {str(want)[:16]}... "
+    marker = shard_marker(f, name) if f.expected is not None else {}  # the writer's ShardResult
+    records = {"report.json": (f.report or {}).get("shard_sha256", {}).get(name),
+               f"{RUN_DIR}/{HASHES}": recorded_sha256(f, name), f"{RUN_DIR}/shards/{name}.json": marker.get("sha256")}
+    differ = [rec for rec, want in records.items() if want is not None and want != h.hexdigest()]
+    if differ:
+        f.add(f"{name}: sha256 {h.hexdigest()[:16]}... differs from the one recorded in {', '.join(differ)} "
               "(the shard was modified after packing)")
     if is_int(marker.get("nbytes")) and marker["nbytes"] != size:
         f.add(f"{name}: {size} bytes, the run record says {marker['nbytes']}")
-    starts, end, whole = read_tar(f, name, path, size)
+    recorded = marker.get("content_sha256") if isinstance(marker.get("content_sha256"), dict) else None
+    starts, end, whole = read_tar(f, name, path, size, recorded)
     count = (f.counts or {}).get(name)
     if whole and count is not None and count != len(starts):
         f.add(f".info.json counts {count} packs in {name}, the tar holds {len(starts)}")
@@ -72,10 +73,12 @@ def check_shard(f: Findings, name: str) -> None:
         f.add(f"{name}.idx entry {i} is {offs[i]}, the tar has {want_offs[i]}")
 
 
-def read_tar(f: Findings, name: str, path: Path, size: int) -> tuple[list[int], int, bool]:
-    """Walk the tar's packs (:class:`vlmpack.packfmt.ShardPacks`, the JSON parts read) and check
-    every pack; returns the packs' header offsets, the end-of-archive offset and whether the
-    tar was whole (else problems were added)."""
+def read_tar(f: Findings, name: str, path: Path, size: int, recorded: dict | None = None
+             ) -> tuple[list[int], int, bool]:
+    """Walk the tar's packs (:class:`vlmpack.packfmt.ShardPacks`, every part read up to its limit)
+    and check every pack (``recorded``: the shard marker's ``content_sha256``, pack key -> sample
+    digests); returns the packs' header offsets, the end-of-archive offset and whether the tar was
+    whole (else problems were added)."""
     starts: list[int] = []
     too_large: set[str] = set()
 
@@ -90,7 +93,7 @@ def read_tar(f: Findings, name: str, path: Path, size: int) -> tuple[list[int], 
         else:
             f.add(f"{name}: bad member {m.name[:200]!r} (not a regular file named <key>.<part>)")
 
-    packs = ShardPacks(path, read=lambda part: part == "json", size=size, on_bad=bad)
+    packs = ShardPacks(path, size=size, on_bad=bad)
     try:
         for pack in packs:
             if pack.key in f.keys:
@@ -99,7 +102,7 @@ def read_tar(f: Findings, name: str, path: Path, size: int) -> tuple[list[int], 
             f.keys[pack.key] = name
             starts.append(pack.offset)
             if pack.key not in too_large:  # (its problem is said)
-                check_pack(f, name, pack.key, pack.parts)
+                check_pack(f, name, pack.key, pack.parts, recorded)
     except (tarfile.TarError, OSError, EOFError) as e:
         f.add(f"{name}: not a readable tar ({one_line(e)})")
         return starts, 0, False
@@ -115,11 +118,14 @@ def read_tar(f: Findings, name: str, path: Path, size: int) -> tuple[list[int], 
     return starts, end, True
 
 
-def check_pack(f: Findings, shard: str, key: str, parts: dict[str, bytes | None]) -> None:
+def check_pack(f: Findings, shard: str, key: str, parts: dict[str, bytes | None],
+               recorded: dict | None = None) -> None:
     """One pack: its object (read by the ``vlmpack`` sink from ``parts``, the part name -> bytes
-    of its members, the JSON read; :func:`vlmpack.packfmt.parse_pack` gives each field its type)
-    is a ``vlmpack.pack/1`` pack whose counts add up and whose samples reference exactly its media
-    parts; its ids and tokens go into ``f``."""
+    of its members; :func:`vlmpack.packfmt.parse_pack` gives each field its type) is a
+    ``vlmpack.pack/1`` pack whose counts add up and whose samples reference exactly its media
+    parts; its ids and tokens go into ``f``; each sample's content sha256 and media identity
+    against the run record (:func:`vlmpack.check.content.check_samples`, ``recorded``: the shard
+    marker's ``content_sha256``)."""
     where = f"{shard}/{key}"
     try:
         obj = get_sink().read_pack(parts) if parts.get("json") is not None else None
@@ -150,5 +156,6 @@ def check_pack(f: Findings, shard: str, key: str, parts: dict[str, bytes | None]
         f.add(f"{where}: referenced media parts missing from the tar: {eg(sorted(media - names))}")
     if names - media - EXTRA_PARTS:
         f.add(f"{where}: bad member(s) referenced by no sample: {eg(sorted(names - media - EXTRA_PARTS))}")
+    check_samples(f, shard, key, obj, parts, recorded)
     f.packs[key] = (shard, ids)
     f.totals.update(packs=1, samples=len(ids), tokens=total)

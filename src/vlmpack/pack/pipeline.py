@@ -18,8 +18,10 @@ missing), keyed by the stage's own inputs (:mod:`vlmpack.pack.stages`: count, pl
   constraint: planned again) and the sha256 of both;
 - ``outputs.json``: the shard names this run writes (what ``--overwrite`` may delete);
   ``shards/<name>.json``: a marker per finished shard (sha256, counts, write key, the samples the
-  writer left out because their media changed); ``figures.json``: the report's PNGs and the digest
-  of what they show. These JSON files are sealed (:func:`vlmpack.fsio.sealed_json_bytes`).
+  writer left out because their media changed, each sample's content sha256); ``figures.json``: the
+  report's PNGs and the digest of what they show; ``hashes.json``, written last: the sha256 of the
+  reports, the config record, manifest, plan and every shard and ``.tar.idx`` (:mod:`vlmpack.pack.seal`).
+  These JSON files are sealed (:func:`vlmpack.fsio.sealed_json_bytes`).
 
 So a killed run started again skips what is done and produces the same bytes, and a finished run
 started again loads no model (no pool is started when no task is left).
@@ -57,6 +59,7 @@ from vlmpack.pack.manifest import InputFiles, build_manifest, manifest_digest
 from vlmpack.pack.nodes import InputRange, check_node_output, model_fingerprint, node_ranges, node_record, shard_prefix
 from vlmpack.pack.report import build_report, write_report_html
 from vlmpack.pack.rundir import RUN_DIR, prepare_output, unlock_output
+from vlmpack.pack.seal import write_hashes
 from vlmpack.pack.stages import (
     CountOptions,
     PlanOptions,
@@ -188,8 +191,10 @@ def _write(opts: WriteOptions, workers: Workers, run: Path, tasks: list[ShardTas
             ok = (isinstance(marker, dict) and marker.get("write") == key and (out / t.name).is_file()
                   and (out / (t.name + ".idx")).is_file())
             results[t.index] = ShardResult(**marker["result"]) if ok and _left_out_ok(marker["result"]) else None
-            if ok and (out / t.name).stat().st_size != results[t.index].nbytes:  # cut or replaced since
-                results[t.index] = None
+            r = results[t.index]
+            if r is not None and ((out / t.name).stat().st_size != r.nbytes  # cut or replaced since
+                       or not isinstance(r.content_sha256, dict) or len(r.content_sha256) != r.num_packs):
+                results[t.index] = None  # (a marker of an older vlmpack has no content sha256: written again)
         except (KeyError, TypeError):
             results[t.index] = None
         if results[t.index] is None:
@@ -372,6 +377,7 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
     atomic_write(Path(cfg.output) / "report.json", json_bytes(report, indent=1))
     # OUT/report.html: figures + key numbers (no shard re-read; PNGs reused while what they show is the same)
     write_report_html(cfg, manifest, plan, report, png_cache=run / "figures.json")
+    write_hashes(Path(cfg.output), [s.name for s in shards])  # last: the sha256 of what check compares
     if not report["samples_packed"]:
         raise RunFailedError(f"no sample was packed ({report['records_read']:,} records read, "
                              f"{report['rejected']:,} rejected, {report['dropped_overlong']:,} overlong); "

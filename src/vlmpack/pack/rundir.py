@@ -44,13 +44,16 @@ plan     manifest digest (the counts), ``seq_len``, ``algorithm``,   ``plan.npz`
          ``max_media_tokens_per_pack``, ``group_by_kind``,           (key in ``stages.json``)
          ``pad_to_multiple_of``, ``seed``, ``overlong``
 write    count key, plan key, media items as counted (sha256),       ``shards/<name>.json``
-         ``pretokenize``, ``max_packs_per_shard``,                   markers + the shards
-         ``max_shard_bytes``, ``shard_prefix``, ``num_nodes``,
-         ``node_rank``
+         ``pretokenize``, ``max_packs_per_shard``,                   markers (+ each sample's
+         ``max_shard_bytes``, ``shard_prefix``, ``num_nodes``,       content sha256) + the
+         ``node_rank``                                               shards
 (none)   ``output``, ``workers``, ``executor``, ``ray_address``,     -
          ``overwrite``, ``progress``, ``max_reject_fraction``,
          ``cache_dir``
 ======== =========================================================== ==========================
+
+A finished run writes ``hashes.json`` last (:mod:`vlmpack.pack.seal`): the sha256 of the reports,
+``config.json``, manifest, plan and every shard and ``.tar.idx``, what ``vlmpack check`` compares.
 
 ``config.json`` keeps the fingerprint of the whole config (every keyed option): a run on an
 ``OUT`` made with other options needs ``--overwrite``, which then re-plans and rewrites without
@@ -174,7 +177,7 @@ def prepare_output(out: Path, fingerprint: str, payload: dict, *, overwrite: boo
 #: Files of ``.nv-meta`` vlmpack writes (:func:`vlmpack.energon.meta.write_metadata`, ``vlmpack`` layout).
 _META_FILES = (".info.json", "split.yaml", "dataset.yaml", "sample_loader.py")
 #: Files of the run directory besides :data:`STAGE_FILES` and the shard markers.
-_RUN_FILES = ("config.json", "outputs.json")
+_RUN_FILES = ("config.json", "outputs.json", "hashes.json")
 
 
 def refuse_links(out: Path) -> None:

@@ -17,6 +17,11 @@ A sample that fails is left out of its pack and becomes a rejection of the shard
 instead of other bytes being written; a pack left without samples is not written. The next run
 counts that media again (the count stage sees the new content).
 
+Each written pack's samples get their content sha256 (:func:`vlmpack.packfmt.sample_digest` of the
+sample's pack entry and its media bytes as written, :attr:`ShardResult.content_sha256`), kept in the
+shard's marker in the run directory (never in the shard: its bytes are as without it), which
+``vlmpack check`` compares every sample of the shard with.
+
 No pack holds more than ``seq_len`` tokens: the planner never makes one, so a pack whose recorded
 counts sum above it (a count cache or run directory edited by hand, or a bug) stops the shard with
 :class:`vlmpack.errors.InternalError` naming the pack (exit 70) before anything of it is written.
@@ -38,7 +43,7 @@ from vlmpack.errors import InternalError, MediaError
 from vlmpack.fsio import fsync_dir
 from vlmpack.media.fingerprint import read_checked
 from vlmpack.pack.count_task import part_path, read_record
-from vlmpack.packfmt import pack_key, tarinfo
+from vlmpack.packfmt import build_pack, pack_key, sample_digest, tarinfo
 from vlmpack.sinks import DEFAULT_LAYOUT, get_sink
 
 _TAR_OVERHEAD = 512 * 3  # header + padding of the json member, plus slack
@@ -79,7 +84,10 @@ class ShardTask:
 class ShardResult:
     """What the writer reports for a finished shard (all sizes in bytes). ``rejected``: the samples
     left out because a media item changed since it was counted, each ``{"source": locator dict,
-    "id", "id_kind", "num_tokens", "reason", "detail"}`` (JSON-ready; empty in a normal run)."""
+    "id", "id_kind", "num_tokens", "reason", "detail"}`` (JSON-ready; empty in a normal run).
+    ``content_sha256``: pack key -> the content sha256 (hex) of each of its samples in order
+    (:func:`vlmpack.packfmt.sample_digest` of its pack entry and media bytes as written), what
+    ``vlmpack check`` compares each sample of the shard with."""
 
     name: str
     num_packs: int
@@ -88,6 +96,7 @@ class ShardResult:
     nbytes: int
     sha256: str
     rejected: list = field(default_factory=list)
+    content_sha256: dict = field(default_factory=dict)
 
 
 def assign_shards(pack_bytes: np.ndarray, max_packs: int, max_bytes: int) -> np.ndarray:
@@ -155,10 +164,10 @@ class _MediaReader:
 
 
 def _pack_entries(task: ShardTask, sink, key: str, records: list[tuple[dict, list[str]]],
-                  rejected: list[dict]) -> tuple[list[tuple[str, bytes]], int, int]:
+                  rejected: list[dict]) -> tuple[list[tuple[str, bytes]], int, list[tuple[dict, list[str]]]]:
     """The members of pack ``key`` from ``records`` (record, media sha256 list), leaving out (into
     ``rejected``) each sample with a media item that fails :class:`_MediaReader`'s checks. Returns
-    ``(entries, tokens, samples)``; no entries when no sample is left."""
+    ``(entries, tokens, the records written)``; no entries when no sample is left."""
     while records:
         expected: dict[str, str] = {}
         conflict = []  # one reference counted with two contents (it changed between two count tasks)
@@ -174,7 +183,7 @@ def _pack_entries(task: ShardTask, sink, key: str, records: list[tuple[dict, lis
             try:
                 entries, tokens = sink.pack_members(key, [r for r, _ in records], task.seq_len, reader,
                                                     model_dir=task.model_dir)
-                return entries, tokens, len(records)
+                return entries, tokens, records
             except MediaError as e:
                 if reader.failed is None:
                     raise
@@ -184,7 +193,16 @@ def _pack_entries(task: ShardTask, sink, key: str, records: list[tuple[dict, lis
                       "num_tokens": rec["num_tokens"], "reason": reason[0], "detail": reason[1]}
                      for i, (rec, _) in enumerate(records) if i in bad]
         records = [x for i, x in enumerate(records) if i not in bad]
-    return [], 0, 0
+    return [], 0, []
+
+
+def _digest(rec: dict, media_sha256: list[str], seq_len: int) -> str:
+    """The content sha256 (hex) of one written sample (:func:`vlmpack.packfmt.sample_digest`): its
+    ``vlmpack.pack/1`` entry (:func:`vlmpack.packfmt.build_pack` of its canonical record ``rec``;
+    the digest does not depend on the pack's numbering of media) and the sha256 of its media bytes,
+    which :class:`_MediaReader` found equal to ``media_sha256`` as it read them for the shard. The
+    same for every output layout, so ``check`` compares it with what a ``vlmpack.pack/1`` shard holds."""
+    return sample_digest(build_pack([rec], seq_len)[0]["samples"][0], media_sha256)
 
 
 def _check_capacity(task: ShardTask, key: str, tokens: int) -> None:
@@ -211,6 +229,7 @@ def write_shard(task: ShardTask) -> ShardResult:
     n_samples = n_tokens = 0
     handles: dict[int, object] = {}
     rejected: list[dict] = []
+    digests: dict[str, list[str]] = {}
     sink = get_sink(task.layout)
     try:
         with open(tmp, "wb") as raw:
@@ -229,9 +248,10 @@ def write_shard(task: ShardTask) -> ShardResult:
                         continue
                     _check_capacity(task, key, pack_tokens)  # what the output layout wrote
                     offsets.append(tf.offset)
+                    digests[key] = [_digest(r, fps, task.seq_len) for r, fps in kept]
                     for name, data in sorted(entries):
                         tf.addfile(tarinfo(name, len(data)), io.BytesIO(data))
-                    n_samples += kept
+                    n_samples += len(kept)
                     n_tokens += pack_tokens
                 offsets.append(tf.offset)
             raw.flush()
@@ -246,4 +266,5 @@ def write_shard(task: ShardTask) -> ShardResult:
     write_tar_idx(out / (task.name + ".idx"), offsets)
     os.replace(tmp, tar_path)
     fsync_dir(out)
-    return ShardResult(task.name, len(offsets) - 1, n_samples, n_tokens, f.size, f.sha256.hexdigest(), rejected)
+    return ShardResult(task.name, len(offsets) - 1, n_samples, n_tokens, f.size, f.sha256.hexdigest(), rejected,
+                       digests)
