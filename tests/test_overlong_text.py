@@ -90,8 +90,10 @@ from vlmpack.pack.pipeline import run_pack
 inp, media, model, out = sys.argv[1:5]
 run_pack(load_config(input=[inp], media_root=media, model=model, output=out, seq_len=8192, progress=False,
                      workers=1, executor="local"))
-peak = max(resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-print(json.dumps({"peak_kib": peak}))
+# this process: VmHWM, the high-water mark of its own memory since exec (ru_maxrss of RUSAGE_SELF
+# keeps the parent's mark across exec on Linux: under pytest-xdist, the worker's gigabytes)
+hwm = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:"))
+print(json.dumps({"peak_kib": max(hwm, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)}))
 """
 
 

@@ -21,7 +21,7 @@ Sources of the rules: byte-level BPE writes each byte of a token as one characte
 decoder maps each character back to one byte), so a vocabulary entry of ``k`` characters is a
 token of ``k`` bytes; added tokens are matched on their content, ``len(content.encode())`` bytes.
 Qwen2/2.5/3-VL, Qwen3.5, InternVL3 and LLaVA-OneVision all ship the Qwen2 tokenizer (151,643 BPE
-entries, the longest 128 bytes, 128 spaces; ``tests/test_text_bound.py`` checks the bound on
+entries, the longest 128 bytes, 128 spaces; ``tests/test_overlong_text.py`` checks the bound on
 random text against each real tokenizer).
 """
 
