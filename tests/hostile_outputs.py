@@ -249,6 +249,43 @@ def run_dir_is_a_link(out, outside, ran):
     link(out / ".vlmpack", outside / "run")
 
 
+@output_class(("the run record in", "is not read", "plan.npz member", "is compressed"))
+def plan_npz_deflate_bomb(out, outside, ran):
+    """``plan.npz`` replaced by a deflated one whose ``order`` is 8 GB of zeros (8 MB on disk)."""
+    import zipfile
+
+    with zipfile.ZipFile(out / ".vlmpack" / "plan.npz", "w", zipfile.ZIP_DEFLATED) as z, \
+            z.open("order.npy", "w", force_zip64=True) as fh:
+        np.lib.format.write_array_header_1_0(fh, {"descr": "<i8", "fortran_order": False, "shape": (10**9,)})
+        zeros = bytes(1 << 24)
+        for _ in range((8 * 10**9) >> 24):
+            fh.write(zeros)
+
+
+@output_class(("the run record in", "is not read", "plan.npz member", "claims 8,000,000,000,000 bytes"))
+def plan_npz_header_claims_10_to_the_12(out, outside, ran):
+    """``plan.npz`` whose stored ``order.npy`` header claims 10^12 int64 (np.load would allocate them)."""
+    import zipfile
+
+    body = io.BytesIO()
+    np.lib.format.write_array_header_1_0(body, {"descr": "<i8", "fortran_order": False, "shape": (10**12,)})
+    with zipfile.ZipFile(out / ".vlmpack" / "plan.npz", "w", zipfile.ZIP_STORED) as z:
+        z.writestr("order.npy", body.getvalue() + bytes(64))
+
+
+@output_class(("the run record in", "is not read", "bytes of rows once read"))
+def manifest_parquet_bomb(out, outside, ran):
+    """``manifest.parquet`` of 10^7 rows of one id (a few hundred KB on disk, gigabytes once read as
+    Python lists)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = 10**7
+    table = pa.table({"id": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array(["x" * 64])),
+                      "num_tokens": pa.array(np.ones(n, np.int32))})
+    pq.write_table(table, out / ".vlmpack" / "manifest.parquet", compression="zstd", use_dictionary=True)
+
+
 # ------------------------------------------------------------------------- blends (item 2)
 def blend_class(problem: tuple[str, ...]):
     """Register the decorated blend edit in :data:`BLENDS` under its name."""

@@ -54,17 +54,21 @@ def load_run_dir(f: Findings) -> None:
         f.add(f"the run record {run}/manifest.parquet + plan.npz is missing: completeness and per-sample "
               "token counts cannot be checked (pass --no-run-dir to check without it)")
         return
+    if why := run_record_too_large(man, plan_path):
+        f.add(f"the run record in {run} is not read: {why}; completeness cannot be checked")
+        return
     try:
-        import pyarrow.parquet as pq
-
         from vlmpack.packing import PackPlan
 
-        table = pq.read_table(man)
+        table = _read_manifest(man)
         ids = [str(x) for x in table.column("id").to_pylist()]
         tokens = table.column("num_tokens").to_numpy().astype(np.int64).tolist()
         kinds = (table.column("id_kind").to_numpy().astype(np.int64) if "id_kind" in table.column_names
                  else np.zeros(len(ids), np.int64))
         plan = PackPlan.from_npz(plan_path)
+    except _TooLarge as e:
+        f.add(f"the run record in {run} is not read: {e}; completeness cannot be checked")
+        return
     except Exception as e:  # noqa: BLE001 - an unreadable run record is a finding, not a crash
         f.add(f"the run record in {run} is unreadable ({one_line(e)}): completeness cannot be checked")
         return
@@ -80,6 +84,85 @@ def load_run_dir(f: Findings) -> None:
     f.records_at = _records_at(table, ids, kinds, keep)
     for pair in _left_out(f):  # rejected by the writer (their media changed after counting): in rejects.jsonl
         f.expected.pop(pair, None)
+
+
+#: The manifest columns check reads.
+_COLUMNS = ("id", "num_tokens", "id_kind", "part", "rec_offset", "rec_len", "num_media")
+#: A run-record file may take at most this many bytes of memory per byte on disk (plus
+#: :data:`_SLACK`) once read: a compression bomb, or a header that claims a larger array than the
+#: file holds, is refused before anything is decompressed or allocated.
+_EXPANSION = 32
+_SLACK = 64 << 20
+
+
+def run_record_too_large(man: Path, plan_path: Path) -> str | None:
+    """Why ``manifest.parquet`` / ``plan.npz`` cannot be read in memory bounded by their size on
+    disk, or None. The manifest: the uncompressed size of the columns check reads, as its footer
+    records it (``ColumnChunkMetaData.total_uncompressed_size``, the footer alone is read), at most
+    :data:`_EXPANSION` times the file size plus :data:`_SLACK`. The plan (``np.savez`` writes it
+    uncompressed): every member stored, not deflated, and each ``.npy`` header's shape x item size
+    no more than the member's bytes (``numpy.lib.format`` header read only; ``np.load`` allocates
+    what a header claims before reading). Never raises: an unreadable file is a reason too."""
+    import zipfile
+
+    import pyarrow.parquet as pq
+
+    try:
+        size = man.stat().st_size
+        meta = pq.ParquetFile(man).metadata
+        groups = (meta.row_group(g) for g in range(meta.num_row_groups))
+        total = sum(rg.column(j).total_uncompressed_size for rg in groups for j in range(rg.num_columns)
+                    if rg.column(j).path_in_schema in _COLUMNS)
+        if total > _EXPANSION * size + _SLACK:
+            return f"manifest.parquet's columns expand to {total:,} bytes from {size:,} on disk"
+        with zipfile.ZipFile(plan_path) as z:
+            for info in z.infolist():
+                if info.compress_type != zipfile.ZIP_STORED:
+                    return f"plan.npz member {info.filename[:80]!r} is compressed (vlmpack stores its arrays)"
+                with z.open(info) as fh:
+                    version = np.lib.format.read_magic(fh)
+                    fmt = np.lib.format
+                    read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+                    shape, _, dtype = read(fh)
+                need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                if need > info.file_size:
+                    return f"plan.npz member {info.filename[:80]!r} claims {need:,} bytes in {info.file_size:,}"
+    except Exception as e:  # noqa: BLE001 - a crafted file is a reason, never a crash
+        return f"it cannot be read ({one_line(e)})"
+    return None
+
+
+class _TooLarge(ValueError):
+    """A run-record file that would take more memory than its size on disk allows."""
+
+
+def _read_manifest(man: Path):
+    """The columns of :data:`_COLUMNS` of ``manifest.parquet`` (``id`` kept dictionary-encoded), read
+    batch by batch while the memory they will take (id bytes, 8 bytes a value, 64 bytes a row of
+    Python objects) stays within :data:`_EXPANSION` x the file size + :data:`_SLACK`: run-length or
+    dictionary encoding can make a small file hold many rows. Raises :class:`_TooLarge` beyond it,
+    what pyarrow raises for a file it cannot read."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    size = man.stat().st_size
+    budget, used, batches = _EXPANSION * size + _SLACK, 0, []
+    pf = pq.ParquetFile(man, read_dictionary=["id"])
+    cols = [c for c in _COLUMNS if c in pf.schema_arrow.names]
+    for b in pf.iter_batches(batch_size=8192, columns=cols):
+        ids = b.column(cols.index("id")) if "id" in cols else None
+        if isinstance(ids, pa.DictionaryArray):
+            lengths = pc.binary_length(ids.dictionary).to_numpy(zero_copy_only=False)
+            id_bytes = int(lengths[ids.indices.to_numpy(zero_copy_only=False)].sum()) if len(lengths) else 0
+        else:
+            id_bytes = int(pc.sum(pc.binary_length(ids)).as_py() or 0) if ids is not None else 0
+        used += id_bytes + b.num_rows * (8 * len(cols) + 64)
+        if used > budget:
+            raise _TooLarge(f"manifest.parquet holds more than {budget:,} bytes of rows once read "
+                             f"({size:,} on disk)")
+        batches.append(b)
+    return pa.Table.from_batches(batches, schema=batches[0].schema) if batches else pa.table({c: [] for c in cols})
 
 
 def _records_at(table, ids: list[str], kinds: np.ndarray, keep: np.ndarray) -> dict | None:
