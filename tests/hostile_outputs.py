@@ -251,14 +251,14 @@ def run_dir_is_a_link(out, outside, ran):
 
 @output_class(("the run record in", "is not read", "plan.npz member", "is compressed"))
 def plan_npz_deflate_bomb(out, outside, ran):
-    """``plan.npz`` replaced by a deflated one whose ``order`` is 8 GB of zeros (8 MB on disk)."""
+    """``plan.npz`` replaced by a deflated one whose ``order`` is 800 MB of zeros (under 1 MB on disk)."""
     import zipfile
 
     with zipfile.ZipFile(out / ".vlmpack" / "plan.npz", "w", zipfile.ZIP_DEFLATED) as z, \
             z.open("order.npy", "w", force_zip64=True) as fh:
-        np.lib.format.write_array_header_1_0(fh, {"descr": "<i8", "fortran_order": False, "shape": (10**9,)})
-        zeros = bytes(1 << 24)
-        for _ in range((8 * 10**9) >> 24):
+        np.lib.format.write_array_header_1_0(fh, {"descr": "<i8", "fortran_order": False, "shape": (10**8,)})
+        zeros = bytes(10**7)
+        for _ in range(80):
             fh.write(zeros)
 
 
