@@ -249,6 +249,17 @@ def run_dir_is_a_link(out, outside, ran):
     link(out / ".vlmpack", outside / "run")
 
 
+@output_class(("bad member", "input_ids.npy"))
+def input_ids_header_claims_10_to_the_12(out, outside, ran):
+    """The first pack gets an ``input_ids.npy`` whose header claims 10^12 int32 ids over 64 bytes
+    (NumPy's loader would allocate what the header claims); report.json resealed."""
+    body = io.BytesIO()
+    np.lib.format.write_array_header_1_0(body, {"descr": "<i4", "fortran_order": False, "shape": (10**12,)})
+    packs = _read_tar(out / SHARD)
+    packs[0][1].append(("input_ids.npy", body.getvalue() + bytes(64)))
+    seal_shard(out, _write_tar(out / SHARD, packs))
+
+
 @output_class(("the run record in", "is not read", "plan.npz member", "is compressed"))
 def plan_npz_deflate_bomb(out, outside, ran):
     """``plan.npz`` replaced by a deflated one whose ``order`` is 800 MB of zeros (under 1 MB on disk)."""

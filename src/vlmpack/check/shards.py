@@ -17,7 +17,7 @@ from vlmpack.energon.load import one_line
 from vlmpack.fsio import LinkRefused, open_inside, read_inside
 from vlmpack.pack.rundir import RUN_DIR
 from vlmpack.pack.seal import HASHES
-from vlmpack.packfmt import EXTRA_PARTS, FORMAT, MemberTooLarge, ShardPacks, split_member
+from vlmpack.packfmt import EXTRA_PARTS, FORMAT, MemberTooLarge, ShardPacks, parse_input_ids, split_member
 from vlmpack.sinks import get_sink
 
 
@@ -156,6 +156,14 @@ def check_pack(f: Findings, shard: str, key: str, parts: dict[str, bytes | None]
         f.add(f"{where}: referenced media parts missing from the tar: {eg(sorted(media - names))}")
     if names - media - EXTRA_PARTS:
         f.add(f"{where}: bad member(s) referenced by no sample: {eg(sorted(names - media - EXTRA_PARTS))}")
+    if parts.get("input_ids.npy") is not None:  # --pretokenize: the header must match its bytes and tokens
+        try:
+            length = len(parse_input_ids(parts["input_ids.npy"]))
+            if length != n:
+                f.add(f"{where}: input_ids.npy holds {length} ids, the pack records {n} tokens")
+        except ValueError as e:  # its header claims what its bytes do not hold: np.load would allocate it
+            f.add(f"{where}: bad member {key}.input_ids.npy ({one_line(e)})")
+            f.load_ok = False
     check_samples(f, shard, key, obj, parts, recorded)
     f.packs[key] = (shard, ids)
     f.totals.update(packs=1, samples=len(ids), tokens=total)
