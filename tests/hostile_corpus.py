@@ -300,6 +300,19 @@ def _interlace(path: Path) -> None:
                      + _png_chunk(b"IEND", b""))
 
 
+def image_records_in(root: Path, real_data: Path, lines: int, n: int = 20) -> list[dict]:
+    """The first ``n`` records with images among the first ``lines`` of the demo JSONL, their images
+    copied into ``root/img/`` and referenced as ``img/<name>`` (``root`` is their media root)."""
+    (root / "img").mkdir(parents=True, exist_ok=True)
+    recs = [json.loads(x) for x in (real_data / "real_sft.jsonl").read_text(encoding="utf-8").splitlines()[:lines]]
+    recs = [r for r in recs if r.get("images")][:n]
+    for r in recs:
+        for ref in r["images"]:
+            shutil.copyfile(real_data / ref, root / "img" / Path(ref).name)
+        r["images"] = [f"img/{Path(ref).name}" for ref in r["images"]]
+    return recs
+
+
 CLI = [sys.executable, "-c", "import sys; sys.argv[0] = 'vlmpack'; from vlmpack.cli import main; main()"]
 
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hostile_corpus import one_error_line, run_cli, start_cli
+from hostile_corpus import image_records_in, one_error_line, run_cli, start_cli
 
 from vlmpack.packfmt import read_packs
 
@@ -179,16 +179,7 @@ def test_media_edited_before_a_resume_are_counted_again(tmp_path, real_data, mod
     from vlmpack.train import PackCollator
 
     root = tmp_path / "root"
-    (root / "img").mkdir(parents=True)
-    recs = [json.loads(x) for x in (real_data / "real_sft.jsonl").read_text(encoding="utf-8").splitlines()[:120]]
-    recs = [r for r in recs if r.get("images")][:20]
-    for r in recs:
-        new = []
-        for ref in r["images"]:
-            dst = root / "img" / Path(ref).name
-            shutil.copyfile(real_data / ref, dst)
-            new.append(f"img/{dst.name}")
-        r["images"] = new
+    recs = image_records_in(root, real_data, 120)
     (root / "in.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
     args = _pack_args(root / "in.jsonl", root, model_dir, root / "out")
     assert run_cli(args).returncode == 0

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hostile_corpus import run_cli
+from hostile_corpus import image_records_in, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -174,15 +174,7 @@ def root(tmp_path, real_data) -> tuple[Path, Path, Path, Path]:
     ``a``; ``b`` is another real image of the same byte size. Returns (root, input, target, b)."""
     a, b = _same_size_pair(real_data)
     root = tmp_path / "root"
-    (root / "img").mkdir(parents=True)
-    recs = [json.loads(x) for x in (real_data / "real_sft.jsonl").read_text(encoding="utf-8").splitlines()[:150]]
-    recs = [r for r in recs if r.get("images")][:20]
-    for r in recs:
-        new = []
-        for ref in r["images"]:
-            shutil.copyfile(real_data / ref, root / "img" / Path(ref).name)
-            new.append(f"img/{Path(ref).name}")
-        r["images"] = new
+    recs = image_records_in(root, real_data, 150)
     target = root / recs[0]["images"][0]
     shutil.copyfile(a, target)
     os.utime(target, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
