@@ -115,3 +115,16 @@ def pack_reference(proc, raw: dict, samples: list[dict], *, nested: bool = False
                padding=True)
     wants = [ids[mask.astype(bool)] for ids, mask in zip(ref["input_ids"], ref["attention_mask"])]
     return images, ref, wants
+
+
+def assert_sample_encodes(fam, s: dict, tokens: list[int], want, batch_ids) -> None:
+    """The assertions every sweep makes of one image sample ``s`` of a pack (its entry in the pack
+    JSON): its media's recorded token counts are ``tokens`` (read from the reference ids), its
+    recorded length is that of ``want`` (the reference processor's ids), the family's ``encode``
+    gives ``want`` exactly, and so does the collator's slice ``batch_ids`` (int ``[n]``)."""
+    where = f"sample {s['id']!r}"
+    assert [m["num_tokens"] for m in s["media"]] == tokens, where
+    assert s["num_tokens"] == len(want), where
+    got = fam.encode(s["messages"], tokens, s.get("special_tokens"))
+    assert np.array_equal(got, want), where
+    assert np.array_equal(batch_ids, want), where
