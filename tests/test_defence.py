@@ -29,7 +29,7 @@ from vlmpack.check import check_output
 from vlmpack.errors import InternalError, PackError, PackTooLongError, TokenIdError, VlmpackError
 from vlmpack.models import load_model
 from vlmpack.pack.rundir import RUN_DIR
-from vlmpack.pack.write import ShardTask, write_shard
+from vlmpack.pack.write import MEMBER_COLUMNS, ShardTask, member_rows, write_shard
 from vlmpack.packfmt import read_packs
 from vlmpack.train import PackCollator
 from vlmpack.verify import verify_output
@@ -83,12 +83,12 @@ def test_writer_refuses_a_pack_whose_counts_sum_above_seq_len(pre, real_data, tm
     """A plan that puts more of the run's real records in one pack than L holds (what a hand-edited
     count cache makes the planner do) stops the shard with an internal error naming the pack."""
     run = pre / RUN_DIR
-    manifest = pq.read_table(run / "manifest.parquet", columns=["num_tokens", "part", "rec_offset", "rec_len"])
+    manifest = pq.read_table(run / "manifest.parquet", columns=list(MEMBER_COLUMNS))
     tokens = manifest.column("num_tokens").to_numpy().astype(np.int64)
     k = int(np.searchsorted(np.cumsum(tokens), SEQ_LEN, side="right")) + 1  # the first k records exceed L
     total = int(tokens[:k].sum())
     assert total > SEQ_LEN
-    rows = np.stack([manifest.column(c).to_numpy()[:k] for c in ("part", "rec_offset", "rec_len")], axis=1)
+    rows = member_rows(manifest, np.arange(k))
 
     def task(seq_len: int, out: Path) -> ShardTask:
         out.mkdir()

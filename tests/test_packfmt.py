@@ -1,4 +1,5 @@
-"""``vlmpack.packfmt.group_by_key``, the one grouping of tar members into packs / samples: invariants.
+"""``vlmpack.packfmt``: the one grouping of tar members into packs / samples, and the writing of a pack
+object from entries serialized once (``sample_entry``, ``join_pack``, the content digests): invariants.
 
 The readers built on it are tested on real outputs (``tests/test_writer.py``: ``ShardPacks``
 offsets = the ``.tar.idx``; ``tests/test_check.py``: truncated and tampered shards) and real
@@ -7,11 +8,24 @@ input shards (``tests/test_sources_wds.py``)."""
 from __future__ import annotations
 
 import itertools
+import json
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vlmpack.packfmt import group_by_key, split_member
+from vlmpack.packfmt import (
+    FORMAT,
+    entry_digest,
+    group_by_key,
+    join_pack,
+    media_part,
+    parse_pack,
+    sample_digest,
+    sample_entry,
+    shift_part,
+    split_member,
+)
+from vlmpack.records import Locator, Media, Sample
 
 
 @given(st.lists(st.tuples(st.sampled_from("abc"), st.integers()), max_size=40))
@@ -26,3 +40,79 @@ def test_groups_are_the_runs_of_equal_keys(members):
 def test_split_member_keeps_the_dots_of_the_part():
     assert split_member("pack000000007.img3.png") == ("pack000000007", "img3.png")
     assert split_member("pack000000007.input_ids.npy") == ("pack000000007", "input_ids.npy")
+
+
+# --- writing: each sample serialized once (sample_entry), joined into <key>.json unparsed (join_pack) ---
+
+_TRICKY = st.lists(st.sampled_from(['"', "\\", "{", ",", ":", "part", "img", "vid", "0", "7", ".jpg", "\n", "\u2028",
+                                    "é", "漢", "\x00", " ", "}", "type", '{"part":"img0', ',"part":"vid3.mp4"']),
+                   max_size=12).map("".join)
+_MEDIA = st.tuples(st.sampled_from(["image", "video"]), st.sampled_from(["JPEG", "PNG", "WEBP", "MP4", ""]),
+                   st.integers(1, 5000), st.integers(1, 5000), st.integers(0, 10**6))
+
+
+@st.composite
+def _samples(draw):
+    media = [Media(kind, f"/m/{i}", f"/m/{draw(_TRICKY)}{i}", w, h, fmt, 0, n)
+             for i, (kind, fmt, w, h, n) in enumerate(draw(st.lists(_MEDIA, max_size=4)))]
+    content = [{"type": "text", "text": draw(_TRICKY)} for _ in range(draw(st.integers(0, 3)))]
+    content += [{"type": m.kind, "index": i} for i, m in enumerate(media)]
+    messages = [{"role": "user", "content": draw(st.permutations(content))},
+                {"role": "assistant", "content": [{"type": "text", "text": draw(_TRICKY)}]}]
+    key = draw(st.one_of(st.none(), _TRICKY))
+    return Sample(draw(_TRICKY), messages, media, Locator(draw(_TRICKY), 3, 17, key),
+                  num_tokens=draw(st.integers(0, 10**6)), id_kind=draw(st.sampled_from(["str", "int", "line"]))), \
+        draw(st.sampled_from(["reject", "split"]))
+
+
+def _pack_object(samples, seq_len):
+    """The pack object restated from docs/format.md: media numbered over the pack in sample order."""
+    out, n = [], 0
+    for s, special in samples:
+        names = [media_part(m.kind, m.format, n + i) for i, m in enumerate(s.media)]
+        n += len(s.media)
+        entry = {"id": s.id, "id_kind": s.id_kind, "num_tokens": s.num_tokens, "source": s.locator.to_dict(),
+                 "messages": [{"role": msg["role"], "content": [{"type": c["type"], "part": names[c["index"]]}
+                                                                if "index" in c else c for c in msg["content"]]}
+                              for msg in s.messages],
+                 "media": [{"part": p, "kind": m.kind, "width": m.width, "height": m.height,
+                            "num_tokens": m.num_tokens} for p, m in zip(names, s.media)]}
+        if special == "split":
+            entry["special_tokens"] = "split"
+        out.append(entry)
+    return {"format": FORMAT, "seq_len": seq_len, "num_tokens": sum(s.num_tokens for s, _ in samples),
+            "samples": out}
+
+
+@settings(max_examples=300)
+@given(st.lists(_samples(), min_size=1, max_size=5), st.integers(1, 2**31 - 1))
+def test_joined_entries_are_the_pack_object_and_keep_their_digest(samples, seq_len):
+    """join_pack of the samples' entries (serialized once each, media named within the sample) is
+    byte-equal to json.dumps of the pack object, whatever the texts hold (quotes, backslashes,
+    ``"part":"img0`` written as text); parse_pack reads it back; each sample's digest from the
+    shard equals the digest of the bytes the count stage wrote."""
+    entries = [sample_entry(s, special) for s, special in samples]
+    total = sum(s.num_tokens for s, _ in samples)
+    data = join_pack([e for e, _ in entries], [len(s.media) for s, _ in samples], total, seq_len)
+    want = _pack_object(samples, seq_len)
+    assert data == json.dumps(want, ensure_ascii=False, separators=(",", ":")).encode()
+    obj = parse_pack(data)
+    assert obj == want
+    shas = [[f"{i:064x}" for i, _ in enumerate(s.media)] for s, _ in samples]
+    for (entry, names), s, got, sh in zip(entries, samples, obj["samples"], shas):
+        assert names == [media_part(m.kind, m.format, i) for i, m in enumerate(s[0].media)]
+        assert sample_digest(got, sh) == entry_digest(entry, sh)
+        assert sample_digest(got, sh[::-1]) != entry_digest(entry, sh) or len(set(sh)) < 2
+
+
+def test_a_changed_key_order_or_character_changes_the_digest():
+    s = Sample("a", [{"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image", "index": 0}]}],
+               [Media("image", "x.png", "/x.png", 4, 5, "PNG", 10, 7)], Locator("f.jsonl", 1, 0), num_tokens=12)
+    entry, _ = sample_entry(s)
+    sha = ["0" * 64]
+    obj = json.loads(entry)
+    assert sample_digest(obj, sha) == entry_digest(entry, sha)
+    assert sample_digest({**obj, "messages": [{"content": obj["messages"][0]["content"], "role": "user"}]},
+                         sha) != entry_digest(entry, sha)
+    assert sample_digest(json.loads(entry.replace(b'"hi"', b'"hI"')), sha) != entry_digest(entry, sha)
+    assert shift_part("img1.png", 3) == "img4.png" and shift_part("vid0.mp4", 0) == "vid0.mp4"

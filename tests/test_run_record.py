@@ -24,9 +24,9 @@ from test_check import SHARD, _read_tar, packed  # noqa: F401 - the module's rea
 
 from vlmpack.check import check_output
 from vlmpack.fsio import read_sealed_json
-from vlmpack.pack.count_task import part_path, read_record
+from vlmpack.pack.count_task import part_path, read_entry
 from vlmpack.pack.seal import RECORDED
-from vlmpack.packfmt import build_pack, parse_pack, sample_digest
+from vlmpack.packfmt import entry_digest, parse_pack, sample_digest
 from vlmpack.verify import verify_output
 
 
@@ -38,7 +38,7 @@ def _copy(packed, tmp_path):  # noqa: F811
 
 def test_the_run_records_every_sample_and_file(packed):  # noqa: F811
     """Each packed sample's content sha256 is in its shard's marker, equals the one computed from the
-    shard and the one derived from the count stage's record alone; hashes.json holds every file."""
+    shard and the one of the entry bytes the count stage wrote; hashes.json holds every file."""
     run = packed / ".vlmpack"
     man = pq.read_table(run / "manifest.parquet").to_pylist()
     where = {(("str", "int", "line")[r["id_kind"]], r["id"]): r for r in man}
@@ -54,9 +54,8 @@ def test_the_run_records_every_sample_and_file(packed):  # noqa: F811
                 assert sample_digest(s, [hashlib.sha256(parts[m["part"]]).hexdigest() for m in s["media"]]) == want
                 row = where[(s["id_kind"], s["id"])]
                 with open(part_path(run / "records", row["part"]), "rb") as fh:
-                    rec, shas = read_record(fh, row["rec_offset"], row["rec_len"])
-                alone = build_pack([rec], report["seq_len"])[0]["samples"][0]  # numbered as a pack of one
-                assert sample_digest(alone, shas) == want
+                    e = read_entry(fh, row["rec_offset"], row["rec_len"], row["num_tokens"])
+                assert entry_digest(e.entry, [sha for sha, _, _ in e.media]) == want  # the bytes the count stage wrote
                 n += 1
     assert n == report["samples_packed"] > 200
     files = read_sealed_json(run / "hashes.json")["files"]

@@ -15,8 +15,8 @@ import pytest
 
 from vlmpack.errors import ConfigError
 from vlmpack.pack.rundir import RUN_DIR
-from vlmpack.pack.write import ShardTask, write_shard
-from vlmpack.packfmt import EXT_BY_FORMAT, ShardPacks, loads_json, read_packs
+from vlmpack.pack.write import ShardTask, member_rows, write_shard
+from vlmpack.packfmt import ShardPacks, loads_json, read_packs
 from vlmpack.packing import PackPlan
 from vlmpack.sinks import DEFAULT_LAYOUT, SINKS, Sink, get_sink
 from vlmpack.sinks.vlmpack import VlmpackSink
@@ -44,10 +44,10 @@ def _one_shard_task(out, dest, layout: str) -> ShardTask:
     """All packs of ``out`` as one shard task into ``dest`` (rows from the run dir's manifest in plan order)."""
     run = out / RUN_DIR
     plan, man = PackPlan.from_npz(run / "plan.npz"), pq.read_table(run / "manifest.parquet")
-    rows = np.stack([man.column(c).to_numpy().astype(np.int64) for c in ("part", "rec_offset", "rec_len")], 1)
     report = json.loads((out / "report.json").read_text())
-    return ShardTask(0, "shard-000000.tar", 0, rows[np.asarray(plan.order)], np.asarray(plan.offsets, np.int64),
-                     report["seq_len"], str(dest), str(run / "records"), layout=layout)
+    return ShardTask(0, "shard-000000.tar", 0, member_rows(man, np.asarray(plan.order)),
+                     np.asarray(plan.offsets, np.int64), report["seq_len"], str(dest), str(run / "records"),
+                     layout=layout)
 
 
 def test_vlmpack_sink_rewrites_the_same_packs_and_reads_them_back(packed, tmp_path):
@@ -75,19 +75,20 @@ class _CaptionSink(VlmpackSink):
     name = "toy-captions"
 
     @staticmethod
-    def pack_members(key, records, seq_len, read_media, *, model_dir=None):
+    def pack_members(key, samples, seq_len, read_media, *, model_dir=None):
         meta = {"ids": [], "texts": [], "images": []}
         members = []
-        for i, rec in enumerate(records):
+        for i, e in enumerate(samples):
+            rec = e.sample()  # another form than vlmpack.pack/1: it reads the entry's fields
             names = []
-            for j, m in enumerate(rec["media"]):
-                names.append(f"img{i}_{j}.{EXT_BY_FORMAT.get(m['format'], 'bin')}")
-                members.append((f"{key}.{names[-1]}", read_media(m["path"], m.get("nbytes"), m.get("mtime_ns"))))
+            for j, (_sha, part, ref) in enumerate(e.media):
+                names.append(f"img{i}_{j}.{part.rsplit('.', 1)[1]}")
+                members.append((f"{key}.{names[-1]}", read_media(ref)))
             meta["ids"].append(rec["id"])
             meta["texts"].append([p["text"] for msg in rec["messages"] for p in msg["content"] if "text" in p])
             meta["images"].append(names)
         members.append((f"{key}.json", json.dumps(meta).encode()))
-        return members, sum(r["num_tokens"] for r in records)
+        return members, sum(e.num_tokens for e in samples)
 
     @staticmethod
     def read_pack(parts):  # its own object, not a vlmpack.pack/1 one (VlmpackSink.read_pack checks that form)

@@ -10,7 +10,7 @@
   (``.vlmpack/shards/<shard>.json``, ``result.content_sha256``): a changed character of a text or
   a field, or another media byte, is a problem naming the sample.
 - Media identity (also :func:`check_samples`): the sha256 of each media part must be the one the
-  count stage recorded for that item (the line after the sample's canonical record in
+  count stage recorded for that item (the line after the sample's entry in
   ``.vlmpack/records/part-<task>.jsonl``, found through ``manifest.parquet``'s ``part``,
   ``rec_offset``, ``rec_len``): a count taken for other bytes (a stale cached count, media replaced
   after counting) is a problem naming the sample and part.
@@ -35,6 +35,9 @@ from vlmpack.packfmt import loads_json, sample_digest
 MAX_LINES = 20
 #: The most count-record files kept open at once.
 _OPEN = 32
+#: The most bytes read of one media item's ``[sha256, part, reference]`` in a count record, and of the
+#: whole line (a longer line is a damaged record: memory stays bounded whatever the file holds).
+_ITEM_BYTES, _LINE_BYTES = 64 << 10, 64 << 20
 
 
 def load_hashes(f: Findings) -> None:
@@ -166,9 +169,11 @@ def _counted(f: Findings, pair: tuple[str, str], n: int) -> list | None:
         if len(f.open_records) > _OPEN:
             f.open_records.pop(next(iter(f.open_records))).close()
         fh.seek(offset + length + 1)
-        shas = loads_json(fh.readline(70 * min(num_media, 1 << 16) + 3))  # ["<64 hex>", ...]: 68 bytes an item
-        if not (isinstance(shas, list) and len(shas) == num_media and all(isinstance(x, str) for x in shas)):
-            raise ValueError("no media sha256 list after the record")
+        media = loads_json(fh.readline(min(num_media * _ITEM_BYTES + 3, _LINE_BYTES)))  # [[sha256, part, ref], ...]
+        if not (isinstance(media, list) and len(media) == num_media
+                and all(isinstance(x, list) and x and isinstance(x[0], str) for x in media)):
+            raise ValueError("no media [sha256, part, reference] list after the sample")
+        shas = [x[0] for x in media]
     except (OSError, ValueError) as e:
         if not f.records_broken:
             f.records_broken = True

@@ -4,11 +4,13 @@ A task covers one range of one input file, as its source splits it (:mod:`vlmpac
 line-aligned byte range of a JSONL file, a byte range of whole samples of a tar shard).
 It parses and validates every record, counts the tokens of the valid ones in batches with the
 model's family (:class:`vlmpack.models.base.ModelFamily` from ``vlmpack.models.load_model``:
-media rule, special tokens, template, tokenizer, expansion), and writes the canonical form of
-each accepted sample as one JSON line into ``<run>/records/part-<task>.jsonl``, so that the writer can read any
-sample back by (part, byte offset, length) whatever the input's compression. Each record line is
-followed by one more line, the JSON list of the sha256 of its media (``[]`` without media,
-:func:`read_record`): the writer checks the bytes it copies against them. The content fingerprint
+media rule, special tokens, template, tokenizer, expansion), and writes each accepted sample once,
+serialized as its entry of the pack object (:func:`vlmpack.packfmt.sample_entry`: the bytes its shard
+will hold), as one line of ``<run>/records/part-<task>.jsonl``, so that the writer can read any sample
+back by (part, byte offset, length) whatever the input's compression, and join it into its pack
+without parsing it. Each entry line is followed by one more line, the JSON list of its media's
+``[sha256, part, reference]`` (``[]`` without media, :func:`read_entry`): the writer checks the
+bytes it copies against them. The content fingerprint
 of every media file used (:mod:`vlmpack.media.fingerprint`) is in the task's result, so a resume
 or a count cache hit sees a file replaced in place, whatever its size and mtime.
 
@@ -31,9 +33,10 @@ import pyarrow as pa
 from vlmpack.errors import MediaError, MediaRuleError
 from vlmpack.fsio import atomic_write
 from vlmpack.media.fingerprint import Fingerprint, fingerprint, unchanged
-from vlmpack.media.ref import display_ref, ref_identity
+from vlmpack.media.ref import display_ref
 from vlmpack.models import load_model
 from vlmpack.pack.validate import skip_overlong_texts, text_bound_of, validate_sample
+from vlmpack.packfmt import PackEntry, sample_entry
 from vlmpack.records import ID_KINDS, MAX_MEDIA_BYTES, MAX_MEMBER_BYTES, SAMPLE_KINDS, ReadStats, Rejection, Sample
 from vlmpack.sources import get_source
 
@@ -187,44 +190,32 @@ def arrays_path(store: str | Path, index: int) -> Path:
     return Path(store) / f"part-{index:06d}.arrow"
 
 
-def read_record(fh, offset: int, length: int) -> tuple[dict, list[str]]:
-    """The canonical record at ``offset`` (``length`` bytes, without its newline) of an open records
-    part file and the sha256 (hex) of its media in order, from the line that follows it. Raises
-    ``ValueError`` when either line is no JSON of that form (a damaged part file)."""
+def read_entry(fh, offset: int, length: int, num_tokens: int) -> PackEntry:
+    """The sample at ``offset`` (``length`` bytes, without its newline) of an open records part
+    file, as the writer takes it: its entry bytes as written (never parsed here) and, from the line
+    that follows it, each media item's ``(part within the sample, reference, sha256 hex)``;
+    ``num_tokens`` is the planned count (``manifest.parquet``). Raises ``ValueError`` when the
+    media line is no JSON of that form (a damaged part file)."""
     fh.seek(offset)
-    rec = json.loads(fh.read(length))
+    entry = fh.read(length)
     fh.seek(offset + length + 1)
-    fps = json.loads(fh.readline())
-    if not (isinstance(rec, dict) and isinstance(rec.get("media"), list) and isinstance(fps, list)
-            and len(fps) == len(rec["media"]) and all(isinstance(x, str) for x in fps)):
-        raise ValueError(f"the records part file holds no record and media sha256 line at byte {offset}")
-    return rec, fps
+    media = json.loads(fh.readline())
+    if not (isinstance(media, list) and all(
+            isinstance(m, list) and len(m) == 3 and all(isinstance(x, str) for x in m) for m in media)):
+        raise ValueError(f"the records part file holds no sample and media line at byte {offset}")
+    return PackEntry(entry, num_tokens, tuple(tuple(m) for m in media))
 
 
-def canonical_record(sample: Sample, special_tokens: str = "reject") -> dict:
-    """The JSON object stored per accepted sample (and later written into its pack); ``nbytes`` and
-    ``mtime_ns`` of each media file are kept as counted (the writer checks the content sha256 on the
-    line that follows the record instead, :func:`read_record`)."""
-    rec = {
-        "id": sample.id,
-        "id_kind": sample.id_kind,
-        "num_tokens": sample.num_tokens,
-        "source": sample.locator.to_dict(),
-        "messages": sample.messages,
-        "media": [{"kind": m.kind, "path": m.path, "width": m.width, "height": m.height, "format": m.format,
-                   "nbytes": m.nbytes, "mtime_ns": _mtime_ns(m.path), "num_tokens": m.num_tokens}
-                  for m in sample.media],
-    }
-    if special_tokens == "split":
-        rec["special_tokens"] = "split"
-    return rec
-
-
-def _mtime_ns(ref: str) -> int:
-    try:
-        return ref_identity(ref)[1]
-    except (OSError, ValueError):
-        return -1
+def record_lines(sample: Sample, sha256: list[str], special_tokens: str = "reject") -> tuple[bytes, bytes]:
+    """The two lines stored per accepted sample, without newlines: its entry of the pack object
+    (:func:`vlmpack.packfmt.sample_entry`, the bytes the shard will hold: serialized once) and the
+    JSON list of ``[sha256, part, reference]`` of its media (``sha256`` hex, as counted), which the
+    writer checks the bytes it copies against."""
+    entry, names = sample_entry(sample, special_tokens)
+    # surrogatepass: a media reference may hold the surrogate escapes of a non-UTF-8 file name;
+    # json.loads(bytes) reads them back the same way
+    media = json.dumps([[h, n, m.path] for h, n, m in zip(sha256, names, sample.media)], ensure_ascii=False)
+    return entry, media.encode("utf-8", "surrogatepass")
 
 
 def media_changed(files: list[Fingerprint]) -> str | None:
@@ -358,14 +349,10 @@ def run_task(task: MeasureTask) -> MeasureResult:
     rec_len = np.zeros(len(counted), dtype=np.int64)
     blobs, pos = [], 0
     for i, s in enumerate(counted):
-        rec = canonical_record(s, task.special_tokens)
-        # surrogatepass: a media path may hold the surrogate escapes of a non-UTF-8 file name;
-        # json.loads(bytes) reads them back the same way
-        blob = json.dumps(rec, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass") + b"\n"
-        blobs.append(blob)
-        rec_offset[i], rec_len[i] = pos, len(blob) - 1
-        blobs.append(json.dumps([fps[m.path].sha256 for m in s.media]).encode() + b"\n")
-        pos += len(blob) + len(blobs[-1])
+        entry, media = record_lines(s, [fps[m.path].sha256 for m in s.media], task.special_tokens)
+        blobs += [entry, b"\n", media, b"\n"]
+        rec_offset[i], rec_len[i] = pos, len(entry)
+        pos += len(entry) + len(media) + 2
     part = b"".join(blobs)
     atomic_write(part_path(task.records_dir, task.index), part)
     media_files = sorted((fps[p] for p in {m.path for s in counted for m in s.media}), key=lambda fp: fp.ref)

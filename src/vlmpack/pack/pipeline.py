@@ -71,7 +71,7 @@ from vlmpack.pack.stages import (
     plan_key,
     write_key,
 )
-from vlmpack.pack.write import ShardResult, ShardTask, assign_shards, estimate_pack_bytes, write_shard
+from vlmpack.pack.write import ShardResult, ShardTask, assign_shards, estimate_pack_bytes, member_rows, write_shard
 from vlmpack.packing import PackPlan, plan_packs
 from vlmpack.records import Locator, Rejection, display_path
 from vlmpack.sinks import DEFAULT_LAYOUT, get_sink
@@ -154,14 +154,12 @@ def _overlong_gate(cfg: PackConfig, rejections: list[Rejection]) -> None:
 # ---------------------------------------------------------------------------------------- write
 def _shard_tasks(opts: WriteOptions, run: Path, manifest: pa.Table, plan: PackPlan) -> list[ShardTask]:
     """The write tasks of ``plan``: packs cut into shards (:func:`assign_shards`), each task with its
-    samples' record locations (part, offset, length in bytes) in pack order and its pack offsets."""
+    samples' record locations (part, offset, length in bytes) and token counts in pack order and its pack offsets."""
     col = lambda name: manifest.column(name).to_numpy()  # noqa: E731
     pack_bytes = estimate_pack_bytes(plan.offsets, plan.order, col("rec_len"), col("media_bytes"), col("num_media"))
     bounds = assign_shards(pack_bytes, opts.max_packs_per_shard, opts.max_shard_bytes)
     order = np.asarray(plan.order)
-    rows = np.empty((len(order), 3), dtype=np.int64)  # [n, 3] in pack order, one column at a time
-    for j, name in enumerate(("part", "rec_offset", "rec_len")):
-        rows[:, j] = col(name)[order]
+    rows = member_rows(manifest, order)
     offsets = np.asarray(plan.offsets, dtype=np.int64)
     tasks = []
     for s in range(len(bounds) - 1):  # array slices: no per-sample Python object

@@ -2,7 +2,7 @@
 
 A finished count task leaves three files in its count store (:mod:`vlmpack.pack.count_stage`):
 
-- ``part-<task>.jsonl``: its accepted samples' canonical records, each followed by its media's
+- ``part-<task>.jsonl``: its accepted samples' pack-JSON entries, each followed by its media's
   sha256 line (written by the task, :func:`vlmpack.pack.count_task.run_task`);
 - ``part-<task>.arrow``: an Arrow IPC file, one row per accepted sample, the columns of
   :data:`SCHEMA` (the per-sample arrays of :class:`~vlmpack.pack.count_task.MeasureResult`);

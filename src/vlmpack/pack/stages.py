@@ -36,7 +36,7 @@ from vlmpack.records import MAX_MEDIA_BYTES, MAX_MEMBER_BYTES
 
 #: Input bytes per count task (fixed: the output must not depend on workers; part of the count key).
 TASK_BYTES = 2 << 20
-#: Options that decide the counts and the canonical records (the count stage).
+#: Options that decide the counts and the samples' serialized entries (the count stage).
 COUNT_OPTIONS = ("input", "input_format", "input_schema", "text_key", "media_root", "allow_absolute_media",
                  "media_lmdb", "media_check", "special_tokens", "model", "max_member_bytes", "max_media_bytes")
 
@@ -159,12 +159,12 @@ def _digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-#: Parts of the vlmpack package whose code does not decide counts or canonical records (all the
+#: Parts of the vlmpack package whose code does not decide counts or serialized entries (all the
 #: other ``.py`` files are hashed into the count key): the training side, the CLI, Energon loading,
 #: planning, writing, reports and the output checks.
 COUNTING_CODE_EXCLUDE = ("train", "cli", "energon", "packing", "pack/write.py", "pack/report.py",
                          "pack/figures.py", "pack/preflight.py", "check", "check_blend.py", "verify.py",
-                         "inspection.py", "sinks", "packfmt.py")
+                         "inspection.py", "sinks", "packfmt/shards.py")
 
 
 @functools.lru_cache(maxsize=1)

@@ -11,14 +11,16 @@ sample's first member, and before ``close()``).
 
 Each media item is checked again as it is read for a shard (:func:`vlmpack.media.fingerprint.read_checked`):
 a loose file must still resolve inside ``--media-root`` and the bytes must have the sha256 they were
-counted with (kept beside each record in the part file, :func:`vlmpack.pack.count_task.read_record`).
+counted with (kept beside each sample in the part file, :func:`vlmpack.pack.count_task.read_entry`).
 A sample that fails is left out of its pack and becomes a rejection of the shard
 (:attr:`ShardResult.rejected`; reason ``media_changed``, ``media_outside_root`` or ``media_missing``)
 instead of other bytes being written; a pack left without samples is not written. The next run
 counts that media again (the count stage sees the new content).
 
-Each written pack's samples get their content sha256 (:func:`vlmpack.packfmt.sample_digest` of the
-sample's pack entry and its media bytes as written, :attr:`ShardResult.content_sha256`), kept in the
+Each sample reaches the shard as the count stage serialized it: the writer reads its entry bytes
+and joins them into the pack's ``<key>.json`` (:func:`vlmpack.packfmt.join_pack`) without parsing
+them. Each written pack's samples get their content sha256 (:func:`vlmpack.packfmt.entry_digest` of
+those bytes and of the sha256 of its media bytes as written, :attr:`ShardResult.content_sha256`), kept in the
 shard's marker in the run directory (never in the shard: its bytes are as without it), which
 ``vlmpack check`` compares every sample of the shard with.
 
@@ -42,8 +44,8 @@ from vlmpack.energon.meta import write_tar_idx
 from vlmpack.errors import InternalError, MediaError
 from vlmpack.fsio import fsync_dir
 from vlmpack.media.fingerprint import read_checked
-from vlmpack.pack.count_task import part_path, read_record
-from vlmpack.packfmt import build_pack, pack_key, sample_digest, tarinfo
+from vlmpack.pack.count_task import part_path, read_entry
+from vlmpack.packfmt import PackEntry, entry_digest, pack_key, tarinfo
 from vlmpack.sinks import DEFAULT_LAYOUT, get_sink
 
 _TAR_OVERHEAD = 512 * 3  # header + padding of the json member, plus slack
@@ -52,8 +54,8 @@ _TAR_OVERHEAD = 512 * 3  # header + padding of the json member, plus slack
 @dataclass(frozen=True)
 class ShardTask:
     """One shard to write, as flat arrays (no per-sample Python object): ``members`` int64
-    ``[m, 3]``, the shard's samples in pack order as (records part index, byte offset, byte
-    length of the canonical record); ``pack_offsets`` int64 ``[P + 1]``, pack j is
+    ``[m, 4]``, the shard's samples in pack order as (records part index, byte offset, byte
+    length of the sample's entry, its tokens as planned); ``pack_offsets`` int64 ``[P + 1]``, pack j is
     ``members[pack_offsets[j]:pack_offsets[j + 1]]``; ``first_pack`` the global index of its
     first pack."""
 
@@ -75,8 +77,8 @@ class ShardTask:
         """Packs in the shard (P)."""
         return len(self.pack_offsets) - 1
 
-    def pack_members(self, j: int) -> list[tuple[int, int, int]]:
-        """The samples of the shard's j-th pack: ``(part, offset, length)`` each."""
+    def pack_members(self, j: int) -> list[tuple[int, int, int, int]]:
+        """The samples of the shard's j-th pack: ``(part, offset, length, num_tokens)`` each."""
         return [tuple(r) for r in self.members[self.pack_offsets[j]:self.pack_offsets[j + 1]].tolist()]
 
 
@@ -86,7 +88,7 @@ class ShardResult:
     left out because a media item changed since it was counted, each ``{"source": locator dict,
     "id", "id_kind", "num_tokens", "reason", "detail"}`` (JSON-ready; empty in a normal run).
     ``content_sha256``: pack key -> the content sha256 (hex) of each of its samples in order
-    (:func:`vlmpack.packfmt.sample_digest` of its pack entry and media bytes as written), what
+    (:func:`vlmpack.packfmt.entry_digest` of its pack entry and media bytes as written), what
     ``vlmpack check`` compares each sample of the shard with."""
 
     name: str
@@ -97,6 +99,19 @@ class ShardResult:
     sha256: str
     rejected: list = field(default_factory=list)
     content_sha256: dict = field(default_factory=dict)
+
+
+#: The ``manifest.parquet`` columns of :attr:`ShardTask.members`, in order.
+MEMBER_COLUMNS = ("part", "rec_offset", "rec_len", "num_tokens")
+
+
+def member_rows(manifest, order: np.ndarray) -> np.ndarray:
+    """int64 ``[len(order), 4]``: the :data:`MEMBER_COLUMNS` of ``manifest`` (a ``pyarrow.Table``)
+    at rows ``order`` (the plan's sample order), one column at a time."""
+    rows = np.empty((len(order), len(MEMBER_COLUMNS)), dtype=np.int64)
+    for j, name in enumerate(MEMBER_COLUMNS):
+        rows[:, j] = manifest.column(name).to_numpy()[order]
+    return rows
 
 
 def assign_shards(pack_bytes: np.ndarray, max_packs: int, max_bytes: int) -> np.ndarray:
@@ -154,7 +169,7 @@ class _MediaReader:
     def __init__(self, task: ShardTask, expected: dict[str, str]):
         self.task, self.expected, self.failed = task, expected, None
 
-    def __call__(self, ref: str, _nbytes: int | None = None, _mtime_ns: int | None = None) -> bytes:
+    def __call__(self, ref: str) -> bytes:
         try:
             return read_checked(ref, self.expected[ref], media_root=self.task.media_root,
                                 allow_absolute_media=self.task.allow_absolute_media)
@@ -163,17 +178,24 @@ class _MediaReader:
             raise
 
 
-def _pack_entries(task: ShardTask, sink, key: str, records: list[tuple[dict, list[str]]],
-                  rejected: list[dict]) -> tuple[list[tuple[str, bytes]], int, list[tuple[dict, list[str]]]]:
-    """The members of pack ``key`` from ``records`` (record, media sha256 list), leaving out (into
-    ``rejected``) each sample with a media item that fails :class:`_MediaReader`'s checks. Returns
-    ``(entries, tokens, the records written)``; no entries when no sample is left."""
-    while records:
+def _left_out(e: PackEntry, reason: str, detail: str) -> dict:
+    """The rejection of sample ``e`` left out at write time (its entry parsed for its locator and id)."""
+    s = e.sample()
+    return {"source": s["source"], "id": s["id"], "id_kind": s.get("id_kind", "str"), "num_tokens": e.num_tokens,
+            "reason": reason, "detail": detail}
+
+
+def _pack_entries(task: ShardTask, sink, key: str, samples: list[PackEntry],
+                  rejected: list[dict]) -> tuple[list[tuple[str, bytes]], int, list[PackEntry]]:
+    """The members of pack ``key`` from its ``samples``, leaving out (into ``rejected``) each sample
+    with a media item that fails :class:`_MediaReader`'s checks. Returns ``(entries, tokens, the
+    samples written)``; no entries when no sample is left."""
+    while samples:
         expected: dict[str, str] = {}
         conflict = []  # one reference counted with two contents (it changed between two count tasks)
-        for i, (rec, fps) in enumerate(records):
-            for m, fp in zip(rec["media"], fps):
-                if expected.setdefault(m["path"], fp) != fp:
+        for i, e in enumerate(samples):
+            for sha, _part, ref in e.media:
+                if expected.setdefault(ref, sha) != sha:
                     conflict.append(i)
         if conflict:
             bad = set(conflict)
@@ -181,28 +203,16 @@ def _pack_entries(task: ShardTask, sink, key: str, records: list[tuple[dict, lis
         else:
             reader = _MediaReader(task, expected)
             try:
-                entries, tokens = sink.pack_members(key, [r for r, _ in records], task.seq_len, reader,
-                                                    model_dir=task.model_dir)
-                return entries, tokens, records
+                entries, tokens = sink.pack_members(key, samples, task.seq_len, reader, model_dir=task.model_dir)
+                return entries, tokens, samples
             except MediaError as e:
                 if reader.failed is None:
                     raise
-                bad = {i for i, (rec, _) in enumerate(records) if any(m["path"] == reader.failed for m in rec["media"])}
+                bad = {i for i, s in enumerate(samples) if any(ref == reader.failed for _, _, ref in s.media)}
                 reason = (e.reason, e.detail)
-        rejected += [{"source": rec["source"], "id": rec["id"], "id_kind": rec.get("id_kind", "str"),
-                      "num_tokens": rec["num_tokens"], "reason": reason[0], "detail": reason[1]}
-                     for i, (rec, _) in enumerate(records) if i in bad]
-        records = [x for i, x in enumerate(records) if i not in bad]
+        rejected += [_left_out(s, *reason) for i, s in enumerate(samples) if i in bad]
+        samples = [x for i, x in enumerate(samples) if i not in bad]
     return [], 0, []
-
-
-def _digest(rec: dict, media_sha256: list[str], seq_len: int) -> str:
-    """The content sha256 (hex) of one written sample (:func:`vlmpack.packfmt.sample_digest`): its
-    ``vlmpack.pack/1`` entry (:func:`vlmpack.packfmt.build_pack` of its canonical record ``rec``;
-    the digest does not depend on the pack's numbering of media) and the sha256 of its media bytes,
-    which :class:`_MediaReader` found equal to ``media_sha256`` as it read them for the shard. The
-    same for every output layout, so ``check`` compares it with what a ``vlmpack.pack/1`` shard holds."""
-    return sample_digest(build_pack([rec], seq_len)[0]["samples"][0], media_sha256)
 
 
 def _check_capacity(task: ShardTask, key: str, tokens: int) -> None:
@@ -236,19 +246,19 @@ def write_shard(task: ShardTask) -> ShardResult:
             f = _HashingWriter(raw)
             with tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tf:
                 for j in range(task.num_packs):
-                    records = []
-                    for part, off, length in task.pack_members(j):
+                    samples = []
+                    for part, off, length, tokens in task.pack_members(j):
                         if part not in handles:
                             handles[part] = open(part_path(task.records_dir, part), "rb")  # noqa: SIM115
-                        records.append(read_record(handles[part], off, length))
+                        samples.append(read_entry(handles[part], off, length, tokens))
                     key = pack_key(task.first_pack + j)
-                    _check_capacity(task, key, sum(rec["num_tokens"] for rec, _ in records))
-                    entries, pack_tokens, kept = _pack_entries(task, sink, key, records, rejected)
+                    _check_capacity(task, key, sum(e.num_tokens for e in samples))
+                    entries, pack_tokens, kept = _pack_entries(task, sink, key, samples, rejected)
                     if not entries:  # every sample of the pack was left out
                         continue
                     _check_capacity(task, key, pack_tokens)  # what the output layout wrote
                     offsets.append(tf.offset)
-                    digests[key] = [_digest(r, fps, task.seq_len) for r, fps in kept]
+                    digests[key] = [entry_digest(e.entry, [sha for sha, _, _ in e.media]) for e in kept]
                     for name, data in sorted(entries):
                         tf.addfile(tarinfo(name, len(data)), io.BytesIO(data))
                     n_samples += len(kept)

@@ -1,6 +1,7 @@
 """Output layouts ("sinks"): one module per layout behind one interface, and the registry that picks one.
 
-A sink (:class:`vlmpack.sinks.base.Sink`) turns the canonical records of a pack's samples into
+A sink (:class:`vlmpack.sinks.base.Sink`) turns a pack's samples as the count stage serialized them
+(:class:`vlmpack.packfmt.PackEntry`) into
 its tar members, reads a pack object back from its parts and names the Energon files
 (``dataset.yaml``, ``sample_loader.py``) the output ships. The shard writer
 (:mod:`vlmpack.pack.write`) owns everything else: shard rollover, tar headers, ``.tar.idx``,

@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-#: ``read_media(reference, size in bytes | None, mtime in ns | None) -> bytes``: the original bytes of
-#: one media item, checked against what was counted (the writer's own reader: the content sha256 and
-#: the media-root rule; raises :class:`vlmpack.errors.MediaError` with a reason code).
-MediaReader = Callable[[str, "int | None", "int | None"], bytes]
+from vlmpack.packfmt import PackEntry
+
+#: ``read_media(reference) -> bytes``: the original bytes of one media item, checked against what was
+#: counted (the writer's own reader: the content sha256 and the media-root rule; raises
+#: :class:`vlmpack.errors.MediaError` with a reason code).
+MediaReader = Callable[[str], bytes]
 
 
 @runtime_checkable
@@ -25,13 +27,15 @@ class Sink(Protocol):
     #: the layout's name: the registry key (and, later, the value of ``--layout``)
     name: str
 
-    def pack_members(self, key: str, records: list[dict], seq_len: int, read_media: MediaReader, *,
+    def pack_members(self, key: str, samples: list[PackEntry], seq_len: int, read_media: MediaReader, *,
                      model_dir: str | None = None) -> tuple[list[tuple[str, bytes]], int]:
         """The tar members ``[(member name, bytes)]`` of the pack ``key`` (any order: the writer
-        sorts them) from the canonical records of its samples (``vlmpack.pack.count_task.canonical_record``)
-        and the number of tokens it holds. ``model_dir`` set: also the pretokenized ids, where the
-        layout has them. Raises what ``read_media`` raises (:class:`vlmpack.errors.MediaError`: a media
-        item that changed since it was counted; the writer leaves that sample out)."""
+        sorts them) from its samples as the count stage serialized them
+        (:class:`vlmpack.packfmt.PackEntry`: entry bytes, tokens, media references; a layout of
+        another form reads the fields with ``PackEntry.sample()``) and the number of tokens it
+        holds. ``model_dir`` set: also the pretokenized ids, where the layout has them. Raises
+        what ``read_media`` raises (:class:`vlmpack.errors.MediaError`: a media item that changed
+        since it was counted; the writer leaves that sample out)."""
 
     def read_pack(self, parts: dict[str, bytes | None]) -> dict:
         """The reader side: the pack object of one pack from its tar parts (part name after

@@ -15,16 +15,18 @@ import numpy as np
 
 from vlmpack.energon.meta import DATASET_YAML, SAMPLE_LOADER_SOURCE
 from vlmpack.models import load_model
-from vlmpack.packfmt import build_pack, parse_pack
+from vlmpack.packfmt import PackEntry, join_pack, parse_pack, shift_part
 from vlmpack.sinks.base import MediaReader
 
 
-def _sample_input_ids(family, rec: dict, sample: dict, parts: dict[str, bytes]) -> np.ndarray:
-    """One sample's ids: the family's ``encode``; with videos, ``expand_videos`` with each video's
-    layout (Qwen3-VL: the timestamp text) from the header of the bytes being written."""
-    tokens = [m["num_tokens"] for m in rec["media"]]
-    if not any(m["kind"] == "video" for m in rec["media"]):
-        return family.encode(rec["messages"], tokens, rec.get("special_tokens"))
+def _sample_input_ids(family, sample: dict, parts: dict[str, bytes]) -> np.ndarray:
+    """One sample's ids (``sample``: its entry of the pack object, parts named over the pack): the
+    family's ``encode``; with videos, ``expand_videos`` with each video's layout (Qwen3-VL: the
+    timestamp text) from the header of the bytes being written."""
+    tokens = [m["num_tokens"] for m in sample["media"]]
+    special = sample.get("special_tokens")
+    if not any(m["kind"] == "video" for m in sample["media"]):
+        return family.encode(sample["messages"], tokens, special)
     from vlmpack.media.probe import probe_bytes
     from vlmpack.models import MediaSize
 
@@ -34,19 +36,20 @@ def _sample_input_ids(family, rec: dict, sample: dict, parts: dict[str, bytes]) 
             info = probe_bytes(parts[m["part"]], "video", name=m["part"])
             layouts.append(family.video_layout(MediaSize("video", info.width, info.height, info.duration_s,
                                                          info.fps, info.frames)))
-    ids = family.token_ids([rec["messages"]], [rec.get("special_tokens")])[0]
-    return family.expand_videos(np.asarray(ids, dtype=np.int64), tokens, layouts, rec.get("special_tokens"),
-                                kinds=[m["kind"] for m in rec["media"]])
+    ids = family.token_ids([sample["messages"]], [special])[0]
+    return family.expand_videos(np.asarray(ids, dtype=np.int64), tokens, layouts, special,
+                                kinds=[m["kind"] for m in sample["media"]])
 
 
-def pack_input_ids(model_dir: str, records: list[dict], obj: dict, key: str,
-                   parts: dict[str, bytes] | None = None) -> bytes:
-    """The ``input_ids.npy`` part of a pack: int32 ``[T]``, the samples' ids concatenated in order,
-    each equal to the family's ``encode`` (what the collator would tokenize; a sample with videos:
-    ``expand_videos`` with the layouts read from the video ``parts`` being written, part name ->
-    bytes). Raises ``RuntimeError`` when T differs from the counted ``num_tokens``."""
+def pack_input_ids(model_dir: str, pack_json: bytes, key: str, parts: dict[str, bytes] | None = None) -> bytes:
+    """The ``input_ids.npy`` part of a pack (``pack_json``: its ``<key>.json``): int32 ``[T]``, the
+    samples' ids concatenated in order, each equal to the family's ``encode`` (what the collator
+    would tokenize; a sample with videos: ``expand_videos`` with the layouts read from the video
+    ``parts`` being written, part name -> bytes). Raises ``RuntimeError`` when T differs from the
+    counted ``num_tokens``."""
     family = load_model(model_dir)
-    ids = np.concatenate([_sample_input_ids(family, r, s, parts or {}) for r, s in zip(records, obj["samples"])])
+    obj = json.loads(pack_json)
+    ids = np.concatenate([_sample_input_ids(family, s, parts or {}) for s in obj["samples"]])
     if len(ids) != obj["num_tokens"]:
         raise RuntimeError(f"pack {key}: encoded {len(ids)} tokens but counted {obj['num_tokens']}")
     buf = io.BytesIO()
@@ -60,20 +63,22 @@ class VlmpackSink:
     name = "vlmpack"
 
     @staticmethod
-    def pack_members(key: str, records: list[dict], seq_len: int, read_media: MediaReader, *,
+    def pack_members(key: str, samples: list[PackEntry], seq_len: int, read_media: MediaReader, *,
                      model_dir: str | None = None) -> tuple[list[tuple[str, bytes]], int]:
-        """:func:`vlmpack.packfmt.build_pack` -> ``<key>.json`` + the media parts (+ ``input_ids.npy``
-        with ``model_dir``: :func:`pack_input_ids`)."""
-        obj, media = build_pack(records, seq_len)
-        entries = [(f"{key}.json", json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode())]
-        parts = {}
-        for part_name, src, nbytes, mtime in media:
-            parts[part_name] = read_media(src, nbytes, mtime)
-            entries.append((f"{key}.{part_name}", parts[part_name]))
+        """``<key>.json`` (:func:`vlmpack.packfmt.join_pack` of the samples' entry bytes as the count
+        stage serialized them) + the media parts, numbered over the pack in sample order (+
+        ``input_ids.npy`` with ``model_dir``: :func:`pack_input_ids`)."""
+        entries, parts, base = [], {}, 0
+        for s in samples:
+            for _sha, part, ref in s.media:
+                parts[shift_part(part, base)] = read_media(ref)
+            base += len(s.media)
+        tokens = sum(s.num_tokens for s in samples)
+        pack_json = join_pack([s.entry for s in samples], [len(s.media) for s in samples], tokens, seq_len)
+        entries = [(f"{key}.json", pack_json), *((f"{key}.{name}", data) for name, data in parts.items())]
         if model_dir is not None:
-            entries.append((f"{key}.input_ids.npy", pack_input_ids(model_dir, records, obj, key, parts)))
-        return entries, obj["num_tokens"]
-
+            entries.append((f"{key}.input_ids.npy", pack_input_ids(model_dir, pack_json, key, parts)))
+        return entries, tokens
     @staticmethod
     def read_pack(parts: dict[str, bytes | None]) -> dict:
         """The pack object: ``<key>.json`` read by :func:`vlmpack.packfmt.parse_pack` (``KeyError``

@@ -139,7 +139,7 @@ def read_pack(obj: Any) -> PackInput:
         if "samples" not in d and "json" in d:
             meta = d["json"]
             meta = json.loads(meta) if isinstance(meta, (bytes, bytearray, str)) else meta
-            # media parts: img<N>.<ext> / vid<N>.<ext>, N counting over both (pack.write.build_pack)
+            # media parts: img<N>.<ext> / vid<N>.<ext>, N counting over both (packfmt.join_pack)
             parts = sorted((k for k in d if PART_RE.match(k)), key=lambda k: int(PART_RE.match(k).group(2)))
             d = {**meta, "__key__": d.get("__key__", "?"), "media": [d[p] for p in parts], "media_parts": parts,
                  "input_ids": d.get("input_ids.npy")}

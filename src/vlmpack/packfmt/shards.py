@@ -1,32 +1,9 @@
-"""The one owner of the on-disk pack format ``vlmpack.pack/1`` (docs/format.md): naming, building, reading.
-
-A shard holds one tar sample per pack: members ``<key>.<part>`` that share the pack's key
-(``pack`` + 9 digits, :func:`pack_key`), the pack object in ``<key>.json``, media
-``<key>.img<i>.<ext>`` / ``<key>.vid<i>.<ext>`` (original bytes) and, pretokenized,
-``<key>.input_ids.npy``.
-
-- Writing: :func:`build_pack` turns the canonical records of a pack's samples into the pack
-  object and its media parts; :func:`tarinfo` is the reproducible member header. The shard
-  writer (:mod:`vlmpack.pack.write`) adds the bytes.
-- Reading: :class:`ShardPacks` iterates the packs of one shard (members grouped by key, in
-  order); :func:`read_packs` gives every pack of an output as a raw WebDataset dict. ``check``,
-  ``verify``, ``inspect``, the training-side tests and loaders use these and nothing else groups
-  tar members into packs. :func:`group_by_key` is the grouping itself (consecutive members with
-  the same key), shared with the WebDataset input source (:mod:`vlmpack.sources.wds`), whose
-  samples follow webdataset's own member rules.
-- Reading what may be crafted (``check``, ``verify``, ``inspect`` read outputs they did not
-  write): :func:`loads_json` (no file deeper than :data:`MAX_JSON_DEPTH`, never a
-  ``RecursionError``), :func:`parse_pack` (a pack object whose every field has its type, or
-  ``ValueError``), :func:`parse_input_ids` (the ids of ``input_ids.npy``, header checked before
-  any allocation), and :class:`ShardPacks` reads no member over :func:`part_limit` (nor a tar
-  header over :data:`MAX_HEADER_BYTES`), so memory stays bounded whatever a shard claims.
-"""
+"""Reading packs from shards that may be crafted: bounded JSON, typed pack objects, ``.npy`` ids read
+header-first, tar members grouped into packs with a cap on every member's size."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import tarfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -35,119 +12,17 @@ from typing import TypeVar
 
 from vlmpack.fsio import open_inside
 from vlmpack.media.kinds import KINDS
-from vlmpack.records import ID_KINDS, MAX_MEDIA_BYTES
+from vlmpack.packfmt.names import (
+    FORMAT,
+    MAX_HEADER_BYTES,
+    MAX_JSON_DEPTH,
+    ROLES,
+    part_limit,
+    split_member,
+)
+from vlmpack.records import ID_KINDS
 
 T = TypeVar("T")
-
-#: The format string in every pack object.
-FORMAT = "vlmpack.pack/1"
-#: Member extension of an image by the format PIL decodes it as (never re-encoded).
-EXT_BY_FORMAT = {"JPEG": "jpg", "PNG": "png", "GIF": "gif", "WEBP": "webp", "BMP": "bmp", "TIFF": "tiff",
-                 "MPO": "jpg"}
-#: Member tag of a media part by kind (``img0.png``, ``vid1.mp4``): the registry's
-#: (:data:`vlmpack.media.kinds.KINDS`).
-TAG_BY_KIND = {name: kind.tag for name, kind in KINDS.items()}
-#: Parts of a pack that no sample references.
-EXTRA_PARTS = frozenset({"json", "input_ids.npy"})
-#: The most bytes read of one member, by part (a pack's JSON holds at most ``seq_len`` tokens of text;
-#: ``input_ids.npy`` 4 bytes a token); media: :data:`MAX_MEDIA_BYTES`. A larger member is not read.
-MAX_PART_BYTES = {"json": 64 << 20, "input_ids.npy": 64 << 20}
-# The most bytes read of one media member (an image or a video; the training side reads it whole
-# too) is MAX_MEDIA_BYTES (imported from vlmpack.records): the ceiling of `vlmpack pack --max-media-bytes`.
-#: The most bytes of a tar's extended header (PAX, GNU long name); vlmpack writes < 1 KiB.
-MAX_HEADER_BYTES = 1 << 20
-#: The deepest nesting of arrays and objects :func:`loads_json` accepts (a pack object nests 6 deep).
-MAX_JSON_DEPTH = 64
-#: The roles of a pack's messages (docs/format.md).
-ROLES = ("system", "user", "assistant")
-
-
-def pack_key(global_pack: int) -> str:
-    """The tar key of a pack: ``pack`` + 9 digits (no dots, unique in the dataset)."""
-    return f"pack{global_pack:09d}"
-
-
-def split_member(name: str) -> tuple[str, str]:
-    """``(key, part)`` of a pack member name ``<key>.<part>`` (the key has no dot; the part may)."""
-    key, _, part = name.partition(".")
-    return key, part
-
-
-def tarinfo(name: str, size: int) -> tarfile.TarInfo:
-    """The header of one member (``size`` bytes): regular file, mtime 0, uid/gid 0, empty
-    user/group names, mode 0644, so that shards are byte-reproducible."""
-    ti = tarfile.TarInfo(name)
-    ti.size = size
-    ti.mtime = 0
-    ti.mode = 0o644
-    ti.uid = ti.gid = 0
-    ti.uname = ti.gname = ""
-    ti.type = tarfile.REGTYPE
-    return ti
-
-
-def build_pack(records: list[dict], seq_len: int) -> tuple[dict, list[tuple]]:
-    """The pack JSON object and its media parts ``[(part name, source reference, size in bytes,
-    mtime in ns)]`` (size/mtime as counted, None when unknown) from the canonical records of its
-    samples (``vlmpack.pack.count_task.canonical_record``: media by ``index``, with ``path``/``format``/
-    ``nbytes``/``mtime_ns``). Media are numbered over the pack in sample order; a content part
-    ``{"type", "index"}`` becomes ``{"type", "part"}``. ``seq_len`` in tokens."""
-    samples, media_parts = [], []
-    for rec in records:
-        names = []
-        for m in rec["media"]:
-            ext = EXT_BY_FORMAT.get(m["format"], m["format"].lower() or "bin")
-            names.append(f"{TAG_BY_KIND.get(m['kind'], 'vid')}{len(media_parts)}.{ext}")
-            media_parts.append((names[-1], m["path"], m.get("nbytes"), m.get("mtime_ns")))
-        messages = [{"role": msg["role"],
-                     "content": [{"type": p["type"], "part": names[p["index"]]} if "index" in p else p
-                                 for p in msg["content"]]} for msg in rec["messages"]]
-        media = [{"part": n, "kind": m["kind"], "width": m["width"], "height": m["height"],
-                  "num_tokens": m["num_tokens"]} for n, m in zip(names, rec["media"])]
-        sample = {"id": rec["id"], "id_kind": rec.get("id_kind", "str"), "num_tokens": rec["num_tokens"],
-                  "source": rec["source"], "messages": messages, "media": media}
-        if rec.get("special_tokens") == "split":  # the collator must tokenize this text the same way
-            sample["special_tokens"] = "split"
-        samples.append(sample)
-    total = sum(s["num_tokens"] for s in samples)
-    return {"format": FORMAT, "seq_len": seq_len, "num_tokens": total, "samples": samples}, media_parts
-
-
-#: The domain tag that starts what :func:`sample_digest` hashes (a new rule gets a new tag).
-SAMPLE_DIGEST = b"vlmpack.sample-sha256/1"
-_NUMBERED = re.compile(r"^([A-Za-z_]+)[0-9]+")
-
-
-def sample_digest(sample: dict, media_sha256: list[str]) -> str:
-    """The content sha256 (hex) of one sample of a pack object: every field of the sample (``id``,
-    ``id_kind``, ``num_tokens``, ``source``, ``messages``, ``media``, ``special_tokens``, ...) as
-    canonical JSON (sorted keys, no spaces, ASCII escapes), each media ``part`` name renumbered within
-    the sample (its i-th item ``img<i>.<ext>`` / ``vid<i>.<ext>``: the numbering over the pack is the
-    pack's), then ``media_sha256``, the sha256 (hex) of each media item's bytes in the sample's media
-    order. A changed character of any text or field, or another media byte, gives another digest; the
-    same sample gives the same digest whichever pack holds it, so it is also derived from the count
-    stage's canonical record (:func:`build_pack` of that record alone) and the sha256 of its media.
-
-    ``sample``: a sample of a pack object whose fields have their types (:func:`parse_pack`, or
-    :func:`build_pack`'s own). The writer records it per sample in the run directory; ``check``
-    computes it again from the shard (docs/format.md, "Run record")."""
-    names = {}
-    for i, m in enumerate(sample["media"]):
-        names[m["part"]] = _NUMBERED.sub(lambda g, i=i: f"{g.group(1)}{i}", m["part"], count=1)
-    body = {**sample,
-            "media": [{**m, "part": names[m["part"]]} for m in sample["media"]],
-            "messages": [{**msg, "content": [{**c, "part": names.get(c["part"], c["part"])} if "part" in c else c
-                                             for c in msg["content"]]} for msg in sample["messages"]]}
-    h = hashlib.sha256(SAMPLE_DIGEST + b"\0")
-    h.update(json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii"))
-    h.update(b"\0" + "".join(f"{x}\n" for x in media_sha256).encode("ascii", "replace"))
-    return h.hexdigest()
-
-
-def part_limit(part: str) -> int:
-    """The most bytes vlmpack reads of a member whose part (name after ``<key>.``) is ``part``:
-    :data:`MAX_PART_BYTES`, :data:`MAX_MEDIA_BYTES` for media and any other part."""
-    return MAX_PART_BYTES.get(part, MAX_MEDIA_BYTES)
 
 
 def loads_json(data: bytes | str):

@@ -1,0 +1,117 @@
+"""Writing packs, each sample serialized once: a counted sample's entry of the pack object as bytes
+(:func:`sample_entry`), read back by the writer as :class:`PackEntry`, joined into ``<key>.json`` by
+:func:`join_pack`; a sample's content sha256 (:func:`entry_digest`, :func:`sample_digest`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+
+from vlmpack.packfmt.names import FORMAT, media_part
+from vlmpack.records import Sample
+
+
+def sample_entry(sample: Sample, special_tokens: str = "reject") -> tuple[bytes, list[str]]:
+    """A counted sample serialized once, as its entry in a pack object: compact UTF-8 JSON (keys
+    ``id``, ``id_kind``, ``num_tokens`` (tokens), ``source`` (its locator), ``messages`` (a media
+    content part ``{"type", "index"}`` becomes ``{"type", "part"}``), ``media`` (``part``, ``kind``,
+    ``width``/``height`` in pixels, ``num_tokens``), then ``"special_tokens": "split"`` when the
+    collator must tokenize its text that way), with its media named within the sample (item i is
+    :func:`media_part` ``i``); and those part names. :func:`join_pack` puts these bytes into a pack
+    as they are, only the part numbers shifted, so the shard holds what the count stage wrote."""
+    names = [media_part(m.kind, m.format, i) for i, m in enumerate(sample.media)]
+    obj = {"id": sample.id, "id_kind": sample.id_kind, "num_tokens": sample.num_tokens,
+           "source": sample.locator.to_dict(),
+           "messages": [{"role": msg["role"],
+                         "content": [{"type": p["type"], "part": names[p["index"]]} if "index" in p else p
+                                     for p in msg["content"]]} for msg in sample.messages],
+           "media": [{"part": n, "kind": m.kind, "width": m.width, "height": m.height, "num_tokens": m.num_tokens}
+                     for n, m in zip(names, sample.media)]}
+    if special_tokens == "split":
+        obj["special_tokens"] = "split"
+    return _dumps(obj), names
+
+
+def _dumps(obj) -> bytes:
+    """Compact UTF-8 JSON, the form of every ``<key>.json`` (a lone surrogate a crafted object may
+    hold is kept as its bytes, never an error)."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+
+
+@dataclass(frozen=True, slots=True)
+class PackEntry:
+    """One counted sample as the writer reads it back (:func:`vlmpack.pack.count_task.read_entry`):
+    ``entry`` its :func:`sample_entry` bytes, ``num_tokens`` (tokens, as planned), ``media`` one
+    ``(sha256 hex of the bytes counted, part name within the sample, reference)`` per item."""
+
+    entry: bytes
+    num_tokens: int
+    media: tuple[tuple[str, str, str], ...]
+
+    def sample(self) -> dict:
+        """The entry as an object (media named within the sample), for what needs its fields: an
+        output layout of another form, ``--pretokenize``, a rejection at write time."""
+        return json.loads(self.entry)
+
+
+#: A media part name where the serialized JSON has it as a key's value: ``{"part":"img3`` or
+#: ``,"part":"img3``. Inside a JSON string every ``"`` follows a backslash, so a text can never
+#: hold this pattern: only the ``part`` of a content item or a media item matches.
+_PART_VALUE = re.compile(rb'([{,]"part":"[A-Za-z_]+)([0-9]+)')
+
+
+def shift_part(name: str, base: int) -> str:
+    """Part ``name`` (``img1.png``) numbered ``base`` further (``img4.png`` for base 3)."""
+    return _NUMBERED.sub(lambda g: f"{g.group(1)}{int(g.group(2)) + base}", name, count=1)
+
+
+def join_pack(entries: list[bytes], media_counts: list[int], num_tokens: int, seq_len: int) -> bytes:
+    """The ``<key>.json`` of a pack from its samples' :func:`sample_entry` bytes in pack order
+    (``media_counts[i]`` media items each): the pack object ``{"format", "seq_len", "num_tokens",
+    "samples"}`` (``num_tokens``, ``seq_len`` in tokens), media numbered over the pack in sample
+    order (a sample's ``img0`` becomes ``img<media before it>``), as byte-equal to
+    ``json.dumps(obj, ensure_ascii=False, separators=(",", ":"))`` of that object; nothing is parsed
+    or serialized again."""
+    head = _dumps({"format": FORMAT, "seq_len": seq_len, "num_tokens": num_tokens})[:-1] + b',"samples":['
+    out, base = [], 0
+    for entry, n in zip(entries, media_counts, strict=True):
+        out.append(_PART_VALUE.sub(lambda g, base=base: g.group(1) + str(int(g.group(2)) + base).encode(), entry)
+                   if base else entry)
+        base += n
+    return head + b",".join(out) + b"]}"
+
+
+#: The domain tag that starts what :func:`entry_digest` hashes (a new rule gets a new tag).
+SAMPLE_DIGEST = b"vlmpack.sample-sha256/2"
+_NUMBERED = re.compile(r"^([A-Za-z_]+)([0-9]+)")
+
+
+def entry_digest(entry: bytes, media_sha256: list[str]) -> str:
+    """The content sha256 (hex) of one sample: :data:`SAMPLE_DIGEST`, its :func:`sample_entry`
+    bytes (media named within the sample), then ``media_sha256``, the sha256 (hex) of each media
+    item's bytes in the sample's media order. A changed character of any text or field, or another
+    media byte, gives another digest; the same sample gives the same digest whichever pack holds it.
+    The writer records it per sample in the run directory (from the bytes the count stage wrote);
+    ``check`` computes it again from the shard with :func:`sample_digest` (docs/format.md, "Run record")."""
+    h = hashlib.sha256(SAMPLE_DIGEST + b"\0")
+    h.update(entry)
+    h.update(b"\0" + "".join(f"{x}\n" for x in media_sha256).encode("ascii", "replace"))
+    return h.hexdigest()
+
+
+def sample_digest(sample: dict, media_sha256: list[str]) -> str:
+    """:func:`entry_digest` of a sample of a pack object as read (:func:`parse_pack`): each media
+    ``part`` name renumbered within the sample (its i-th item ``img<i>.<ext>``: the numbering over
+    the pack is the pack's), serialized as :func:`sample_entry` serializes (compact UTF-8 JSON, keys
+    in the order read), so a sample read back from its shard gives the digest the writer recorded
+    for it, and any edit (a character, a field, the order of keys) another one."""
+    names = {}
+    for i, m in enumerate(sample["media"]):
+        names[m["part"]] = _NUMBERED.sub(lambda g, i=i: f"{g.group(1)}{i}", m["part"], count=1)
+    body = {**sample,
+            "media": [{**m, "part": names[m["part"]]} for m in sample["media"]],
+            "messages": [{**msg, "content": [{**c, "part": names.get(c["part"], c["part"])} if "part" in c else c
+                                             for c in msg["content"]]} for msg in sample["messages"]]}
+    return entry_digest(_dumps(body), media_sha256)
