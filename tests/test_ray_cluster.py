@@ -3,7 +3,8 @@ second node, one CPU each, separate raylets and worker processes on this machine
 
 1. The same input packed by the local process pool and by Ray tasks spread over both nodes gives
    byte-identical shards, ``.tar.idx`` files, Energon metadata and rejects (the tasks are pure
-   functions of their input byte range; the driver merges results in task order).
+   functions of their input byte range; the driver merges results in task order), with shards
+   closed by both bounds (20 packs, 6 MB).
 2. A Ray worker SIGKILLed while it runs a counting task (what a lost node or an OOM kill does):
    Ray re-runs the task (``max_retries``) and the output bytes are the same again.
 
@@ -14,6 +15,7 @@ The input is the first 1,500 demo records plus the demo's broken records, split 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import threading
@@ -54,7 +56,7 @@ def inputs(real_data, tmp_path_factory) -> list[str]:
 
 def _cfg(inputs, real_data, model_dir, out: Path, **kw):
     return load_config(input=inputs, media_root=str(real_data), model=str(model_dir), output=str(out),
-                       seq_len=SEQ_LEN, progress=False, max_packs_per_shard=20, **kw)
+                       seq_len=SEQ_LEN, progress=False, max_packs_per_shard=20, max_shard_bytes=6_000_000, **kw)
 
 
 def _output_bytes(out: Path) -> dict[str, str]:
@@ -135,6 +137,8 @@ def test_ray_cluster_gives_the_local_bytes(cluster, local, inputs, real_data, mo
     assert _output_bytes(out) == _output_bytes(local_out) and any(k.endswith(".tar") for k in _output_bytes(out))
     for key in ("samples_packed", "num_packs", "rejected", "tokens"):
         assert report.get(key) == local_report.get(key), key
+    counts = list(json.loads((out / ".nv-meta" / ".info.json").read_text())["shard_counts"].values())
+    assert 20 in counts and any(n < 20 for n in counts[:-1]), counts  # shards closed by each bound
     # the counting tasks ran in worker processes of both nodes (their parents: two raylets)
     raylets = {ppid for ppid in seen.values() if _is_raylet(ppid)}
     assert len(raylets) == 2, f"counting tasks ran under {len(raylets)} raylet(s): {seen}"
