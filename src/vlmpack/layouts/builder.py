@@ -2,9 +2,11 @@
 structural checks (all of them live here, at parse time, so that :mod:`vlmpack.pack.validate`
 only touches the file system).
 
-Top-level media: ``image`` (a string or a list) / ``images`` (a list) and ``video`` / ``videos``;
-``<image>`` / ``<video>`` placeholders in the text consume them in order. A key set to ``null``
-counts as absent; a ``null`` *entry* of a list is ``wrong_type``.
+Top-level media: ``image`` (a string or a list) / ``images`` (a list) and ``video`` / ``videos``,
+each entry a reference or a Hugging Face ``Image`` struct (:func:`top_level_media`); ``<image>`` /
+``<video>`` placeholders in the text and ``{"type": "image"}`` / ``{"type": "video"}`` parts that
+carry no media (the Hugging Face / TRL chat-template layout) consume them in order. A key set to
+``null`` counts as absent; a ``null`` *entry* of a list is ``wrong_type``.
 
 Structural checks (:meth:`Builder.finish`): no empty turn, placeholders == media given, at least
 one turn, the first non-system turn is a user turn, an assistant turn exists.
@@ -45,6 +47,15 @@ class Builder:
                 content.append(self.add_media(kind, ref))
             self.used[kind] = len(self.pending[kind])
 
+    def take(self, kind: str) -> dict:
+        """The next top-level media item of ``kind`` as a content part (a placeholder: ``<image>`` in
+        the text or a ``{"type": "image"}`` part); past the last one its reference is None and
+        :meth:`finish` says ``placeholder_mismatch``."""
+        i = self.used[kind]
+        self.used[kind] += 1
+        refs = self.pending[kind]
+        return self.add_media(kind, refs[i] if i < len(refs) else None)
+
     def add_text(self, content: list[dict], text: str) -> None:
         """Append ``text`` split at placeholders (each consuming the next top-level media item)."""
         if "<" not in text:
@@ -57,10 +68,7 @@ class Builder:
                 if piece:
                     content.append({"type": "text", "text": piece})
                 continue
-            i = self.used[kind]
-            self.used[kind] += 1
-            refs = self.pending[kind]
-            content.append(self.add_media(kind, refs[i] if i < len(refs) else None))
+            content.append(self.take(kind))
 
     def add_turn(self, role: str, content: list[dict], where: str) -> None:
         if not content:
@@ -90,9 +98,12 @@ class Builder:
 
 
 def top_level_media(obj: dict) -> dict[str, list[object]]:
-    """The record's top-level media per kind (``{"image": [...], "video": [...]}``). Raises
+    """The record's top-level media per kind (``{"image": [...], "video": [...]}``). An entry is a
+    reference string or a Hugging Face ``datasets`` ``Image`` / ``Video`` struct as JSON writes it:
+    ``{"path": str}`` (the file), or ``{"bytes": base64 str}`` (the bytes, as a ``data:`` URI;
+    ``bytes`` wins when both are set, as in ``datasets.features.Image.decode_example``). Raises
     :class:`RecordError` (``wrong_type``: both ``image`` and ``images``, ``images`` not a list, an
-    entry that is not a non-empty string)."""
+    entry that is none of these)."""
     out: dict[str, list[object]] = {}
     for kind in MEDIA_KINDS:
         single, many = obj.get(kind), obj.get(kind + "s")
@@ -107,9 +118,19 @@ def top_level_media(obj: dict) -> dict[str, list[object]]:
             refs = single if isinstance(single, list) else [single]
         else:
             refs = []
-        for i, ref in enumerate(refs):
-            if not isinstance(ref, str) or not ref:
-                name = kind + "s" if many is not None else kind
-                raise RecordError("wrong_type", f"{name}[{i}] must be a non-empty string, got {short(ref)}")
-        out[kind] = refs
+        name = kind + "s" if many is not None else kind
+        out[kind] = [_entry(ref, f"{name}[{i}]") for i, ref in enumerate(refs)]
     return out
+
+
+def _entry(ref: object, where: str) -> str:
+    """One top-level media entry as a reference string (:func:`top_level_media`)."""
+    if isinstance(ref, dict):
+        if isinstance(ref.get("bytes"), str) and ref["bytes"]:
+            return f"data:;base64,{ref['bytes']}"
+        if ref.get("bytes") is None and isinstance(ref.get("path"), str) and ref["path"]:
+            return ref["path"]
+    if not isinstance(ref, str) or not ref:
+        raise RecordError("wrong_type", f"{where} must be a non-empty string or an Image struct with bytes or a "
+                          f"path, got {short(ref)}")
+    return ref

@@ -3,7 +3,10 @@
 ``<image>`` / ``<video>`` placeholders) or a list of content parts.
 
 Roles: ``system``, ``user`` / ``human``, ``assistant`` / ``gpt`` (any case). Parts: a bare string,
-``{"type": "text", "text"}``, ``{"type": "image", "image"|"path"|"url": ref}``,
+``{"type": "text", "text"}``, ``{"type": "image", "image"|"path"|"url": ref}`` or
+``{"type": "image", "base64": data}`` (the keys transformers' ``apply_chat_template`` loads an
+image from, ``transformers.processing_utils``), ``{"type": "image"}`` alone (a placeholder for the
+next top-level ``images`` entry: the Hugging Face / TRL layout, e.g. HuggingFaceH4/llava-instruct-mix-vsft),
 ``{"type": "image_url", "image_url": {"url": ref}}`` (or the url string) and the same for
 ``video`` / ``video_url``; audio and file parts are ``media_unsupported``.
 """
@@ -77,7 +80,12 @@ def _content_part(part: object, where: str, content: list[dict], builder: Builde
         builder.add_text(content, text)
     elif ptype in MEDIA_KINDS:
         ref = next((part[k] for k in (ptype, *_MEDIA_PART_KEYS) if part.get(k) is not None), None)
-        content.append(builder.add_media(ptype, _media_ref(ref, ptype, where)))
+        if ref is None and isinstance(part.get("base64"), str):
+            ref = f"data:;base64,{part['base64']}" if part["base64"] else ""
+        if ref is None:  # {"type": "image"}: a placeholder for the next top-level item (HF / TRL)
+            content.append(builder.take(ptype))
+        else:
+            content.append(builder.add_media(ptype, _media_ref(ref, ptype, where)))
     elif ptype in ("image_url", "video_url"):
         kind = ptype[:-4]
         spec = part.get(ptype)

@@ -1,0 +1,135 @@
+"""The Hugging Face / TRL chat-template layout (issue 20, item 1): ``messages`` whose content parts are
+``{"type": "image"}`` placeholders matched in order with a top-level ``images`` list (paths, or the
+``datasets`` ``Image`` struct), and parts that carry their media (``image`` / ``path`` / ``url`` /
+``base64``, the keys transformers' chat templates load).
+
+Proof on real data: the first demo records written in this layout as JSONL (paths), as Parquet and as a
+``save_to_disk`` directory (``Sequence(Image())``, the image bytes embedded as on the Hub) pack with the
+same ``num_tokens`` and the same media bytes per sample id as the demo's own records, with input =
+packed + rejected."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from vlmpack.config import load_config
+from vlmpack.errors import RecordError
+from vlmpack.layouts import to_canonical
+from vlmpack.pack.pipeline import run_pack
+from vlmpack.packfmt import read_packs
+
+N_LINES = 400
+SEQ_LEN = 4096
+_ROLE = {"human": "user", "gpt": "assistant", "system": "system"}
+
+
+def _trl(conversation: list[dict]) -> list[dict]:
+    """LLaVA turns as HF / TRL messages: each ``<image>`` a ``{"type": "image"}`` part, in order."""
+    return [{"role": _ROLE[t["from"]],
+             "content": [{"type": "image"} if piece == "<image>" else {"type": "text", "text": piece}
+                         for piece in re.split(r"(<image>)", t["value"]) if piece]} for t in conversation]
+
+
+def test_placeholder_parts_take_the_images_in_order():
+    explicit = {"messages": [{"role": "user", "content": [{"type": "image", "image": "a.png"},
+                                                          {"type": "text", "text": "and"},
+                                                          {"type": "image", "path": "b.png"}]},
+                             {"role": "assistant", "content": [{"type": "text", "text": "two"}]}]}
+    trl = {"images": ["a.png", {"bytes": None, "path": "b.png"}],
+           "messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "and"},
+                                                     {"type": "image", "text": None}]},
+                        {"role": "assistant", "content": [{"type": "text", "text": "two"}]}]}
+    assert to_canonical(trl) == to_canonical(explicit)
+    data = base64.b64encode(b"\x89PNG...").decode()
+    inline = to_canonical({"images": [{"bytes": data, "path": "ignored.png"}], "messages": [
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "?"}]},
+        {"role": "assistant", "content": "!"}]})
+    by_part = to_canonical({"messages": [{"role": "user", "content": [{"type": "image", "base64": data},
+                                                                       {"type": "text", "text": "?"}]},
+                                         {"role": "assistant", "content": "!"}]})
+    assert inline == by_part and inline[1] == [("image", f"data:;base64,{data}")]
+
+
+@pytest.mark.parametrize("images, parts, reason", [
+    (["a.png"], 2, "placeholder_mismatch"),  # more placeholders than images
+    (["a.png", "b.png"], 1, "placeholder_mismatch"),  # an image no placeholder takes
+    ([None], 1, "wrong_type"),  # a null image cell
+    ([{"bytes": None, "path": None}], 1, "wrong_type"),
+    ([7], 1, "wrong_type"),
+])
+def test_bad_rows_get_a_reason(images, parts, reason):
+    obj = {"images": images, "messages": [{"role": "user", "content": [{"type": "image"}] * parts + [
+        {"type": "text", "text": "?"}]}, {"role": "assistant", "content": "!"}]}
+    with pytest.raises(RecordError) as e:
+        to_canonical(obj)
+    assert e.value.reason == reason
+
+
+@pytest.fixture(scope="module")
+def written(real_data, tmp_path_factory):
+    """The first :data:`N_LINES` demo records: as given (LLaVA JSONL) and in the HF / TRL layout as
+    JSONL (paths), Parquet and a save_to_disk directory (image bytes embedded)."""
+    import datasets
+
+    d = tmp_path_factory.mktemp("hf")
+    lines = (real_data / "real_sft.jsonl").read_text().splitlines()[:N_LINES]
+    (d / "llava.jsonl").write_text("\n".join(lines) + "\n")
+    recs = [json.loads(x) for x in lines]
+    trl = [{"id": r["id"], "messages": _trl(r["conversations"]), "images": r["images"]} for r in recs]
+    (d / "trl.jsonl").write_text("".join(json.dumps(r) + "\n" for r in trl))
+    features = datasets.Features({
+        "id": datasets.Value("string"),
+        "messages": [{"role": datasets.Value("string"),
+                      "content": [{"type": datasets.Value("string"), "text": datasets.Value("string")}]}],
+        "images": datasets.Sequence(datasets.Image())})
+    ds = datasets.Dataset.from_dict({
+        "id": [r["id"] for r in trl],
+        "messages": [[{"role": t["role"], "content": [{"type": p["type"], "text": p.get("text")} for p in t["content"]]}
+                      for t in r["messages"]] for r in trl],
+        "images": [[{"bytes": (real_data / p).read_bytes(), "path": None} for p in r["images"]] for r in trl]},
+        features=features)
+    ds.to_parquet(str(d / "trl.parquet"))
+    ds.save_to_disk(str(d / "trl_disk"))
+    return d, len(lines)
+
+
+def _pack(inputs: list[Path], real_data: Path, model_dir: Path, out: Path) -> tuple[dict, dict]:
+    """Pack ``inputs``; returns the report and, per sample id, (num_tokens, sha256 of each media part)."""
+    report = run_pack(load_config(input=[str(p) for p in inputs], media_root=str(real_data), model=str(model_dir),
+                                  output=str(out), seq_len=SEQ_LEN, workers=1, progress=False))
+    got = {}
+    for raw in read_packs(out):
+        for s in json.loads(raw["json"])["samples"]:
+            got[s["id"]] = (s["num_tokens"], [hashlib.sha256(raw[m["part"]]).hexdigest() for m in s["media"]])
+    return report, got
+
+
+@pytest.mark.parametrize("name", ["trl.jsonl", "trl.parquet", "trl_disk"])
+def test_the_layout_packs_like_the_same_samples_in_llava_jsonl(written, name, real_data, model_dir, tmp_path):
+    d, n = written
+    want_report, want = _pack([d / "llava.jsonl"], real_data, model_dir, tmp_path / "llava")
+    src = d / name
+    inputs = sorted(src.glob("*.arrow")) if src.is_dir() else [src]
+    report, got = _pack(inputs, real_data, model_dir, tmp_path / "trl")
+    # input = packed + rejected (+ dropped: longer than L)
+    assert report["samples_packed"] + report["rejected"] + report["dropped_overlong"] == n
+    assert (report["samples_packed"], report["dropped_overlong"]) == (want_report["samples_packed"],
+                                                                     want_report["dropped_overlong"])
+    assert report["samples_packed"] > 0.9 * n
+    assert got == want
+    assert sum(len(m) for _, m in got.values()) > 250  # 289 images, compared byte for byte
+
+
+def test_the_readme_layout_examples_convert():
+    """Each example record of the README's layout table converts to the same canonical sample."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(\w+)`[^|]*\| `(\{.*?\})`", readme, flags=re.M)
+    assert [name for name, _ in rows] == ["llava", "messages", "messages", "prompts"]
+    samples = {json.dumps(to_canonical(json.loads(example), schema=name)) for name, example in rows}
+    assert len(samples) == 1  # one sample: <image> "What?" -> "A cat."
