@@ -57,9 +57,11 @@ def test_a_forced_layout_refuses_a_record_without_its_key(name):
 def test_detection_follows_registry_order():
     both = {**_ONE["prompts"], **_ONE["messages"], **_ONE["llava"]}
     del both["images"]  # keep one top-level image key
-    assert detect_schema(dict(both)) == "llava"
+    with pytest.raises(RecordError) as e:  # two conversations: none is guessed (issue 20, item 7)
+        detect_schema(dict(both))
+    assert e.value.reason == "two_conversations"
     del both["conversations"]
-    assert detect_schema(dict(both)) == "messages"
+    assert detect_schema(dict(both)) == "messages"  # before prompts + captions, in registry order
     with pytest.raises(RecordError) as e:
         detect_schema({"text": "hi", "id": 1})
     assert e.value.reason == "unknown_schema"

@@ -133,3 +133,14 @@ def test_the_readme_layout_examples_convert():
     assert [name for name, _ in rows] == ["llava", "messages", "messages", "prompts"]
     samples = {json.dumps(to_canonical(json.loads(example), schema=name)) for name, example in rows}
     assert len(samples) == 1  # one sample: <image> "What?" -> "A cat."
+
+
+def test_two_conversation_keys_are_rejected_unless_a_schema_is_forced():
+    """A record with both ``messages`` and ``conversations`` (packed silently from one before) is
+    rejected ``two_conversations``; ``--schema`` says which one is meant."""
+    obj = {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}],
+           "conversations": [{"from": "human", "value": "c"}, {"from": "gpt", "value": "d"}]}
+    with pytest.raises(RecordError) as e:
+        to_canonical(dict(obj))
+    assert e.value.reason == "two_conversations" and "--schema" in str(e.value)
+    assert to_canonical(dict(obj), schema="llava")[0][0]["content"] == [{"type": "text", "text": "c"}]

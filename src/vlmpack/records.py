@@ -55,6 +55,7 @@ REASONS: dict[str, str] = {
     "duplicate_member": "a WebDataset sample holds two members of the same name (e.g. a.json twice); none is guessed",
     "member_too_large": "a WebDataset sample's json member is larger than --max-member-bytes (not read)",
     "media_too_large": "a media item is larger than --max-media-bytes (not read)",
+    "two_conversations": "the record holds two conversation keys (e.g. messages and conversations); none is guessed",
 }
 
 #: Default of ``--max-member-bytes``: the largest member of a container read as a record's text

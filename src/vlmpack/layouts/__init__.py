@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from vlmpack.errors import RecordError
 from vlmpack.layouts.base import Canonical, Layout
+from vlmpack.layouts.chat import ChatLayout
 from vlmpack.layouts.llava import LlavaLayout
 from vlmpack.layouts.messages import MessagesLayout
 from vlmpack.layouts.native import LEADING, NATIVE_KINDS, normalize_native
@@ -41,10 +42,15 @@ SCHEMAS = ("auto", *LAYOUTS)
 def detect_schema(obj: dict) -> str:
     """The name of the first layout of :data:`LAYOUTS` that detects ``obj`` (``"llava"`` if
     ``conversations`` is a key, else ``"messages"`` if ``messages`` is, else ``"prompts"`` if
-    ``prompts`` or ``captions`` is); raises :class:`RecordError` (``unknown_schema``)."""
-    for name, layout in LAYOUTS.items():
-        if layout.detect(obj):
-            return name
+    ``prompts`` or ``captions`` is); raises :class:`RecordError` (``unknown_schema``; a record with
+    two conversation keys, ``conversations`` and ``messages``: ``two_conversations``, never one
+    packed silently)."""
+    found = [name for name, layout in LAYOUTS.items() if layout.detect(obj)]
+    if len(found) > 1 and all(isinstance(LAYOUTS[n], ChatLayout) for n in found[:2]):
+        keys = " and ".join(LAYOUTS[n].keys for n in found[:2])
+        raise RecordError("two_conversations", f"the record holds both {keys}; keep one (or force one with --schema)")
+    if found:
+        return found[0]
     *rest, last = (layout.keys for layout in LAYOUTS.values())
     keys = ", ".join(sorted(str(k) for k in obj)[:8]) or "none"
     raise RecordError("unknown_schema", f"no {', '.join(rest)} or {last} key (keys: {keys})")
