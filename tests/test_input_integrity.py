@@ -315,8 +315,8 @@ def test_text_that_is_not_jsonl_is_refused(real_data, tmp_path):
     utf16le = tmp_path / "utf16le.jsonl"  # no BOM
     utf16le.write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-16-le")
     _refused(utf16le, "UTF-16 text")
-    pretty = tmp_path / "pretty.json"
-    pretty.write_text(json.dumps(records, indent=2))
+    pretty = tmp_path / "pretty.json"  # one JSON document that is no array of records (an array is read: json)
+    pretty.write_text(json.dumps({"data": records}, indent=2))
     _refused(pretty, "a pretty-printed JSON document")
     lfs = tmp_path / "lfs.jsonl"
     lfs.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:" + "ab" * 32 + "\nsize 7091080\n")

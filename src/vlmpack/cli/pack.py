@@ -35,7 +35,7 @@ def pack_command(
     seq_len: Optional[int] = _opt("seq_len", "--seq-len", help="capacity L of a pack in tokens"),
     schema: Optional[str] = _opt("input_schema", "--schema", help="auto|llava|messages|prompts"),
     input_format: Optional[str] = _opt("input_format", "--input-format",
-                                       help="auto|jsonl|wds|parquet: force the inputs' format (auto: sniffed)"),
+                                       help="auto|jsonl|wds|parquet|json|csv|yaml: force the inputs' format"),
     text_key: Optional[str] = _opt("text_key", "--text-key", help="key of the turns in each record, e.g. texts",
                                    default="conversations / messages / texts"),
     allow_absolute_media: Optional[bool] = _opt(

@@ -14,9 +14,11 @@ first line number; a tar shard: a byte range of whole samples and the first samp
 Tasks are pure functions of these values, so the output does not depend on the workers.
 
 Formats (:data:`SOURCES`): ``jsonl`` (:mod:`vlmpack.sources.jsonl`: plain / gz / zst / xz / bz2),
-``wds`` (:mod:`vlmpack.sources.wds`: uncompressed WebDataset tar shards, read in place) and
+``wds`` (:mod:`vlmpack.sources.wds`: uncompressed WebDataset tar shards, read in place),
 ``parquet`` (:mod:`vlmpack.sources.parquet`: Parquet / Arrow IPC tables, tasks = row-group ranges,
-images read in place from their cells).
+images read in place from their cells) and the whole-file documents of
+:mod:`vlmpack.sources.document`: ``json`` (:mod:`~vlmpack.sources.json_array`: one JSON array),
+``csv`` (:mod:`~vlmpack.sources.csv_table`) and ``yaml`` (:mod:`~vlmpack.sources.yaml_list`).
 :func:`detect_format` sniffs the content; ``--input-format`` forces one.
 
 Adding a format: write ``vlmpack/sources/<name>.py`` with a class that satisfies
@@ -27,19 +29,26 @@ from __future__ import annotations
 
 from vlmpack.errors import ConfigError, InputError
 from vlmpack.sources.base import Source
+from vlmpack.sources.csv_table import CsvSource
+from vlmpack.sources.json_array import JsonArraySource
 from vlmpack.sources.jsonl import JsonlSource
 from vlmpack.sources.parquet import ParquetSource
 from vlmpack.sources.wds import WdsSource
+from vlmpack.sources.yaml_list import YamlSource
 
-#: The registry: format name -> source. Detection tries them in order; ``jsonl`` is the fallback.
-SOURCES: dict[str, Source] = {"wds": WdsSource(), "parquet": ParquetSource(), "jsonl": JsonlSource()}
+#: The registry: format name -> source. Detection tries their magic bytes in order, then the name
+#: endings of those without any (``suffixes``); ``jsonl`` is the fallback.
+SOURCES: dict[str, Source] = {"wds": WdsSource(), "parquet": ParquetSource(), "json": JsonArraySource(),
+                              "csv": CsvSource(), "yaml": YamlSource(), "jsonl": JsonlSource()}
 #: Values of ``--input-format``.
 INPUT_FORMATS = ("auto", *SOURCES)
 
 
 def detect_format(path: str) -> str:
-    """The format of ``path`` from its first bytes (a tar header -> ``wds``; else ``jsonl``, whose
-    own check refuses what is not JSONL). Raises :class:`InputError` when unreadable."""
+    """The format of ``path`` from its first bytes (a tar header -> ``wds``, ``PAR1`` / Arrow ->
+    ``parquet``, ``[`` -> ``json``), else from its name (``.csv`` -> ``csv``, ``.yaml`` / ``.yml`` ->
+    ``yaml``), else ``jsonl``, whose own check refuses what is not JSONL. Raises :class:`InputError`
+    when unreadable."""
     try:
         with open(path, "rb") as f:
             head = f.read(4096)
@@ -47,6 +56,10 @@ def detect_format(path: str) -> str:
         raise InputError(f"cannot open input {path}: {e.strerror or e}; check the path") from None
     for name, source in SOURCES.items():
         if name != "jsonl" and source.sniff(head):
+            return name
+    lower = path.lower()
+    for name, source in SOURCES.items():
+        if name != "json" and lower.endswith(getattr(source, "suffixes", ())):
             return name
     return "jsonl"
 

@@ -1,4 +1,6 @@
-"""The Hugging Face / TRL chat-template layout (issue 20, item 1): ``messages`` whose content parts are
+"""The layouts and containers users' data already sits in (issue 20).
+
+The Hugging Face / TRL chat-template layout (item 1): ``messages`` whose content parts are
 ``{"type": "image"}`` placeholders matched in order with a top-level ``images`` list (paths, or the
 ``datasets`` ``Image`` struct), and parts that carry their media (``image`` / ``path`` / ``url`` /
 ``base64``, the keys transformers' chat templates load).
@@ -6,17 +8,23 @@
 Proof on real data: the first demo records written in this layout as JSONL (paths), as Parquet and as a
 ``save_to_disk`` directory (``Sequence(Image())``, the image bytes embedded as on the Hub) pack with the
 same ``num_tokens`` and the same media bytes per sample id as the demo's own records, with input =
-packed + rejected."""
+packed + rejected.
+
+The whole-file containers (item 4): the same records as one JSON array, a CSV table (JSON cells) and
+a YAML list pack like the JSONL lines; files that are none of these stop with one line, bad rows are
+rejected with a reason."""
 
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
 import json
 import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from vlmpack.config import load_config
 from vlmpack.errors import RecordError
@@ -96,6 +104,12 @@ def written(real_data, tmp_path_factory):
         features=features)
     ds.to_parquet(str(d / "trl.parquet"))
     ds.save_to_disk(str(d / "trl_disk"))
+    (d / "llava.json").write_text(json.dumps(recs, indent=1, ensure_ascii=False))
+    with open(d / "llava.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["id", "source", "images", "conversations"])
+        w.writeheader()
+        w.writerows({k: json.dumps(v) if isinstance(v, list) else v for k, v in r.items()} for r in recs)
+    (d / "llava.yaml").write_text(yaml.safe_dump(recs, allow_unicode=True, sort_keys=False))
     return d, len(lines)
 
 
@@ -110,7 +124,7 @@ def _pack(inputs: list[Path], real_data: Path, model_dir: Path, out: Path) -> tu
     return report, got
 
 
-@pytest.mark.parametrize("name", ["trl.jsonl", "trl.parquet", "trl_disk"])
+@pytest.mark.parametrize("name", ["trl.jsonl", "trl.parquet", "trl_disk", "llava.json", "llava.csv", "llava.yaml"])
 def test_the_layout_packs_like_the_same_samples_in_llava_jsonl(written, name, real_data, model_dir, tmp_path):
     d, n = written
     want_report, want = _pack([d / "llava.jsonl"], real_data, model_dir, tmp_path / "llava")
@@ -144,3 +158,34 @@ def test_two_conversation_keys_are_rejected_unless_a_schema_is_forced():
         to_canonical(dict(obj))
     assert e.value.reason == "two_conversations" and "--schema" in str(e.value)
     assert to_canonical(dict(obj), schema="llava")[0][0]["content"] == [{"type": "text", "text": "c"}]
+
+
+@pytest.mark.parametrize("name, data", [
+    ("a.json", b'[{"messages": []}] extra'),
+    ("b.json", b'[{"messages": []},]'),
+    ("c.yaml", b"messages: []\n"),
+    ("d.yaml", b"- !!python/object/apply:os.system ['touch /tmp/vlmpack-yaml-ran']\n"),
+    ("e.csv", b""),
+])
+def test_a_file_that_is_no_list_of_records_is_one_line(name, data, tmp_path):
+    from vlmpack.errors import InputError
+    from vlmpack.sources import check_input
+
+    (tmp_path / name).write_bytes(data)
+    with pytest.raises(InputError) as e:
+        check_input(str(tmp_path / name))
+    assert "\n" not in str(e.value) and name in str(e.value)
+    assert not Path("/tmp/vlmpack-yaml-ran").exists()  # a YAML tag never runs anything
+
+
+def test_bad_rows_of_a_document_are_rejected_with_a_reason(tmp_path):
+    from vlmpack.sources import get_source, resolve_format
+
+    good = {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}
+    (tmp_path / "r.json").write_text(json.dumps([good, 7, {"messages": "x"}]))
+    (tmp_path / "r.csv").write_text('id,messages\n1,"[{""role"": ""user"", ""content"": ""a""}, '
+                                    '{""role"": ""assistant"", ""content"": ""b""}]"\n2,[not json\n')
+    for name, want in (("r.json", [None, "not_an_object", "wrong_type"]), ("r.csv", [None, "invalid_json"])):
+        path = str(tmp_path / name)
+        got = [getattr(r, "reason", None) for r in get_source(resolve_format(path)).read(path, 0, -1, 1)]
+        assert got == want, name
