@@ -110,6 +110,13 @@ def written(real_data, tmp_path_factory):
         w.writeheader()
         w.writerows({k: json.dumps(v) if isinstance(v, list) else v for k, v in r.items()} for r in recs)
     (d / "llava.yaml").write_text(yaml.safe_dump(recs, allow_unicode=True, sort_keys=False))
+    alpaca = []  # LLaMA-Factory alpaca: the last turn pair as instruction / output, the others as history
+    for r in recs:
+        texts = [t["value"] for t in r["conversations"]]
+        pairs = [texts[i:i + 2] for i in range(0, len(texts), 2)]
+        alpaca.append({"id": r["id"], "instruction": pairs[-1][0], "input": "", "output": pairs[-1][1],
+                       "history": pairs[:-1], "images": r["images"]})
+    (d / "alpaca.json").write_text(json.dumps(alpaca, ensure_ascii=False))
     return d, len(lines)
 
 
@@ -124,7 +131,8 @@ def _pack(inputs: list[Path], real_data: Path, model_dir: Path, out: Path) -> tu
     return report, got
 
 
-@pytest.mark.parametrize("name", ["trl.jsonl", "trl.parquet", "trl_disk", "llava.json", "llava.csv", "llava.yaml"])
+@pytest.mark.parametrize("name", ["trl.jsonl", "trl.parquet", "trl_disk", "llava.json", "llava.csv", "llava.yaml",
+                                  "alpaca.json"])
 def test_the_layout_packs_like_the_same_samples_in_llava_jsonl(written, name, real_data, model_dir, tmp_path):
     d, n = written
     want_report, want = _pack([d / "llava.jsonl"], real_data, model_dir, tmp_path / "llava")
@@ -144,7 +152,7 @@ def test_the_readme_layout_examples_convert():
     """Each example record of the README's layout table converts to the same canonical sample."""
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| `(\w+)`[^|]*\| `(\{.*?\})`", readme, flags=re.M)
-    assert [name for name, _ in rows] == ["llava", "messages", "messages", "prompts"]
+    assert [name for name, _ in rows] == ["llava", "messages", "messages", "alpaca", "prompts"]
     samples = {json.dumps(to_canonical(json.loads(example), schema=name)) for name, example in rows}
     assert len(samples) == 1  # one sample: <image> "What?" -> "A cat."
 
@@ -189,3 +197,29 @@ def test_bad_rows_of_a_document_are_rejected_with_a_reason(tmp_path):
         path = str(tmp_path / name)
         got = [getattr(r, "reason", None) for r in get_source(resolve_format(path)).read(path, 0, -1, 1)]
         assert got == want, name
+
+
+def test_alpaca_rows_are_llama_factory_turns():
+    """LLaMA-Factory's AlpacaDatasetConverter: history pairs, then instruction and input joined with a
+    newline, system first; a row without a string output (preference / pre-training) is no SFT sample."""
+    got = to_canonical({"system": "Be brief.", "instruction": "<image>Name it", "input": "in one word",
+                        "output": "Cat", "history": [["Hi", "Hello"]], "images": ["a.png"]})
+    assert got[0] == [{"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+                      {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+                      {"role": "assistant", "content": [{"type": "text", "text": "Hello"}]},
+                      {"role": "user", "content": [{"type": "image", "index": 0},
+                                                   {"type": "text", "text": "Name it\nin one word"}]},
+                      {"role": "assistant", "content": [{"type": "text", "text": "Cat"}]}]
+    for bad in ({"instruction": "q", "output": None, "chosen": "a", "rejected": "b"},
+                {"instruction": "q", "output": "a", "history": [["only one"]]}):
+        with pytest.raises(RecordError) as e:
+            to_canonical(bad)
+        assert e.value.reason == "wrong_type"
+
+
+def test_a_sharegpt_system_column_is_the_system_turn_unless_the_turns_have_one():
+    turns = [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]
+    got = to_canonical({"system": "S", "conversations": turns})[0]
+    assert got[0] == {"role": "system", "content": [{"type": "text", "text": "S"}]} and len(got) == 3
+    own = to_canonical({"system": "S", "conversations": [{"from": "system", "value": "T"}, *turns]})[0]
+    assert own[0]["content"] == [{"type": "text", "text": "T"}] and len(own) == 3

@@ -23,6 +23,7 @@ _ONE = {  # one minimal record per layout
     "llava": {"image": "a.jpg", "conversations": _TURNS},
     "messages": {"images": ["a.jpg"], "messages": [{"role": "user", "content": "<image>\nWhat?"},
                                                    {"role": "assistant", "content": "A cat."}]},
+    "alpaca": {"images": ["a.jpg"], "instruction": "<image>", "input": "What?", "output": "A cat."},
     "prompts": {"images": ["a.jpg"], "prompts": ["<image>\nWhat?"], "captions": ["A cat."]},
 }
 _WANT = ([{"role": "user", "content": [{"type": "image", "index": 0}, {"type": "text", "text": "\nWhat?"}]},
@@ -65,30 +66,31 @@ def test_detection_follows_registry_order():
     with pytest.raises(RecordError) as e:
         detect_schema({"text": "hi", "id": 1})
     assert e.value.reason == "unknown_schema"
-    assert e.value.detail == "no 'conversations', 'messages' or 'prompts'+'captions' key (keys: id, text)"
+    assert e.value.detail == ("no 'conversations', 'messages', 'instruction'+'output' or 'prompts'+'captions' key "
+                              "(keys: id, text)")
     for layout in LAYOUTS.values():
         assert layout.keys in e.value.detail
 
 
 def test_unknown_schema_name_is_a_value_error():
-    with pytest.raises(ValueError, match="use one of auto, llava, messages, prompts"):
+    with pytest.raises(ValueError, match="use one of auto, llava, messages, alpaca, prompts"):
         to_canonical(dict(_ONE["llava"]), "sharegpt")
 
 
-class _AlpacaLike:
-    """A toy layout for the seam test: ``instruction`` + ``output`` (+ ``images``)."""
+class _QaLike:
+    """A toy layout for the seam test: ``question`` + ``answer`` (+ ``images``)."""
 
-    name = "alpaca_like"
-    keys = "'instruction'+'output'"
+    name = "qa_like"
+    keys = "'question'+'answer'"
 
     @staticmethod
     def detect(obj: dict) -> bool:
-        return "instruction" in obj
+        return "question" in obj
 
     @staticmethod
     def to_canonical(obj: dict, *, leading: bool = False):
         builder = Builder(top_level_media(obj))
-        for role, key in (("user", "instruction"), ("assistant", "output")):
+        for role, key in (("user", "question"), ("assistant", "answer")):
             value = obj.get(key)
             if not isinstance(value, str):
                 raise RecordError("wrong_type", f"{key!r} must be a string")
@@ -100,12 +102,12 @@ class _AlpacaLike:
 
 def test_a_new_layout_is_one_registry_line(monkeypatch, tmp_path):
     """Registering a layout is all it takes: detection, conversion, checks and reasons follow."""
-    rec = {"id": 3, "images": ["a.jpg"], "instruction": "<image>\nWhat?", "output": "A cat."}
+    rec = {"id": 3, "images": ["a.jpg"], "question": "<image>\nWhat?", "answer": "A cat."}
     raw = json.dumps(rec).encode()
     before = parse_record(raw, Locator("f.jsonl", 1, 0), media_root=str(tmp_path))
     assert isinstance(before, Rejection) and before.reason == "unknown_schema"
-    monkeypatch.setitem(LAYOUTS, "alpaca_like", _AlpacaLike())
-    assert isinstance(LAYOUTS["alpaca_like"], Layout)
+    monkeypatch.setitem(LAYOUTS, "qa_like", _QaLike())
+    assert isinstance(LAYOUTS["qa_like"], Layout)
     res = parse_record(raw, Locator("f.jsonl", 1, 0), media_root=str(tmp_path))
     assert isinstance(res, Sample) and res.id == "3", res
     assert res.messages == _WANT[0] and [(m.kind, m.ref) for m in res.media] == _WANT[1]
@@ -114,4 +116,4 @@ def test_a_new_layout_is_one_registry_line(monkeypatch, tmp_path):
     assert isinstance(bad, Rejection) and bad.reason == "placeholder_mismatch" and bad.reason in REASONS
     with pytest.raises(RecordError) as e:
         detect_schema({"x": 1})
-    assert "'instruction'+'output'" in e.value.detail
+    assert "'question'+'answer'" in e.value.detail

@@ -464,7 +464,7 @@ def test_parse_record_never_raises_on_bytes(raw):
 
 
 @settings(max_examples=600, deadline=None)
-@given(value=_json, schema=st.sampled_from(["auto", "llava", "messages", "prompts"]))
+@given(value=_json, schema=st.sampled_from(["auto", "llava", "messages", "alpaca", "prompts"]))
 def test_parse_record_never_raises_on_json(value, schema):
     raw = json.dumps(value).encode()
     _check_result(

@@ -46,7 +46,7 @@ class PackConfig(BaseModel):
     model: str = Field(description="local HF-format model directory (tokenizer, processor, config)")
     media_root: str | None = Field(None, description="media paths are relative to it (default: 1st input's folder)")
     seq_len: int = Field(8192, gt=0, le=2**31 - 1, description="capacity L of a pack, in tokens (int32 counts)")
-    input_schema: Literal["auto", "llava", "messages", "prompts"] = Field("auto", alias="schema")
+    input_schema: Literal["auto", "llava", "messages", "alpaca", "prompts"] = Field("auto", alias="schema")
     input_format: Literal["auto", "jsonl", "wds", "parquet", "json", "csv", "yaml"] = Field(
         "auto", description="format of the inputs (auto: sniffed per file; see vlmpack.sources)")
     text_key: str | None = Field(None, min_length=1, description="key of the turns in each record (default: "

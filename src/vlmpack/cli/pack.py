@@ -33,7 +33,7 @@ def pack_command(
     media_root: Optional[str] = _opt("media_root", "--media-root", help="media paths are relative to it",
                                      default="the first input's folder"),
     seq_len: Optional[int] = _opt("seq_len", "--seq-len", help="capacity L of a pack in tokens"),
-    schema: Optional[str] = _opt("input_schema", "--schema", help="auto|llava|messages|prompts"),
+    schema: Optional[str] = _opt("input_schema", "--schema", help="auto|llava|messages|alpaca|prompts"),
     input_format: Optional[str] = _opt("input_format", "--input-format",
                                        help="auto|jsonl|wds|parquet|json|csv|yaml: force the inputs' format"),
     text_key: Optional[str] = _opt("text_key", "--text-key", help="key of the turns in each record, e.g. texts",

@@ -12,6 +12,8 @@ Layouts (:data:`LAYOUTS`, in detection order; ``--schema`` forces one):
   / ``video(s)`` named by ``<image>`` / ``<video>`` placeholders;
 - ``messages`` (:mod:`~vlmpack.layouts.messages`): ``messages: [{"role", "content"}]``, content a
   string with placeholders or a list of text / image / video parts;
+- ``alpaca`` (:mod:`~vlmpack.layouts.alpaca`): LLaMA-Factory's ``instruction`` + ``input`` +
+  ``output`` (+ ``system``, ``history``);
 - ``prompts`` (:mod:`~vlmpack.layouts.prompts`): ``images`` + ``prompts`` + ``captions``.
 
 Before detection every record goes through :func:`~vlmpack.layouts.native.normalize_native`,
@@ -26,6 +28,7 @@ must run (CONTRIBUTING.md).
 from __future__ import annotations
 
 from vlmpack.errors import RecordError
+from vlmpack.layouts.alpaca import AlpacaLayout
 from vlmpack.layouts.base import Canonical, Layout
 from vlmpack.layouts.chat import ChatLayout
 from vlmpack.layouts.llava import LlavaLayout
@@ -34,17 +37,18 @@ from vlmpack.layouts.native import LEADING, NATIVE_KINDS, normalize_native
 from vlmpack.layouts.prompts import PromptsLayout
 
 #: The registry: layout name -> layout. Detection tries them in order; the first match converts.
-LAYOUTS: dict[str, Layout] = {"llava": LlavaLayout(), "messages": MessagesLayout(), "prompts": PromptsLayout()}
+LAYOUTS: dict[str, Layout] = {"llava": LlavaLayout(), "messages": MessagesLayout(), "alpaca": AlpacaLayout(),
+                               "prompts": PromptsLayout()}
 #: Values of ``--schema`` (config ``input_schema``).
 SCHEMAS = ("auto", *LAYOUTS)
 
 
 def detect_schema(obj: dict) -> str:
     """The name of the first layout of :data:`LAYOUTS` that detects ``obj`` (``"llava"`` if
-    ``conversations`` is a key, else ``"messages"`` if ``messages`` is, else ``"prompts"`` if
-    ``prompts`` or ``captions`` is); raises :class:`RecordError` (``unknown_schema``; a record with
-    two conversation keys, ``conversations`` and ``messages``: ``two_conversations``, never one
-    packed silently)."""
+    ``conversations`` is a key, else ``"messages"`` if ``messages`` is, else ``"alpaca"`` if
+    ``instruction`` and ``output`` are, else ``"prompts"`` if ``prompts`` or ``captions`` is);
+    raises :class:`RecordError` (``unknown_schema``; a record with two conversation keys,
+    ``conversations`` and ``messages``: ``two_conversations``, never one packed silently)."""
     found = [name for name, layout in LAYOUTS.items() if layout.detect(obj)]
     if len(found) > 1 and all(isinstance(LAYOUTS[n], ChatLayout) for n in found[:2]):
         keys = " and ".join(LAYOUTS[n].keys for n in found[:2])

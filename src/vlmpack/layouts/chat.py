@@ -113,7 +113,9 @@ class ChatLayout:
     """A layout whose record holds a list of chat turns under one ``key`` (a
     :class:`vlmpack.layouts.base.Layout`): turns are read by :func:`chat_turns` with ``names``
     (the layout's own role/text keys) first and ``alt_names`` accepted too; media from the
-    top-level lists (:func:`vlmpack.layouts.builder.top_level_media`)."""
+    top-level lists (:func:`vlmpack.layouts.builder.top_level_media`). A top-level ``system``
+    string (LLaMA-Factory's ``system`` column) is the system turn unless the turns start with
+    one (a system turn in the turns wins, as in LLaMA-Factory's ``SharegptDatasetConverter``)."""
 
     def __init__(self, name: str, key: str, names: tuple[str, str], alt_names: tuple[str, str]):
         self.name, self.key, self.names, self.alt_names = name, key, names, alt_names
@@ -129,5 +131,10 @@ class ChatLayout:
         if self.key not in obj:
             raise RecordError("unknown_schema",
                               f"schema {self.name!r} forced but the record has no {self.key!r} key")
+        system = obj.get("system")
+        if system is not None and not isinstance(system, str):
+            raise RecordError("wrong_type", f"'system' must be a string, got {short(system)}")
         chat_turns(obj[self.key], self.key, builder, self.names, self.alt_names, leading=leading)
+        if system and (not builder.messages or builder.messages[0]["role"] != "system"):  # plain text: no media
+            builder.messages.insert(0, {"role": "system", "content": [{"type": "text", "text": system}]})
         return builder.finish()
