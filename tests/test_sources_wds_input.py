@@ -1,5 +1,6 @@
 """WebDataset input that is not one clean shard: shards joined with ``cat``, repeated members,
-members without a key, members above the size caps (issue 19 items 5 and 12).
+members without a key, members above the size caps (issue 19 items 5 and 12), a hard link to a
+symbolic link (issue 20 item 7).
 
 Joined shards read every sample of each (as GNU tar ``--ignore-zeros``), over any task split, with
 exact offsets; a repeated member is ``duplicate_member``; keyless and non-file members are counted;
@@ -115,6 +116,8 @@ def test_repeated_members_keyless_members_and_the_member_cap(tmp_path, real_data
              _member("docs/", kind=tarfile.DIRTYPE),
              _member("twice.json", _conversation("twice")), _member("twice.json", _conversation("twice-2")),
              _member("lnk.png", kind=tarfile.SYMTYPE, link="elsewhere.png"),
+             # a hard link to the symbolic link (it stopped the whole run): only its sample is rejected
+             _member("hl.json", _conversation("hl")), _member("hl.png", kind=tarfile.LNKTYPE, link="lnk.png"),
              _member("big.json", _conversation("big", pad=cap)), _member("fine.json", _conversation("fine"))]
     edited = tmp_path / "edited.tar"
     edited.write_bytes(_body(shard) + b"".join(extra) + bytes(1024))
@@ -124,11 +127,11 @@ def test_repeated_members_keyless_members_and_the_member_cap(tmp_path, real_data
     assert _facts(got[:len(base)]) == base  # the shard's own samples are untouched
     tail = got[len(base):]
     assert [(r.locator.key, r.reason) for r in tail if isinstance(r, Rejection)] == [
-        ("twice", "duplicate_member"), ("big", "member_too_large")]
+        ("twice", "duplicate_member"), ("hl", "member_not_file"), ("big", "member_too_large")]
     assert [r.id for r in tail if isinstance(r, Sample)] == ["fine"]
     assert "twice.json" in next(r.detail for r in tail if isinstance(r, Rejection))
     assert (stats.members_without_key, stats.members_not_files) == (2, 1)  # README, notes; the symlink
-    assert stats.reasons == {"duplicate_member": 1, "member_too_large": 1}
+    assert stats.reasons == {"duplicate_member": 1, "member_not_file": 1, "member_too_large": 1}
     # counted once whatever the task split
     split_stats = ReadStats()
     for start, end, first in WdsSource.split(str(edited), 100_000):

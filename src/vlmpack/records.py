@@ -55,6 +55,7 @@ REASONS: dict[str, str] = {
     "duplicate_member": "a WebDataset sample holds two members of the same name (e.g. a.json twice); none is guessed",
     "member_too_large": "a WebDataset sample's json member is larger than --max-member-bytes (not read)",
     "media_too_large": "a media item is larger than --max-media-bytes (not read)",
+    "member_not_file": "a WebDataset sample's member is a hard link to no regular member of the shard",
     "two_conversations": "the record holds two conversation keys (e.g. messages and conversations); none is guessed",
 }
 

@@ -88,8 +88,9 @@ def iter_samples(path: str, start: int = 0, end: int = -1,
     repeated file as a link to its first copy; its data is that member's) count; other members and
     names without a part are skipped and counted in ``skipped`` (``members_without_key``:
     a file such as ``README``; ``members_not_files``: a symbolic link, device or FIFO; directories
-    are not counted). Raises :class:`InputError` (one line) for a truncated or corrupt shard or a
-    link to a member that is not in it."""
+    are not counted; a hard link to no regular member of the shard is a part of size -1, whose
+    sample is rejected ``member_not_file``). Raises :class:`InputError` (one line) for a truncated
+    or corrupt shard."""
     return ((key, parts) for (_, key), parts in group_by_key(_parts(path, start, end, skipped)))
 
 
@@ -105,8 +106,8 @@ def _parts(path: str, start: int, end: int, skipped: ReadStats | None) -> Iterat
                     else:
                         skipped.members_not_files += 1
                 continue
-            if member.islnk():
-                yield (archive, kp[0]), Part(kp[1], member.offset, *_link_target(path, member))
+            if member.islnk():  # a link to no regular member of the shard: size -1 (its sample is rejected)
+                yield (archive, kp[0]), Part(kp[1], member.offset, *(_link_target(path, member) or (-1, -1)))
             else:
                 yield (archive, kp[0]), Part(kp[1], member.offset, member.offset_data, member.size)
 
@@ -171,15 +172,14 @@ def _next_archive(path: str, fh, offset: int, size: int) -> int | None:
     return None
 
 
-def _link_target(path: str, member: tarfile.TarInfo) -> tuple[int, int]:
+def _link_target(path: str, member: tarfile.TarInfo) -> tuple[int, int] | None:
     """``(data offset, size)`` of the member a hard link names: the last regular member of that name
     before the link (``tarfile``'s rule; in a joined shard, possibly in an earlier archive, as GNU
-    tar's ``--ignore-zeros`` would extract it), else the first one after it. Raises
-    :class:`InputError` when the shard holds none."""
+    tar's ``--ignore-zeros`` would extract it), else the first one after it; None when the shard
+    holds no regular member of that name (a link to a symbolic link, or to nothing)."""
     headers, data = _regular_members(path, os.path.getmtime(path)).get(member.linkname, ((), ()))
     if not data:
-        raise InputError(f"{printable_path(path)}: member {member.name!r} links to "
-                         f"{member.linkname!r}, which the shard does not hold; re-create it")
+        return None
     return data[max(bisect.bisect_left(headers, member.offset) - 1, 0)]
 
 
@@ -264,6 +264,9 @@ def _sample(path: str, fh, key: str, members: list[Part], loc: Locator, schema: 
         return Rejection(loc, "duplicate_member", f"sample {key!r} holds more than one member named "
                          f"{', '.join(f'{key}.{n}' for n in twice[:4])}; which one is meant cannot be told: "
                          "re-create the shard with one member per part", key)
+    if dangling := sorted(m.name for m in members if m.size < 0):
+        return Rejection(loc, "member_not_file", f"sample {key!r}: member {key}.{dangling[0]} is a hard link to no "
+                         "regular member of the shard (a link to a symbolic link, or to a missing member)", key)
     meta = parts.get("json")
     if meta is None:
         return Rejection(loc, "unknown_schema", f"sample {key!r} has no .json part (parts: {sorted(parts)[:8]})",
