@@ -223,3 +223,53 @@ def test_a_sharegpt_system_column_is_the_system_turn_unless_the_turns_have_one()
     assert got[0] == {"role": "system", "content": [{"type": "text", "text": "S"}]} and len(got) == 3
     own = to_canonical({"system": "S", "conversations": [{"from": "system", "value": "T"}, *turns]})[0]
     assert own[0]["content"] == [{"type": "text", "text": "T"}] and len(own) == 3
+
+
+def _registry(d: Path, entries: dict) -> Path:
+    path = d / "reg" / "dataset_info.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(entries))
+    return path
+
+
+_REG = {"demo_sharegpt": {"file_name": "../llava.json", "formatting": "sharegpt",
+                          "columns": {"messages": "conversations", "images": "images"}},
+        "demo_alpaca": {"file_name": "../alpaca.json",
+                        "columns": {"prompt": "instruction", "query": "input", "response": "output",
+                                    "history": "history", "images": "images"}}}
+
+
+def test_a_llama_factory_registry_packs_its_datasets(written, real_data, model_dir, tmp_path):
+    """``--input dataset_info.json`` packs the datasets it names (``--dataset`` picks some): the alpaca
+    entry packs like the LLaVA records; all entries: both files read, each record once."""
+    d, n = written
+    reg = _registry(d, _REG)
+    _, want = _pack([d / "llava.jsonl"], real_data, model_dir, tmp_path / "llava")
+    report = run_pack(load_config(input=[str(reg)], dataset=["demo_alpaca"], media_root=str(real_data),
+                                  model=str(model_dir), output=str(tmp_path / "one"), seq_len=SEQ_LEN, workers=1,
+                                  progress=False))
+    got = {s["id"]: (s["num_tokens"], [hashlib.sha256(raw[m["part"]]).hexdigest() for m in s["media"]])
+           for raw in read_packs(tmp_path / "one") for s in json.loads(raw["json"])["samples"]}
+    assert got == want and report["records_read"] == n
+    both = load_config(input=[str(reg)], media_root=str(real_data), model=str(model_dir), output=str(tmp_path / "b"),
+                       seq_len=SEQ_LEN)
+    assert [Path(p).name for p in both.input] == ["llava.json", "alpaca.json"]
+
+
+@pytest.mark.parametrize("entry, words", [
+    ({"hf_hub_url": "HuggingFaceH4/llava-instruct-mix-vsft"}, "hf_hub_url"),
+    ({"file_name": "../llava.json", "ranking": True}, "preference"),
+    ({"file_name": "../llava.json", "formatting": "sharegpt", "columns": {"messages": "dialog"}}, "columns.messages"),
+    ({"file_name": "../llava.json", "formatting": "sharegpt", "tags": {"role_tag": "speaker"}}, "tags.role_tag"),
+    ({"file_name": "../nowhere.json"}, "nowhere.json"),
+])
+def test_a_registry_entry_vlmpack_does_not_read_is_one_line(written, entry, words, real_data, model_dir):
+    from vlmpack.errors import ConfigError
+
+    reg = _registry(written[0], {"x": entry})
+    with pytest.raises(ConfigError) as e:
+        load_config(input=[str(reg)], media_root=str(real_data), model=str(model_dir), output="/tmp/unused-out")
+    assert "dataset 'x'" in str(e.value) and words in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="no dataset 'y'"):
+        load_config(input=[str(_registry(written[0], _REG))], dataset=["y"], media_root=str(real_data),
+                    model=str(model_dir), output="/tmp/unused-out")

@@ -26,7 +26,7 @@ from vlmpack.records import MAX_MEDIA_BYTES, MAX_MEMBER_BYTES
 
 #: Options that change neither the plan nor the bytes written (left out of the fingerprint).
 _NOT_FINGERPRINTED = {"workers", "overwrite", "progress", "output", "executor", "ray_address", "max_reject_fraction",
-                      "cache_dir"}
+                      "cache_dir", "dataset"}  # dataset: the input files it picks are fingerprinted
 
 #: Input size caps: left out of the fingerprint at their defaults (see ``fingerprint_payload``).
 _CAPS = ("max_member_bytes", "max_media_bytes")
@@ -49,6 +49,8 @@ class PackConfig(BaseModel):
     input_schema: Literal["auto", "llava", "messages", "alpaca", "prompts"] = Field("auto", alias="schema")
     input_format: Literal["auto", "jsonl", "wds", "parquet", "json", "csv", "yaml"] = Field(
         "auto", description="format of the inputs (auto: sniffed per file; see vlmpack.sources)")
+    dataset: list[str] = Field(default_factory=list, description="the datasets of a LLaMA-Factory dataset_info.json "
+                               "input to pack (default: all)")
     text_key: str | None = Field(None, min_length=1, description="key of the turns in each record (default: "
                                  "conversations / messages / texts by schema detection)")
     allow_absolute_media: bool = False
@@ -175,7 +177,8 @@ def load_config(yaml_path: str | Path | None = None, **overrides: Any) -> PackCo
         data = {k.replace("-", "_"): v for k, v in loaded.items()}
     data.update({k.replace("-", "_"): v for k, v in overrides.items() if v is not None})
     if isinstance(data.get("input"), (str, list)):
-        data["input"] = expand_inputs([data["input"]] if isinstance(data["input"], str) else data["input"])
+        data["input"] = expand_inputs([data["input"]] if isinstance(data["input"], str) else data["input"],
+                                      data.get("dataset") or None)
     if "input_schema" in data:
         data["schema"] = data.pop("input_schema")
     try:
@@ -223,7 +226,7 @@ def brace_expand(pattern: str) -> list[str]:
     return [pattern]
 
 
-def expand_inputs(inputs: list[Any]) -> list[Any]:
+def expand_inputs(inputs: list[Any], datasets: list[str] | None = None) -> list[Any]:
     """``--input`` values with directories, globs and brace patterns expanded (each in place, in order).
 
     A directory holding ``.nv-meta`` (an Energon dataset) -> its ``*.tar`` shards (recursively,
@@ -233,15 +236,23 @@ def expand_inputs(inputs: list[Any]) -> list[Any]:
     ``*.parquet`` or ``*.arrow`` (not recursive, sorted). A value that is not an existing path: a brace pattern
     (``shard-{000..009}.tar``, :func:`brace_expand`) -> its expansions, then any with glob
     characters (``*?[``) -> ``glob.glob`` matches, sorted. Existing paths and non-strings pass
-    unchanged (:func:`_check_paths` judges them). Raises :class:`ConfigError` (one line) for a
-    directory without inputs or a pattern that matches nothing.
+    unchanged (:func:`_check_paths` judges them). LLaMA-Factory's ``dataset_info.json`` -> the
+    files of its datasets (``datasets``: the names of ``--dataset``, else all;
+    :func:`vlmpack.sources.dataset_info.registry_files`). Raises :class:`ConfigError` (one line) for a
+    directory without inputs, a pattern that matches nothing, a registry entry vlmpack does not read,
+    or ``datasets`` without a registry among the inputs.
     """
     from vlmpack.fsio import printable_path as show
+    from vlmpack.sources.dataset_info import is_registry, registry_files
 
     out: list[Any] = []
+    registries = 0
     for p in inputs:
         if not isinstance(p, str) or "\x00" in p:
             out.append(p)
+        elif is_registry(p):
+            registries += 1
+            out.extend(registry_files(p, datasets))
         elif os.path.isdir(p):
             if os.path.isdir(os.path.join(p, ".nv-meta")):
                 found = sorted(f for f in glob.glob(os.path.join(glob.escape(p), "**", "*.tar"), recursive=True)
@@ -264,6 +275,8 @@ def expand_inputs(inputs: list[Any]) -> list[Any]:
             out.extend(found)
         else:
             out.append(p)
+    if datasets and not registries:
+        raise ConfigError("--dataset names datasets of a LLaMA-Factory dataset_info.json, but no --input is one")
     return out
 
 

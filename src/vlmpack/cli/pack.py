@@ -27,7 +27,8 @@ def pack_command(
     config: Optional[Path] = typer.Option(None, "--config", help="YAML file with the options below; flags override it"),
     input: Optional[list[str]] = _opt(
         "input", "--input", "-i", help="JSONL file (plain/.gz/.zst/.xz/.bz2), WebDataset .tar shard, Parquet/Arrow "
-        "file, datasets save_to_disk dir, directory, glob or brace pattern (shard-{000..009}.tar); repeatable"),
+        "file, datasets save_to_disk dir, JSON array / CSV / YAML file, LLaMA-Factory dataset_info.json, directory, "
+        "glob or brace pattern (shard-{000..009}.tar); repeatable"),
     output: Optional[str] = _opt("output", "--output", "-o", help="output directory"),
     model: Optional[str] = _opt("model", "--model", help="local HF-format model directory"),
     media_root: Optional[str] = _opt("media_root", "--media-root", help="media paths are relative to it",
@@ -36,6 +37,8 @@ def pack_command(
     schema: Optional[str] = _opt("input_schema", "--schema", help="auto|llava|messages|alpaca|prompts"),
     input_format: Optional[str] = _opt("input_format", "--input-format",
                                        help="auto|jsonl|wds|parquet|json|csv|yaml: force the inputs' format"),
+    dataset: Optional[list[str]] = _opt("dataset", "--dataset", help="a dataset of a LLaMA-Factory dataset_info.json "
+                                        "input to pack; repeatable", default="all of them"),
     text_key: Optional[str] = _opt("text_key", "--text-key", help="key of the turns in each record, e.g. texts",
                                    default="conversations / messages / texts"),
     allow_absolute_media: Optional[bool] = _opt(
@@ -90,7 +93,7 @@ def pack_command(
 
     cfg = load_config(config, input=input or None, output=output, model=model, media_root=media_root,
                       seq_len=seq_len, schema=schema, input_format=input_format, text_key=text_key,
-                      allow_absolute_media=allow_absolute_media, media_lmdb=media_lmdb or None,
+                      dataset=dataset or None, allow_absolute_media=allow_absolute_media, media_lmdb=media_lmdb or None,
                       media_check=media_check, max_member_bytes=max_member_bytes, max_media_bytes=max_media_bytes,
                       overlong=overlong, algorithm=algorithm,
                       max_samples_per_pack=max_samples_per_pack, max_media_per_pack=max_media_per_pack,
