@@ -193,7 +193,7 @@ def arrays_path(store: str | Path, index: int) -> Path:
 def read_entry(fh, offset: int, length: int, num_tokens: int) -> PackEntry:
     """The sample at ``offset`` (``length`` bytes, without its newline) of an open records part
     file, as the writer takes it: its entry bytes as written (never parsed here) and, from the line
-    that follows it, each media item's ``(part within the sample, reference, sha256 hex)``;
+    that follows it, each media item's ``(sha256 hex, part within the sample, reference)``;
     ``num_tokens`` is the planned count (``manifest.parquet``). Raises ``ValueError`` when the
     media line is no JSON of that form (a damaged part file)."""
     fh.seek(offset)
