@@ -35,9 +35,10 @@ from vlmpack.packfmt import loads_json, sample_digest
 MAX_LINES = 20
 #: The most count-record files kept open at once.
 _OPEN = 32
-#: The most bytes read of one media item's ``[sha256, part, reference]`` in a count record, and of the
-#: whole line (a longer line is a damaged record: memory stays bounded whatever the file holds).
-_ITEM_BYTES, _LINE_BYTES = 64 << 10, 64 << 20
+#: The most bytes read of one media item's ``[sha256, part, reference]`` in a count record beside three
+#: bytes per byte of the media itself (a ``data:`` URI reference holds the media, percent-encoded at most
+#: 3 bytes a byte); a longer line is a damaged record: memory stays bounded by the media already read.
+_ITEM_BYTES = 64 << 10
 
 
 def load_hashes(f: Findings) -> None:
@@ -132,7 +133,7 @@ def check_samples(f: Findings, shard: str, key: str, obj: dict, parts: dict[str,
         if want is not None and sample_digest(s, shas) not in want:
             _line(f, f"{shard}/{key} sample {s['id']!r}: content sha256 differs from every one recorded for the pack "
                   f"at pack time ({RUN_DIR}/shards/{shard}.json): its text, fields or media were changed after packing")
-        counted = _counted(f, (s.get("id_kind", "str"), str(s["id"])), len(shas))
+        counted = _counted(f, (s.get("id_kind", "str"), str(s["id"])), [len(d) for d in data])
         for m, got, exp in zip(s["media"], shas, counted or ()):
             if got != exp:
                 _line(f, f"{shard}/{key} sample {s['id']!r} part {m['part']}: sha256 {got[:16]}... of its bytes, the "
@@ -155,9 +156,10 @@ def finish(f: Findings) -> None:
     f.open_records.clear()
 
 
-def _counted(f: Findings, pair: tuple[str, str], n: int) -> list | None:
-    """The media sha256 list the count stage recorded for sample ``pair`` (``n`` media in the shard),
-    or None when the run record has no count record for it (its problem is said once)."""
+def _counted(f: Findings, pair: tuple[str, str], sizes: list[int]) -> list | None:
+    """The media sha256 list the count stage recorded for sample ``pair`` (media of ``sizes`` bytes
+    in the shard), or None when the run record has no count record for it (its problem is said once)."""
+    n = len(sizes)
     at = (f.records_at or {}).get(pair)
     if at is None:
         return None
@@ -169,7 +171,7 @@ def _counted(f: Findings, pair: tuple[str, str], n: int) -> list | None:
         if len(f.open_records) > _OPEN:
             f.open_records.pop(next(iter(f.open_records))).close()
         fh.seek(offset + length + 1)
-        media = loads_json(fh.readline(min(num_media * _ITEM_BYTES + 3, _LINE_BYTES)))  # [[sha256, part, ref], ...]
+        media = loads_json(fh.readline(num_media * _ITEM_BYTES + 3 * sum(sizes) + 3))  # [[sha256, part, ref], ...]
         if not (isinstance(media, list) and len(media) == num_media
                 and all(isinstance(x, list) and x and isinstance(x[0], str) for x in media)):
             raise ValueError("no media [sha256, part, reference] list after the sample")

@@ -147,9 +147,10 @@ class WriteOptions:
                    str(cfg.model) if cfg.pretokenize else None, str(cfg.media_root), cfg.allow_absolute_media)
 
 
-#: Options that change no output byte (where to write, how fast, when to stop, where the cache is).
+#: Options that change no output byte (where to write, how fast, when to stop, where the cache is;
+#: ``dataset`` only picks the files of a dataset_info.json, and the count stage keys the files themselves).
 NO_STAGE = ("output", "workers", "executor", "ray_address", "overwrite", "progress", "max_reject_fraction",
-            "cache_dir")
+            "cache_dir", "dataset")
 #: ``--cache-dir`` / ``$VLMPACK_CACHE`` values that turn the shared count cache off.
 CACHE_OFF = ("", "off", "none")
 ENV_CACHE = "VLMPACK_CACHE"
