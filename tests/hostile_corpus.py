@@ -27,6 +27,7 @@ import time
 import zlib
 from pathlib import Path
 
+import cli_runner
 from PIL import Image
 
 from vlmpack.records import MAX_MEDIA_BYTES
@@ -316,8 +317,12 @@ def image_records_in(root: Path, real_data: Path, lines: int, n: int = 20) -> li
 CLI = [sys.executable, "-c", "import sys; sys.argv[0] = 'vlmpack'; from vlmpack.cli import main; main()"]
 
 
-def run_cli(args: list[str], cwd: Path | None = None, **kw) -> subprocess.CompletedProcess:
-    """``vlmpack ARGS`` in a fresh interpreter (the console script's own ``main``), output captured."""
+def run_cli(args: list, cwd: Path | None = None, **kw) -> subprocess.CompletedProcess:
+    """``vlmpack ARGS`` in a process of its own (the console script's own ``main``), output captured:
+    forked from the preloaded server of :mod:`cli_runner`, or, given any ``subprocess.run`` option
+    besides ``env`` and ``timeout`` (``preexec_fn``), in a fresh interpreter."""
+    if set(kw) <= {"env", "timeout"}:
+        return cli_runner.run_cli(args, cwd=cwd, **kw)
     return subprocess.run([*CLI, *map(str, args)], cwd=cwd, capture_output=True, text=True, **kw)
 
 

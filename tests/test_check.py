@@ -14,11 +14,11 @@ import io
 import json
 import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
+from cli_runner import run_cli
 
 from vlmpack.check import check_output
 from vlmpack.pack.seal import write_hashes
@@ -129,8 +129,7 @@ def reseal_marker(out: Path, name: str, **result) -> None:
 
 
 def _cli(path: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vlmpack", "check", str(path), *args], capture_output=True,
-                          text=True, timeout=600)
+    return run_cli(["check", path, *args], timeout=600)
 
 
 def _assert_fails(path: Path, *telling: str, args: tuple[str, ...] = (), workers: int = 0) -> list[str]:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from cli_runner import run_cli
 
 from vlmpack.config import load_config
 from vlmpack.errors import ConfigError
@@ -60,9 +59,8 @@ def test_fingerprint_tracks_what_changes_the_bytes(base, model_dir, tmp_path):
 
 
 def test_cli_error_is_one_line_exit_2(base):
-    proc = subprocess.run([sys.executable, "-m", "vlmpack", "pack", "--input", base["input"][0], "--model",
-                           base["model"], "--output", base["output"], "--seq-len", "-5"],
-                          capture_output=True, text=True)
+    proc = run_cli(["pack", "--input", base["input"][0], "--model", base["model"], "--output", base["output"],
+                    "--seq-len", "-5"])
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("vlmpack: error: invalid option 'seq_len'")
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -18,13 +18,13 @@ import random
 import re
 import shutil
 import subprocess
-import sys
 import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
 import zstandard
+from cli_runner import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -474,7 +474,7 @@ def test_non_utf8_input_names(paths, real_data, tmp_path):
 # --- end to end through the CLI ---------------------------------------------------------------------------------
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vlmpack", *args], capture_output=True, text=True)
+    return run_cli(args)
 
 
 def test_cli_cut_zstd_is_one_line_exit_2(real_data, model_dir, sft, tmp_path):

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from html.parser import HTMLParser
 
+from cli_runner import run_cli
 from test_check import packed  # noqa: F401 - the module's real output
 
 from vlmpack.inspection import find_packs, inspect_pack, render_html
@@ -63,12 +62,10 @@ def test_html_page_and_cli(packed, model_dir, tmp_path):  # noqa: F811
     assert len(page.imgs) == sum(len(s["media"]) for s in obj["samples"])
     assert all(i["src"].startswith("data:image/") for i in page.imgs)
     assert {k for k, _ in page.spans} <= {"label", "context", "media"} and any(k == "label" for k, _ in page.spans)
-    proc = subprocess.run([sys.executable, "-c", "import sys; sys.argv[0] = 'vlmpack'; from vlmpack.cli import main; "
-                           "main()", "inspect", str(packed), "--pack", key, "--html", str(tmp_path / "c.html")],
-                          capture_output=True, text=True, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    proc = run_cli(["inspect", packed, "--pack", key, "--html", tmp_path / "c.html"],
+                   env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr
     assert key in proc.stdout and all(str(s["id"]) in proc.stdout for s in obj["samples"])
     assert re.search(r"\d+ samples, [\d,]+ tokens", proc.stdout) and (tmp_path / "c.html").is_file()
-    proc = subprocess.run([sys.executable, "-c", "import sys; sys.argv[0] = 'vlmpack'; from vlmpack.cli import main; "
-                           "main()", "inspect", str(packed), "--pack", "pack999999999"], capture_output=True, text=True)
+    proc = run_cli(["inspect", packed, "--pack", "pack999999999"])
     assert proc.returncode == 2 and "no pack 'pack999999999'" in proc.stderr

@@ -9,9 +9,7 @@ tokenizer + the family's media rule on the parts' headers) is shown to find what
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
+from cli_runner import run_cli
 from test_check import SHARD, _edit_json, _edit_packs, _read_tar, out, packed  # noqa: F401 - fixtures
 
 from vlmpack.check import check_output
@@ -26,8 +24,7 @@ def test_clean_output_verifies_with_and_without_decode(packed, model_dir):  # no
     res = verify_output(packed, workers=2)
     assert res["problems"] == [] and res["recounted_shards"] >= 3 and res["samples"] > 200
     assert all(recount_shard(str(p), str(model_dir), decode=True) == [] for p in sorted(packed.glob("*.tar")))
-    proc = subprocess.run([sys.executable, "-c", "import sys; sys.argv[0] = 'vlmpack'; from vlmpack.cli import main; "
-                           "main()", "verify", str(packed), "--workers", "1"], capture_output=True, text=True)
+    proc = run_cli(["verify", packed, "--workers", "1"])
     assert proc.returncode == 0 and "verify passed" in proc.stdout, proc.stderr
 
 

@@ -25,8 +25,6 @@ import ast
 import inspect
 import json
 import math
-import subprocess
-import sys
 from fractions import Fraction
 from pathlib import Path
 from types import SimpleNamespace
@@ -36,6 +34,7 @@ import pytest
 
 av = pytest.importorskip("av")
 
+from cli_runner import run_cli  # noqa: E402
 from conftest import CACHE, with_video_config  # noqa: E402
 
 from vlmpack.errors import MediaError, MediaRuleError  # noqa: E402
@@ -309,12 +308,10 @@ def test_pack_and_check_the_demo_videos(real_data, model_dir, qwen3_vl_dir, tmp_
     n = sum(1 for _ in src.open())
     for name, mdir in (("q25", model_dir), ("q3", qwen3_vl_dir)):
         out = tmp_path / name
-        r = subprocess.run([sys.executable, "-m", "vlmpack", "pack", "-i", str(src), "--model", str(mdir), "-o",
-                            str(out), "--seq-len", "131072", "--media-root", str(real_data), "-j", "1",
-                            "--no-progress"], capture_output=True, text=True)
+        r = run_cli(["pack", "-i", src, "--model", mdir, "-o", out, "--seq-len", "131072", "--media-root", real_data,
+                     "-j", "1", "--no-progress"])
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         report = json.loads((out / "report.json").read_text())
         assert report["samples_by_kind"]["video"] == n, report.get("rejections_by_reason")
-        r = subprocess.run([sys.executable, "-m", "vlmpack", "verify", str(out), "--workers", "1"],
-                           capture_output=True, text=True)  # check + every count again from the shard bytes
+        r = run_cli(["verify", out, "--workers", "1"])  # check + every count again from the shard bytes
         assert r.returncode == 0 and "verify passed" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]

@@ -38,8 +38,6 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
-import subprocess
-import sys
 import textwrap
 from fractions import Fraction
 from pathlib import Path
@@ -51,6 +49,7 @@ import pytest
 av = pytest.importorskip("av")
 torch = pytest.importorskip("torch")
 
+from cli_runner import run_cli  # noqa: E402
 from conftest import with_video_config  # noqa: E402
 from test_models_internvl import _processor as internvl_processor  # noqa: E402
 from test_models_llava_onevision import _processor as llava_processor  # noqa: E402
@@ -313,10 +312,8 @@ def test_pack_and_verify_the_demo_videos(real_data, dirs, families, name, tmp_pa
     src = real_data / "real_sft_video.jsonl"
     rows = [json.loads(x) for x in src.read_text().splitlines()]
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, "-m", "vlmpack", "pack", "-i", str(src), "--model", str(dirs[name]), "-o",
-                        str(out), "--seq-len", "131072", "--media-root", str(real_data), "-j", "1", "--no-progress",
-                        "--pretokenize"],
-                       capture_output=True, text=True)
+    r = run_cli(["pack", "-i", src, "--model", dirs[name], "-o", out, "--seq-len", "131072", "--media-root", real_data,
+                 "-j", "1", "--no-progress", "--pretokenize"])
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     assert report["samples_by_kind"]["video"] == len(rows), report.get("rejections_by_reason")
@@ -340,8 +337,7 @@ def test_pack_and_verify_the_demo_videos(real_data, dirs, families, name, tmp_pa
         written = np.load(io.BytesIO(raw["input_ids.npy"]))
         assert written.tolist() == np.concatenate(expected).tolist(), raw["__key__"]
     assert sorted(seen) == sorted(r["id"] for r in rows)
-    r = subprocess.run([sys.executable, "-m", "vlmpack", "verify", str(out), "--workers", "1"],
-                       capture_output=True, text=True)
+    r = run_cli(["verify", out, "--workers", "1"])
     assert r.returncode == 0 and "verify passed" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
     if name == "llava_n8":
         batch = PackCollator(str(dirs[name]))(packs[0])
