@@ -129,3 +129,22 @@ LONGEST_FIRST = ("test_models_internvl.py", "test_hostile_runs.py", "test_models
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept otherwise
+
+
+def logit_diff(model, h, ref, chunk: int = 256) -> float:
+    """Max |logits(h) - logits(ref)| of the model's own bias-free ``lm_head`` (``x @ W.T``), computed
+    by its linearity as max |(h - ref) @ W.T|: one product instead of two, and no rounding of the
+    difference of two large logits; ``chunk`` tokens at a time into one reused buffer (a full
+    float32 ``[T, 152000]`` logits tensor is 2-4 GB). ``h``, ``ref``: float ``[T, H]`` tensors."""
+    import torch
+
+    w = model.lm_head.weight
+    assert model.lm_head.bias is None
+    buf = torch.empty(chunk, w.shape[0])
+    with torch.no_grad():
+        d = h - ref
+        worst = 0.0
+        for i in range(0, len(d), chunk):
+            n = min(chunk, len(d) - i)
+            worst = max(worst, torch.mm(d[i:i + n], w.T, out=buf[:n]).abs_().max().item())
+    return worst

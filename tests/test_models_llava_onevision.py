@@ -21,8 +21,9 @@ The model directory is ``tools/demo_data/llava_onevision_dir.py`` 's (the Qwen2 
    alone through transformers' own path (the processor's ids, 5-D padded ``pixel_values`` and
    ``batch_num_images`` for the sample's images as one nested list, no positions),
    with ``sdpa`` and ``eager`` block masks and the mask-free position-ids path; a plain causal
-   mask (negative control) differs. Logits are compared through the model's own ``lm_head`` in
-   512-token chunks of the last hidden states (a float32 ``[T, 152000]`` logits row is 2-4 GB).
+   mask (negative control) differs. Logits are compared through the model's own ``lm_head``
+   (``conftest.logit_diff``) in 256-token chunks of the last hidden states (a float32
+   ``[T, 152000]`` logits row is 2-4 GB).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import logit_diff
 from demo_data.packs import demo_packs
 from image_memo import assert_sample_encodes, pack_reference, shared_preprocess
 from PIL import Image
@@ -252,14 +254,6 @@ def _hidden(model, **kw) -> torch.Tensor:
         return model.model(**kw).last_hidden_state[0]
 
 
-def _logit_diff(model, h: torch.Tensor, ref: torch.Tensor, chunk: int = 512) -> float:
-    """Max |logits(h) - logits(ref)| with the model's own ``lm_head``, ``chunk`` tokens at a time
-    (a full float32 ``[T, 152000]`` logits tensor is 2-4 GB)."""
-    with torch.no_grad():
-        return max((model.lm_head(h[i:i + chunk]) - model.lm_head(ref[i:i + chunk])).abs().max().item()
-                   for i in range(0, len(h), chunk))
-
-
 def _alone(cache, model, pack) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``(input_ids, hidden states)`` of every sample of ``pack`` run alone through transformers' own
     path: the processor's ids, 5-D padded ``pixel_values``, ``image_sizes`` and ``batch_num_images``
@@ -295,7 +289,7 @@ def test_packed_equals_alone(image_packs, lov_models, lov_alone, llava_ov_dir, a
         for s, (a, z) in enumerate(zip(batch["cu_seqlens"][:-1].tolist(), batch["cu_seqlens"][1:].tolist())):
             ids, ref = alone[s]
             assert torch.equal(batch["input_ids"][0, a:z], ids)
-            diff = _logit_diff(model, h[a:z], ref)
+            diff = logit_diff(model, h[a:z], ref)
             assert diff < ATOL, f"{batch['sample_ids'][s]}: packed logits differ by {diff:.3g}"
 
 
@@ -308,8 +302,8 @@ def test_negative_control_plain_causal_mask_differs(image_packs, lov_models, lov
     kw = plain_causal_inputs(batch, "sdpa")
     h = _hidden(model, **kw)
     cu = batch["cu_seqlens"].tolist()
-    assert _logit_diff(model, h[:cu[1]], alone[0][1]) < ATOL
-    assert _logit_diff(model, h[cu[1]:cu[2]], alone[1][1]) > 1e-3
+    assert logit_diff(model, h[:cu[1]], alone[0][1]) < ATOL
+    assert logit_diff(model, h[cu[1]:cu[2]], alone[1][1]) > 1e-3
 
 
 def test_verify_passes_on_a_llava_onevision_output(real_data, llava_ov_dir):

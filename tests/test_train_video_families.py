@@ -52,7 +52,7 @@ import torch
 
 pytest.importorskip("av")
 
-from conftest import with_video_config  # noqa: E402
+from conftest import logit_diff, with_video_config  # noqa: E402
 from test_models_internvl import _processor as internvl_processor  # noqa: E402
 from test_models_internvl import tiny_internvl  # noqa: E402
 from test_models_llava_onevision import _hidden, tiny_llava_onevision  # noqa: E402
@@ -196,23 +196,6 @@ def _alone_inputs(name: str, fam, proc, pack, sample: dict, cache: dict) -> tupl
             kw["pixel_values_videos"] = torch.stack(frames)
     cache[key] = (torch.tensor(ids, dtype=torch.int64), kw)
     return cache[key]
-
-
-def _logit_diff(model, h: torch.Tensor, ref: torch.Tensor, chunk: int = 256) -> float:
-    """Max |logits(h) - logits(ref)|, the model's bias-free ``lm_head`` (``h @ W.T``) applied
-    ``chunk`` tokens at a time into two reused buffers (a float32 ``[T, 152k]`` logits tensor is
-    GBs; fresh chunk allocations cost more than the products here)."""
-    w = model.lm_head.weight
-    assert model.lm_head.bias is None
-    a, b = torch.empty(chunk, w.shape[0]), torch.empty(chunk, w.shape[0])
-    worst = 0.0
-    with torch.no_grad():
-        for i in range(0, len(h), chunk):
-            n = min(chunk, len(h) - i)
-            torch.mm(h[i:i + n], w.T, out=a[:n])
-            torch.mm(ref[i:i + n], w.T, out=b[:n])
-            worst = max(worst, a[:n].sub_(b[:n]).abs_().max().item())
-    return worst
 
 
 def _alone_hidden(name: str, fam, proc, model, pack, sample: dict, cache: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -370,7 +353,7 @@ def test_packed_equals_alone_with_videos(packs, dirs, families, processors, tiny
         for s, a, z in zip(pack.samples, cu[:-1], cu[1:]):
             ids, ref = _alone_hidden(name, fam, processors[name], tiny[(name, "sdpa")], pack, s, alone_cache)
             assert torch.equal(batch["input_ids"][0, a:z], ids)
-            diff = _logit_diff(model, h[a:z], ref)
+            diff = logit_diff(model, h[a:z], ref)
             worst, n_samples, n_tokens = max(worst, diff), n_samples + 1, n_tokens + z - a
             assert diff < ATOL, f"{name} {s['id']}: packed logits differ by {diff:.3g}"
     print(f"{name} {attn} {'mask' if dense else 'posids'}: {n_samples} samples, {n_tokens} tokens, "
@@ -388,8 +371,8 @@ def test_negative_control_plain_causal_mask_differs(packs, dirs, families, proce
     h = _hidden(model, **kw)
     cu = batch["cu_seqlens"].tolist()
     refs = [_alone_hidden(name, fam, processors[name], model, pack, s, alone_cache)[1] for s in pack.samples[:2]]
-    assert _logit_diff(model, h[:cu[1]], refs[0]) < ATOL
-    assert _logit_diff(model, h[cu[1]:cu[2]], refs[1]) > 1e-3
+    assert logit_diff(model, h[:cu[1]], refs[0]) < ATOL
+    assert logit_diff(model, h[cu[1]:cu[2]], refs[1]) > 1e-3
 
 
 # ----------------------------------------------------------------------------- 4. LLaVA-OneVision frame counts
