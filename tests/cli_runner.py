@@ -12,14 +12,16 @@ environment when called, not when imported (vlmpack does: ``VLMPACK_CACHE``, ``V
 the child leaves through ``os._exit`` after flushing stdout and stderr, as the console script's own
 interrupt path does.
 
-A caller that needs anything else of ``subprocess`` (``preexec_fn``, a pipe to read while the
-command runs, another interpreter) uses it directly.
+:func:`start_cli` starts one in the background (``Popen``'s ``pid``, ``poll``, ``send_signal``, ``wait``,
+``communicate``, ``returncode``). A caller that needs anything else of ``subprocess``
+(``preexec_fn``, another interpreter) uses it directly.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -77,3 +79,56 @@ def run_cli(args: list, cwd: Path | str | None = None, env: dict[str, str] | Non
         with open(out, "rb") as fo, open(err, "rb") as fe:
             stdout, stderr = fo.read().decode("utf-8", "replace"), fe.read().decode("utf-8", "replace")
     return subprocess.CompletedProcess(["vlmpack", *argv], proc.exitcode, stdout, stderr)
+
+
+class CliProcess:
+    """A command started by :func:`start_cli`: the ``subprocess.Popen`` methods the tests use.
+    ``stdout`` / ``stderr`` are text files open on what the command has written so far."""
+
+    def __init__(self, argv: list[str], cwd: Path | str | None, env: dict[str, str] | None):
+        self.args = ["vlmpack", *argv]
+        self._dir = tempfile.mkdtemp(prefix="vlmpack-cli-")
+        out, err = os.path.join(self._dir, "stdout"), os.path.join(self._dir, "stderr")
+        for path in (out, err):
+            open(path, "wb").close()
+        self._proc = _server().Process(target=_child, args=(argv, None if cwd is None else str(cwd),
+                                                            dict(os.environ if env is None else env), out, err))
+        self._proc.start()
+        self.pid = self._proc.pid
+        self.stdout = open(out, encoding="utf-8", errors="replace")
+        self.stderr = open(err, encoding="utf-8", errors="replace")
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status (``-N`` for signal N) once ended, else None."""
+        return self._proc.exitcode
+
+    def poll(self) -> int | None:
+        """:attr:`returncode` now (None while it runs)."""
+        return self._proc.exitcode
+
+    def send_signal(self, sig: int) -> None:
+        """Send signal ``sig`` to the command's process (nothing once it has ended)."""
+        if self._proc.exitcode is None:
+            os.kill(self.pid, sig)
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the end; raises ``subprocess.TimeoutExpired`` after ``timeout`` seconds."""
+        self._proc.join(timeout)
+        if self._proc.exitcode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self._proc.exitcode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Wait for the end (as :meth:`wait`) and return the rest of ``(stdout, stderr)``."""
+        self.wait(timeout)
+        out, err = self.stdout.read(), self.stderr.read()
+        self.stdout.close()
+        self.stderr.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+        return out, err
+
+
+def start_cli(args: list, cwd: Path | str | None = None, env: dict[str, str] | None = None) -> CliProcess:
+    """``vlmpack ARGS`` started in the background in a process of its own (as :func:`run_cli`)."""
+    return CliProcess([str(a) for a in args], cwd, env)

@@ -326,10 +326,10 @@ def run_cli(args: list, cwd: Path | None = None, **kw) -> subprocess.CompletedPr
     return subprocess.run([*CLI, *map(str, args)], cwd=cwd, capture_output=True, text=True, **kw)
 
 
-def start_cli(args: list[str], cwd: Path | None = None, **kw) -> subprocess.Popen:
-    """``vlmpack ARGS`` started in the background; stdout/stderr are pipes (text)."""
-    return subprocess.Popen([*CLI, *map(str, args)], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, **kw)
+def start_cli(args: list, cwd: Path | None = None) -> cli_runner.CliProcess:
+    """``vlmpack ARGS`` started in the background (:func:`cli_runner.start_cli`): ``pid``, ``poll``,
+    ``send_signal``, ``wait``, ``communicate`` as ``subprocess.Popen`` has them."""
+    return cli_runner.start_cli(args, cwd=cwd)
 
 
 def one_error_line(stderr: str) -> str:

@@ -13,13 +13,12 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from cli_runner import run_cli, start_cli
 
 from vlmpack.config import load_config
 from vlmpack.errors import OverlongError, RunDirError
@@ -148,11 +147,10 @@ def test_rerun_is_byte_identical_whatever_the_workers(packed4096, tmp_path, real
 def test_killed_run_resumes_to_the_same_bytes(packed4096, tmp_path, real_data, model_dir):
     seq_len, out, _ = packed4096
     target = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "vlmpack", "pack", "--input", str(real_data / "real_sft.jsonl"),
-           "--input", str(real_data / "broken.jsonl"), "--media-root", str(real_data), "--model", str(model_dir),
-           "--seq-len", str(seq_len), "--output", str(target), "--max-packs-per-shard", "100", "--workers", "1",
-           "--no-progress"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = ["pack", "--input", real_data / "real_sft.jsonl", "--input", real_data / "broken.jsonl", "--media-root",
+           real_data, "--model", model_dir, "--seq-len", seq_len, "--output", target, "--max-packs-per-shard", 100,
+           "--workers", 1, "--no-progress"]
+    proc = start_cli(cmd)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None and len(list(target.glob("*.tar"))) < 2:
         time.sleep(0.05)
@@ -164,7 +162,7 @@ def test_killed_run_resumes_to_the_same_bytes(packed4096, tmp_path, real_data, m
     finished = {m.name[:-5]: (target / m.name[:-5]).stat().st_mtime_ns
                 for m in (target / ".vlmpack" / "shards").glob("*.json")}
     assert finished  # with one worker, a second shard on disk means the first one's marker is written
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = run_cli(cmd)
     assert done.returncode == 0, done.stderr
     assert _shard_hashes(target) == _shard_hashes(out)
     # shards finished before the kill are kept, not written again
