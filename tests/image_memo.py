@@ -101,7 +101,8 @@ def pack_reference(proc, raw: dict, samples: list[dict], *, nested: bool = False
     ``load_image`` from the shard's parts, and ``proc`` (the model's own processor) called once on
     the samples' chat-template texts and images as one padded batch (``nested``: images grouped per
     sample, as LLaVA-OneVision's processor takes them; else one flat list in order). Returns the
-    images per sample, the processor's output and each sample's ``input_ids`` without padding."""
+    images per sample, the processor's output (``return_tensors=None``: lists and the image
+    processor's own arrays) and each sample's ``input_ids`` (int ``[n]``) without padding."""
     import io
 
     from PIL import Image
@@ -111,9 +112,13 @@ def pack_reference(proc, raw: dict, samples: list[dict], *, nested: bool = False
     texts = [proc.apply_chat_template([{"role": m["role"], "content": [
         {"type": "image"} if p["type"] == "image" else p for p in m["content"]]} for m in s["messages"]],
         tokenize=False) for s in samples]
-    ref = proc(text=texts, images=images if nested else [im for x in images for im in x], return_tensors="np",
+    # return_tensors=None: the processor's ids are the same lists either way; its pixel_values stay the
+    # per-image arrays the memo handed over instead of being stacked and concatenated once more (for
+    # InternVL 60 of the sweep's 260 s), and nothing here reads them
+    ref = proc(text=texts, images=images if nested else [im for x in images for im in x], return_tensors=None,
                padding=True)
-    wants = [ids[mask.astype(bool)] for ids, mask in zip(ref["input_ids"], ref["attention_mask"])]
+    wants = [np.asarray(ids)[np.asarray(mask, dtype=bool)]
+             for ids, mask in zip(ref["input_ids"], ref["attention_mask"])]
     return images, ref, wants
 
 

@@ -98,7 +98,7 @@ def test_every_image_sample_equals_qwen3_vl_processor(request, tmp_path_factory,
             # same order, as the collator's image-processor call: one pixel computation, see image_memo)
             images, ref, wants = pack_reference(proc, raw, [s for s, _, _ in at])
             n_image_packs += 1
-            grids = iter((ref["image_grid_thw"].prod(-1) // 4).tolist())  # per image, in order
+            grids = iter((np.asarray(ref["image_grid_thw"]).prod(-1) // 4).tolist())  # per image, in order
             for j, (s, a, z) in enumerate(at):
                 want = wants[j]
                 tokens = [next(grids) for _ in images[j]]
