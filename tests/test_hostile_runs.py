@@ -94,8 +94,8 @@ def _wait_for(cond, proc: subprocess.Popen, what: str, limit: float = 300) -> No
     raise AssertionError(f"timed out waiting for {what}")
 
 
-POINTS = {
-    "count": lambda out, proc: bool(_children(proc.pid))
+POINTS = {  # "count": both workers forked (each is then checked not to outlive the command), no task done
+    "count": lambda out, proc: len(_children(proc.pid)) >= 2
     and not list((out / ".vlmpack" / "records").glob("*.result.json")),
     "write": lambda out, proc: bool(list((out / ".vlmpack" / "shards").glob("*.json"))),
 }
@@ -297,3 +297,27 @@ def test_non_utf8_input_file_name(tmp_path, small_input, real_data, model_dir):
     rejects = [json.loads(x) for x in (tmp_path / "out" / "rejects.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [r["reason"] for r in rejects] == ["empty_conversation"] and "\\xff" in rejects[0]["file"]
     assert run_cli(["check", tmp_path / "out"]).returncode == 0
+
+
+def test_a_signal_while_the_pool_starts_still_kills_and_joins_its_workers(monkeypatch, model_dir):
+    """SIGINT right after the worker pool is made, before the guard has it back (as a user's Ctrl-C
+    can land while the workers are forked): every worker is still killed and joined before the
+    interrupt leaves the guard, none is left to die later with its parent while holding the
+    output's lock."""
+    from vlmpack.pack import executors
+
+    made = []
+    real = executors.make_executor
+
+    def make_then_interrupt(*args, **kw):
+        pool = real(*args, **kw)  # its workers are forked by now
+        made.extend(pool._processes.values())
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # KeyboardInterrupt raised here, inside make_executor's call
+        return pool
+
+    monkeypatch.setattr(executors, "make_executor", make_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        with executors.guarded_executor("local", 2, str(model_dir), preload=False):
+            time.sleep(5)  # never reached
+    assert len(made) == 2 and not [p for p in made if p.is_alive()]

@@ -71,7 +71,7 @@ class RayExecutor(Executor):
 
 
 def make_executor(kind: str, workers: int, model_dir: str, ray_address: str | None = None, *,
-                  preload: bool = True) -> Executor:
+                  preload: bool = True, created: Callable[[Executor], object] | None = None) -> Executor:
     """The executor for a run.
 
     ``kind="local"``: in-process for ``workers <= 1``, else a pool of ``workers`` processes; on
@@ -80,9 +80,14 @@ def make_executor(kind: str, workers: int, model_dir: str, ray_address: str | No
     model, e.g. writing shards without ``--pretokenize``), elsewhere they spawn. Pool workers ignore SIGINT (the parent
     stops them) and, on Linux, die with their parent (``PR_SET_PDEATHSIG``), so killing the
     parent, even with SIGKILL, leaves no worker behind. ``kind="ray"``: :class:`RayExecutor`.
+    ``created`` is called with the executor as soon as it exists (before any worker starts), so a
+    caller can stop it whatever is raised meanwhile (:func:`guarded_executor`).
     """
     if kind == "ray":
-        return RayExecutor(ray_address, num_cpus=workers)
+        ray_pool = RayExecutor(ray_address, num_cpus=workers)
+        if created is not None:
+            created(ray_pool)
+        return ray_pool
     if workers <= 1:
         return InlineExecutor()
     if sys.platform.startswith("linux"):
@@ -91,6 +96,8 @@ def make_executor(kind: str, workers: int, model_dir: str, ray_address: str | No
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"), initializer=_worker_init)
     else:
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_worker_init)
+    if created is not None:
+        created(pool)
     # Start the workers now with SIGINT/SIGTERM blocked: a signal that lands inside os.fork's
     # at-fork hooks would be printed as "Exception ignored" and lost; blocked, it waits and is
     # delivered right after, at a safe point. (A fork pool starts all its workers on the first
@@ -147,12 +154,21 @@ def abort_executor(pool: Executor) -> None:
 def guarded_executor(kind: str, workers: int, model_dir: str, ray_address: str | None = None, *,
                      preload: bool = True):
     """:func:`make_executor` as a context manager that waits for the pool on success and kills it
-    (:func:`abort_executor`) on any exception, ``KeyboardInterrupt`` and SIGTERM included."""
-    pool = make_executor(kind, workers, model_dir, ray_address, preload=preload)
+    (:func:`abort_executor`) on any exception, ``KeyboardInterrupt`` and SIGTERM included.
+
+    A SIGINT / SIGTERM that comes while the pool is made (the model loaded, the workers forked;
+    another thread of the process may take the signal, so blocking it in this one does not hold
+    it back) is caught by the same guard: :func:`make_executor` hands the pool over as soon as it
+    exists, before its first worker forks. Left unguarded, the pool died with its parent
+    (``PR_SET_PDEATHSIG``) just after the command had exited, and a rerun started at once could
+    find the output's lock (a ``flock`` the forked workers share) still held by a dying worker."""
+    made: list[Executor] = []
     try:
+        pool = make_executor(kind, workers, model_dir, ray_address, preload=preload, created=made.append)
         yield pool
     except BaseException:
-        abort_executor(pool)
+        for p in made:
+            abort_executor(p)
         raise
     pool.shutdown(wait=True)
 
