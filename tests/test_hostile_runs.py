@@ -1,6 +1,8 @@
 """Hostile runs: signals, kills, faults, concurrent runs, broken run directories and bad arguments.
 
-Every case runs the real ``vlmpack`` command in a fresh interpreter on real demo data and checks
+Every case runs the real ``vlmpack`` command in a process of its own (``tests/cli_runner.py``:
+forked from a server that imported the libraries once; a fresh interpreter where a test sets a
+resource limit) on real demo data and checks
 the exit code (0 / 2 error / 3 failed run / 130 SIGINT / 143 SIGTERM), that a failure is exactly
 one stderr line without a traceback, that no worker process outlives the command, and that the
 same command run again afterwards ends with shards byte-identical to an uninterrupted run.
