@@ -12,9 +12,9 @@ environment when called, not when imported (vlmpack does: ``VLMPACK_CACHE``, ``V
 the child leaves through ``os._exit`` after flushing stdout and stderr, as the console script's own
 interrupt path does.
 
-:func:`start_cli` starts one in the background (``Popen``'s ``pid``, ``poll``, ``send_signal``, ``wait``,
-``communicate``, ``returncode``). A caller that needs anything else of ``subprocess``
-(``preexec_fn``, another interpreter) uses it directly.
+:func:`start_cli` starts one in the background (``Popen``'s ``pid``, ``poll``, ``send_signal``, ``kill``,
+``wait``, ``communicate``, ``returncode``); :func:`run_cli` runs one to its end. A caller that needs
+anything else of ``subprocess`` (``preexec_fn``, another interpreter) uses it directly.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -58,29 +59,6 @@ def _child(args: list[str], cwd: str | None, env: dict[str, str], out: str, err:
     main()  # exits with the command's status (SystemExit): multiprocessing flushes and hands it over
 
 
-def run_cli(args: list, cwd: Path | str | None = None, env: dict[str, str] | None = None,
-            timeout: float | None = None) -> subprocess.CompletedProcess:
-    """``vlmpack ARGS`` in a process of its own (see the module docstring), output captured as text.
-
-    ``env`` replaces the environment as in ``subprocess.run`` (default: this process's, now);
-    ``returncode`` is the exit status, or ``-N`` when signal N ended the process. Raises
-    ``subprocess.TimeoutExpired`` when it runs past ``timeout`` seconds (the process is killed)."""
-    argv = [str(a) for a in args]
-    with tempfile.TemporaryDirectory(prefix="vlmpack-cli-") as d:
-        out, err = os.path.join(d, "stdout"), os.path.join(d, "stderr")
-        proc = _server().Process(target=_child, args=(argv, None if cwd is None else str(cwd),
-                                                       dict(os.environ if env is None else env), out, err))
-        proc.start()
-        proc.join(timeout)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-            raise subprocess.TimeoutExpired(["vlmpack", *argv], timeout)
-        with open(out, "rb") as fo, open(err, "rb") as fe:
-            stdout, stderr = fo.read().decode("utf-8", "replace"), fe.read().decode("utf-8", "replace")
-    return subprocess.CompletedProcess(["vlmpack", *argv], proc.exitcode, stdout, stderr)
-
-
 class CliProcess:
     """A command started by :func:`start_cli`: the ``subprocess.Popen`` methods the tests use.
     ``stdout`` / ``stderr`` are text files open on what the command has written so far."""
@@ -107,6 +85,10 @@ class CliProcess:
         """:attr:`returncode` now (None while it runs)."""
         return self._proc.exitcode
 
+    def kill(self) -> None:
+        """SIGKILL the command's process (nothing once it has ended)."""
+        self.send_signal(signal.SIGKILL)
+
     def send_signal(self, sig: int) -> None:
         """Send signal ``sig`` to the command's process (nothing once it has ended)."""
         if self._proc.exitcode is None:
@@ -132,3 +114,20 @@ class CliProcess:
 def start_cli(args: list, cwd: Path | str | None = None, env: dict[str, str] | None = None) -> CliProcess:
     """``vlmpack ARGS`` started in the background in a process of its own (as :func:`run_cli`)."""
     return CliProcess([str(a) for a in args], cwd, env)
+
+
+def run_cli(args: list, cwd: Path | str | None = None, env: dict[str, str] | None = None,
+            timeout: float | None = None) -> subprocess.CompletedProcess:
+    """``vlmpack ARGS`` in a process of its own (:func:`start_cli`), waited for, output captured as text.
+
+    ``env`` replaces the environment as in ``subprocess.run`` (default: this process's, now);
+    ``returncode`` is the exit status, or ``-N`` when signal N ended the process. Raises
+    ``subprocess.TimeoutExpired`` when it runs past ``timeout`` seconds (the process is killed)."""
+    proc = start_cli(args, cwd=cwd, env=env)
+    try:
+        out, err = proc.communicate(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

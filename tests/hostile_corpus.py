@@ -28,6 +28,7 @@ import zlib
 from pathlib import Path
 
 import cli_runner
+from cli_runner import start_cli
 from PIL import Image
 
 from vlmpack.records import MAX_MEDIA_BYTES
@@ -324,12 +325,6 @@ def run_cli(args: list, cwd: Path | None = None, **kw) -> subprocess.CompletedPr
     if set(kw) <= {"env", "timeout"}:
         return cli_runner.run_cli(args, cwd=cwd, **kw)
     return subprocess.run([*CLI, *map(str, args)], cwd=cwd, capture_output=True, text=True, **kw)
-
-
-def start_cli(args: list, cwd: Path | None = None) -> cli_runner.CliProcess:
-    """``vlmpack ARGS`` started in the background (:func:`cli_runner.start_cli`): ``pid``, ``poll``,
-    ``send_signal``, ``wait``, ``communicate`` as ``subprocess.Popen`` has them."""
-    return cli_runner.start_cli(args, cwd=cwd)
 
 
 def one_error_line(stderr: str) -> str:

@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 import pytest
-from hostile_corpus import image_records_in, one_error_line, run_cli, start_cli
+from cli_runner import CliProcess, start_cli
+from hostile_corpus import image_records_in, one_error_line, run_cli
 
 from vlmpack.packfmt import read_packs
 
@@ -86,7 +87,7 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def _wait_for(cond, proc: subprocess.Popen, what: str, limit: float = 300) -> None:
+def _wait_for(cond, proc: CliProcess, what: str, limit: float = 300) -> None:
     end = time.monotonic() + limit
     while time.monotonic() < end:
         if cond():
