@@ -315,3 +315,83 @@ def test_pack_and_check_the_demo_videos(real_data, model_dir, qwen3_vl_dir, tmp_
         assert report["samples_by_kind"]["video"] == n, report.get("rejections_by_reason")
         r = run_cli(["verify", out, "--workers", "1"])  # check + every count again from the shard bytes
         assert r.returncode == 0 and "verify passed" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def test_cut_and_miscounted_videos_are_rejected_and_pack_verify_collator_agree(video_corpus, model_dir, tmp_path):
+    """Real broken files (``tools/demo_data/video_corpus.py`` :data:`BROKEN`: an MP4 with its index
+    first cut mid-stream, an AVI cut mid-stream, an AVI whose header counts one frame more than
+    decode, a Matroska file cut in half) beside a sound demo video:
+
+    - the header promises more frames than decode for the first three (what a header-only count
+      would record); ``vlmpack pack`` (default media check) rejects exactly those,
+      ``media_undecodable`` with both counts, and packs the sound ones; Energon loads the output
+      with input = packed + rejected, the collator trains every pack to its recorded counts and
+      ``vlmpack verify`` passes;
+    - packed with ``--media-check header`` instead, all five are packed, and the collator's video
+      path (:func:`vlmpack.train.videos.process_pack_videos`) and ``vlmpack verify`` both refuse
+      exactly the three that pack refuses."""
+    from demo_data.video_corpus import BROKEN, build_broken_videos
+
+    from vlmpack.energon.load import iter_energon_packs
+    from vlmpack.errors import MediaDecodeError
+    from vlmpack.train import PackCollator
+    from vlmpack.train.videos import process_pack_videos
+
+    corpus = video_corpus[0].parent
+    broken = build_broken_videos(corpus, CACHE / "video_broken")
+    files = {**broken, "sound.mp4": corpus / "demo_carphone_distorted.mp4"}
+    bad = {"cut_faststart.mp4", "cut.avi", "count_plus_one.avi"}
+    for name, path in files.items():
+        head, full = probe_video(str(path), name), decoded_count(path)
+        assert (head.frames > full) == (name in bad), (name, head.frames, full, BROKEN.get(name))
+    src = tmp_path / "videos.jsonl"
+    src.write_text("".join(json.dumps({"id": name, "messages": [
+        {"role": "user", "content": [{"type": "video", "path": str(path)}, {"type": "text", "text": "What happens?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "A short clip."}]}]}) + "\n"
+        for name, path in files.items()))
+    fam = load_model(str(model_dir))
+    collator = PackCollator(model_dir)
+    for check in ("verify", "header"):
+        out = tmp_path / check
+        r = run_cli(["pack", "-i", src, "--model", model_dir, "-o", out, "--seq-len", "131072", "-j", "1",
+                     "--allow-absolute-media", "--media-check", check, "--max-reject-fraction", "1", "--no-progress"])
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        rejects = {x["id"]: x for x in map(json.loads, (out / "rejects.jsonl").read_text().splitlines())}
+        packed = {}
+        for pack in iter_energon_packs(out, num_workers=0):
+            raw = dict(zip(pack.media_parts, pack.media))
+            if check == "verify":
+                collator(pack)  # raises MediaDecodeError / PackMismatchError on any disagreement
+            for s in pack.samples:
+                packed[s["id"]] = s
+                (m,) = s["media"]
+                label = f"{s['id']} {m['part']}"
+                if s["id"] in bad:
+                    with pytest.raises(MediaDecodeError, match="frames but frame|does not decode"):
+                        process_pack_videos(fam, [(raw[m["part"]], label)])
+                else:
+                    assert process_pack_videos(fam, [(raw[m["part"]], label)]).tokens.tolist() == [m["num_tokens"]]
+        assert len(packed) + len(rejects) == len(files) and not set(packed) & set(rejects)
+        r = run_cli(["verify", out, "--workers", "1"])
+        if check == "verify":
+            assert set(rejects) == bad, rejects
+            for x in rejects.values():
+                assert x["reason"] == "media_undecodable" and "its header says" in x["detail"], x
+            assert r.returncode == 0 and "verify passed" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+        else:
+            assert not rejects and set(packed) == set(files)
+            assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+            said = r.stdout + r.stderr
+            assert {name for name in files if name in said} == bad, said[-3000:]
+
+
+def decoded_count(path: Path) -> int:
+    """Frames PyAV decodes from the start of ``path`` until the end or its first error."""
+    n = 0
+    with av.open(str(path)) as c:
+        try:
+            for _ in c.decode(video=0):
+                n += 1
+        except av.FFmpegError:
+            pass
+    return n

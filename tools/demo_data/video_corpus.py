@@ -183,3 +183,60 @@ def build_video_corpus(dest: str | Path, real_data: str | Path) -> list[Path]:
         if not out.exists():
             encode_clip(clip, images[clip.image], out)
     return sorted(p for p in dest.iterdir() if p.suffix.lower() in VIDEO_EXTS)
+
+
+#: The broken videos of :func:`build_broken_videos`: name -> (corpus file it is made from, how).
+BROKEN = {
+    "cut_faststart.mp4": ("demo_bikes.mp4", "remuxed with its index (moov) first, cut at 60 %: opens, the header "
+                          "says 250 frames, decoding fails after about 140"),
+    "cut.avi": ("mpeg4.avi", "cut at 90 %: the header says 38 frames, 34 decode without an error"),
+    "count_plus_one.avi": ("mpeg4.avi", "the stream header's frame count (strh dwLength) raised by one: the header "
+                           "says 39 frames, all 38 decode"),
+    "cut.mkv": ("h264_60.mkv", "cut at 50 %: Matroska keeps no count, the packets counted are the frames that "
+                "decode (41 of 100): a sound, shorter video"),
+}
+
+
+def build_broken_videos(corpus: str | Path, dest: str | Path) -> dict[str, Path]:
+    """The :data:`BROKEN` videos, made from the real files of the corpus folder ``corpus``
+    (:func:`build_video_corpus`) into ``dest`` (created; files already there are kept). Returns
+    name -> path."""
+    import struct
+    import tempfile
+
+    import av
+
+    corpus, dest = Path(corpus), Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name, (source, _) in BROKEN.items():
+        path = out[name] = dest / name
+        if path.exists():
+            continue
+        raw = (corpus / source).read_bytes()
+        if name == "cut_faststart.mp4":
+            with tempfile.TemporaryDirectory() as tmp:  # faststart rewrites the file: a real path
+                moved = Path(tmp) / "faststart.mp4"
+                with av.open(str(corpus / source)) as src, av.open(str(moved), "w", format="mp4",
+                                                                    options={"movflags": "faststart"}) as dst:
+                    stream = dst.add_stream_from_template(src.streams.video[0])
+                    for pkt in src.demux(src.streams.video[0]):
+                        if pkt.dts is not None:
+                            pkt.stream = stream
+                            dst.mux(pkt)
+                data = moved.read_bytes()
+            data = data[:len(data) * 6 // 10]
+        elif name == "cut.avi":
+            data = raw[:len(raw) * 9 // 10]
+        elif name == "count_plus_one.avi":
+            data = bytearray(raw)
+            at = data.find(b"strh") + 8 + 32  # chunk id + size, then 32 bytes before dwLength
+            (count,) = struct.unpack_from("<I", data, at)
+            struct.pack_into("<I", data, at, count + 1)
+            data = bytes(data)
+        else:
+            data = raw[:len(raw) // 2]
+        part = path.with_name(path.name + ".partial")
+        part.write_bytes(data)
+        os.replace(part, path)
+    return out

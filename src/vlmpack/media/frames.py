@@ -73,7 +73,8 @@ def decode_frames(obj: Any, indices: Sequence[int], *, where: str = "") -> np.nd
                                "is corrupt or changed after packing: re-pack it") from None
     if last not in kept:
         raise MediaDecodeError(f"{where}: video decodes to {len(kept) and max(kept) + 1} frames but frame {last} "
-                               "is needed (its header said more); re-pack with vlmpack pack --media-check decode")
+                               "is needed (its header said more); re-pack it: vlmpack pack's media check (not "
+                               "--media-check header) rejects such a video")
     sizes = {a.shape for a in kept.values()}
     if len(sizes) != 1:
         raise MediaDecodeError(f"{where}: the sampled frames have several sizes {sorted(sizes)}; such a video "

@@ -75,8 +75,8 @@ def probe_media(
     - ``"decode"``: a full ``load()`` (the same verdicts, slower).
 
     Videos (``kind="video"``): the container header is read with PyAV
-    (:func:`vlmpack.media.video.probe_video`: size, frame count, duration, fps; no decoding, except
-    ``check="decode"``, which decodes every frame and requires the header's frame count).
+    (:func:`vlmpack.media.video.probe_video`: size, frame count, duration, fps); ``"verify"`` and
+    ``"decode"`` also decode every frame and require the header's frame count, ``"header"`` decodes none.
     Width/height are the size after the EXIF orientation the training decoder applies (``load()`` then
     ``PIL.ImageOps.exif_transpose``, as transformers' ``load_image``), wherever the file keeps it
     (:func:`vlmpack.media.orientation.oriented_size`: PNG chunks after the image data, XMP, TIFF

@@ -23,10 +23,17 @@ transformers' and qwen-vl-utils' readers take, ``container.streams.video[0]``) a
   ``read_video_pyav`` and qwen-vl-utils' torchvision/decord backends pass that rate to the frame
   sampler). Without a duration: FFmpeg's ``average_rate``, else ``guessed_rate``; None if neither.
 
-A full decode of the file gives the same three numbers (count of decoded frames, span of their
+A full decode of a sound file gives the same three numbers (count of decoded frames, span of their
 timestamps, their ratio): ``tests/test_video.py`` checks it on a corpus of real files and every
-family's count rule. ``check="decode"`` does that decode at probe time and refuses a file whose
-decoded frame count differs from the header's.
+family's count rule. A file cut mid-stream, or whose header promises more or fewer frames than
+decode, does not: ``check="verify"`` (pack's default) and ``check="decode"`` decode every frame at
+probe time (:func:`decoded_frames`) and refuse such a file (``media_undecodable``, with both counts),
+so every video that is packed decodes, in the collator (:func:`vlmpack.media.frames.decode_frames`,
+transformers' ``read_video_pyav``) and in ``vlmpack verify``, to the frames it was counted with.
+(transformers' reader samples the indices from the header's count and keeps those that decode, so
+on such a file it would train on fewer frames than were counted: the sample is refused instead.)
+``check="header"`` trusts the header: the training side then stops on such a video with
+:class:`vlmpack.errors.MediaDecodeError`.
 
 Errors: :class:`vlmpack.media.probe.MediaError` with ``media_undecodable`` (not a container
 PyAV reads, no video stream, no frames, a size of 0, a decode error) or ``media_unsupported`` (a
@@ -78,9 +85,10 @@ def _error(reason: str, detail: str):
 
 def probe_video(source, name: str = "", check: str = "header") -> VideoHeader:
     """The :class:`VideoHeader` of the video at ``source`` (a path or ``bytes``); ``name`` is used
-    in error details and to pick the format name (its extension). ``check="decode"`` also decodes
-    every frame and requires the decoded count to equal ``frames``. Raises ``MediaError`` (see the
-    module docstring); never decodes a frame otherwise."""
+    in error details and to pick the format name (its extension). ``check`` ``"verify"`` or
+    ``"decode"`` also decodes every frame and requires the decoded count to equal ``frames``
+    (:func:`decoded_frames`); ``"header"`` decodes none. Raises ``MediaError`` (see the module
+    docstring)."""
     try:
         import av
     except ImportError:
@@ -139,12 +147,30 @@ def _read_header(av, container, label: str, check: str) -> VideoHeader:
         duration = None
         rate = stream.average_rate or stream.guessed_rate
         fps = float(rate) if rate else None
-    if check == "decode":
-        container.seek(0)
-        decoded = sum(1 for _ in container.decode(stream))
+    if check != "header":
+        decoded = decoded_frames(av, container, stream, frames, label)
         if decoded != frames:
-            raise _error("media_undecodable", f"video decodes to {decoded} frames, its header says {frames}: {label}")
+            why = "cut short, or a wrong count in its header" if decoded < frames else "a wrong count in its header"
+            raise _error("media_undecodable", f"video decodes to {decoded} frames, its header says {frames} ({why}): "
+                         f"{label}")
     return VideoHeader(width, height, frames, duration, fps, _format_name(demuxer, label), codec, frames_from)
+
+
+def decoded_frames(av, container, stream, frames: int, label: str) -> int:
+    """The number of frames PyAV decodes from ``stream`` of the open ``container`` from its start,
+    as transformers' ``read_video_pyav`` iterates them (``container.seek(0)``, then
+    ``container.decode(video=0)``). ``frames`` (the header's count) is only named in the error.
+    Raises ``MediaError`` ``media_undecodable`` when decoding fails part way (a file cut
+    mid-stream: the reader raises there too), naming the frames decoded before."""
+    n = 0
+    try:
+        container.seek(0)
+        for _ in container.decode(stream):
+            n += 1
+    except (av.FFmpegError, OSError, EOFError, ValueError, IndexError) as e:
+        raise _error("media_undecodable", f"video stops decoding after {n} of the {frames} frames its header "
+                     f"says ({type(e).__name__}: {_oneline(e)}): {label}") from None
+    return n
 
 
 def _count_packets(container, stream) -> tuple[int, float | None]:
