@@ -85,7 +85,8 @@ def shape_only_pixels():
     def same(image, *args, **kwargs):
         return image
 
-    backends.np_resize, backends.np_rescale, backends.np_normalize = resize, same, same
+    for name, standin in zip(names, (resize, same, same)):
+        setattr(backends, name, standin)
     try:
         yield
     finally:

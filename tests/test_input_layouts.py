@@ -19,8 +19,10 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
+import io
 import json
 import re
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -82,7 +84,8 @@ def test_bad_rows_get_a_reason(images, parts, reason):
 @pytest.fixture(scope="module")
 def written(real_data, tmp_path_factory):
     """The first :data:`N_LINES` demo records: as given (LLaVA JSONL) and in the HF / TRL layout as
-    JSONL (paths), Parquet and a save_to_disk directory (image bytes embedded)."""
+    JSONL (paths), Parquet and a save_to_disk directory (image bytes embedded), a WebDataset shard (``json``
+    part naming its image parts); the same records as a JSON array, CSV, YAML and LLaMA-Factory alpaca."""
     import datasets
 
     d = tmp_path_factory.mktemp("hf")
@@ -104,6 +107,15 @@ def written(real_data, tmp_path_factory):
         features=features)
     ds.to_parquet(str(d / "trl.parquet"))
     ds.save_to_disk(str(d / "trl_disk"))
+    with tarfile.open(d / "trl.tar", "w", format=tarfile.USTAR_FORMAT) as tf:  # WebDataset: json + image parts
+        for i, r in enumerate(trl):
+            parts = {f"{j}.{Path(p).suffix.lstrip('.').lower()}": (real_data / p).read_bytes()
+                     for j, p in enumerate(r["images"])}
+            obj = {"id": r["id"], "messages": r["messages"], "images": list(parts)}
+            for name, data in [("json", json.dumps(obj).encode()), *parts.items()]:
+                info = tarfile.TarInfo(f"s{i:06d}.{name}")
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
     (d / "llava.json").write_text(json.dumps(recs, indent=1, ensure_ascii=False))
     with open(d / "llava.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["id", "source", "images", "conversations"])
@@ -131,8 +143,8 @@ def _pack(inputs: list[Path], real_data: Path, model_dir: Path, out: Path) -> tu
     return report, got
 
 
-@pytest.mark.parametrize("name", ["trl.jsonl", "trl.parquet", "trl_disk", "llava.json", "llava.csv", "llava.yaml",
-                                  "alpaca.json"])
+@pytest.mark.parametrize("name", ["trl.jsonl", "trl.parquet", "trl_disk", "trl.tar", "llava.json", "llava.csv",
+                                  "llava.yaml", "alpaca.json"])
 def test_the_layout_packs_like_the_same_samples_in_llava_jsonl(written, name, real_data, model_dir, tmp_path):
     d, n = written
     want_report, want = _pack([d / "llava.jsonl"], real_data, model_dir, tmp_path / "llava")
@@ -152,7 +164,7 @@ def test_the_readme_layout_examples_convert():
     """Each example record of the README's layout table converts to the same canonical sample."""
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| `(\w+)`[^|]*\| `(\{.*?\})`", readme, flags=re.M)
-    assert [name for name, _ in rows] == ["llava", "messages", "messages", "alpaca", "prompts"]
+    assert [name for name, _ in rows] == ["llava", "messages", "messages", "alpaca", "prompts", "messages"]
     samples = {json.dumps(to_canonical(json.loads(example), schema=name)) for name, example in rows}
     assert len(samples) == 1  # one sample: <image> "What?" -> "A cat."
 

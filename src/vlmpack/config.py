@@ -28,8 +28,9 @@ from vlmpack.records import MAX_MEDIA_BYTES, MAX_MEMBER_BYTES
 _NOT_FINGERPRINTED = {"workers", "overwrite", "progress", "output", "executor", "ray_address", "max_reject_fraction",
                       "cache_dir", "dataset"}  # dataset: the input files it picks are fingerprinted
 
-#: Input size caps: left out of the fingerprint at their defaults (see ``fingerprint_payload``).
-_CAPS = ("max_member_bytes", "max_media_bytes")
+#: Options left out of the fingerprint at their defaults, so that runs made before they existed keep
+#: theirs (see ``fingerprint_payload``): the input size caps and the blend weight factor.
+_CAPS = ("max_member_bytes", "max_media_bytes", "sample_ratio")
 
 
 class PackConfig(BaseModel):
@@ -50,7 +51,9 @@ class PackConfig(BaseModel):
     input_format: Literal["auto", "jsonl", "wds", "parquet", "json", "csv", "yaml"] = Field(
         "auto", description="format of the inputs (auto: sniffed per file; see vlmpack.sources)")
     dataset: list[str] = Field(default_factory=list, description="the datasets of a LLaMA-Factory dataset_info.json "
-                               "input to pack (default: all)")
+                               "or NeMo meta file input to pack (default: all)")
+    sample_ratio: float = Field(1.0, gt=0, allow_inf_nan=False, description="multiplies the weight vlmpack "
+                                "metadataset gives this output (set from a NeMo meta file's sample_ratio)")
     text_key: str | None = Field(None, min_length=1, description="key of the turns in each record (default: "
                                  "conversations / messages / texts by schema detection)")
     allow_absolute_media: bool = False
@@ -177,6 +180,7 @@ def load_config(yaml_path: str | Path | None = None, **overrides: Any) -> PackCo
         data = {k.replace("-", "_"): v for k, v in loaded.items()}
     data.update({k.replace("-", "_"): v for k, v in overrides.items() if v is not None})
     if isinstance(data.get("input"), (str, list)):
+        _apply_meta(data, [data["input"]] if isinstance(data["input"], str) else data["input"])
         data["input"] = expand_inputs([data["input"]] if isinstance(data["input"], str) else data["input"],
                                       data.get("dataset") or None)
     if "input_schema" in data:
@@ -195,6 +199,35 @@ def load_config(yaml_path: str | Path | None = None, **overrides: Any) -> PackCo
     if not Path(cfg.model).is_dir():
         raise ConfigError(f"model directory not found: {cfg.model}")
     return cfg
+
+
+def _apply_meta(data: dict, inputs: list) -> None:
+    """The options a NeMo meta file among ``inputs`` sets (:mod:`vlmpack.sources.nemo_meta`): its
+    chosen datasets' ``media_dir`` (else the working directory, as NeMo) as ``media_root`` and their
+    ``sample_ratio``, and, for one dataset, its name as ``shard_prefix`` (characters outside
+    ``[A-Za-z0-9_-]`` as ``_``), so that outputs of several datasets blend. Raises
+    :class:`ConfigError` when meta files disagree, or ``media_root`` / ``sample_ratio`` are also
+    given with other values."""
+    from vlmpack.sources.nemo_meta import is_meta, meta_selection
+
+    picked = [meta_selection(p, data.get("dataset") or None)
+              for p in inputs if isinstance(p, str) and "\x00" not in p and is_meta(p)]
+    if not picked:
+        return
+    if len({(m.media_dir, m.sample_ratio) for m in picked}) > 1:
+        raise ConfigError("the NeMo meta inputs give different media_dir or sample_ratio; pack each to its own "
+                          "output")
+    sel = picked[0]
+    # without a media_dir NeMo opens relative media paths from the working directory
+    for key, value in (("media_root", sel.media_dir or os.getcwd()), ("sample_ratio", sel.sample_ratio)):
+        given = data.get(key)
+        if given is not None and (os.path.abspath(str(given)) if key == "media_root" else float(given)) != value:
+            flag = "--media-root" if key == "media_root" else key
+            raise ConfigError(f"{flag} {given} differs from the {key.replace('root', 'dir')} "
+                              f"{value} of the NeMo meta file's datasets {', '.join(sel.names)}; leave it out")
+        data[key] = value
+    if len(sel.names) == 1 and data.get("shard_prefix") is None:  # blends of per-dataset outputs need distinct names
+        data["shard_prefix"] = re.sub(r"[^A-Za-z0-9_-]", "_", sel.names[0])[:64]
 
 
 _GLOB = re.compile(r"[*?\[]")
@@ -238,12 +271,14 @@ def expand_inputs(inputs: list[Any], datasets: list[str] | None = None) -> list[
     characters (``*?[``) -> ``glob.glob`` matches, sorted. Existing paths and non-strings pass
     unchanged (:func:`_check_paths` judges them). LLaMA-Factory's ``dataset_info.json`` -> the
     files of its datasets (``datasets``: the names of ``--dataset``, else all;
-    :func:`vlmpack.sources.dataset_info.registry_files`). Raises :class:`ConfigError` (one line) for a
+    :func:`vlmpack.sources.dataset_info.registry_files`); a NeMo meta file -> the annotation files of
+    its datasets (:func:`vlmpack.sources.nemo_meta.meta_selection`). Raises :class:`ConfigError` (one line) for a
     directory without inputs, a pattern that matches nothing, a registry entry vlmpack does not read,
     or ``datasets`` without a registry among the inputs.
     """
     from vlmpack.fsio import printable_path as show
     from vlmpack.sources.dataset_info import is_registry, registry_files
+    from vlmpack.sources.nemo_meta import is_meta, meta_selection
 
     out: list[Any] = []
     registries = 0
@@ -253,6 +288,9 @@ def expand_inputs(inputs: list[Any], datasets: list[str] | None = None) -> list[
         elif is_registry(p):
             registries += 1
             out.extend(registry_files(p, datasets))
+        elif is_meta(p):
+            registries += 1
+            out.extend(meta_selection(p, datasets).files)
         elif os.path.isdir(p):
             if os.path.isdir(os.path.join(p, ".nv-meta")):
                 found = sorted(f for f in glob.glob(os.path.join(glob.escape(p), "**", "*.tar"), recursive=True)
@@ -276,7 +314,8 @@ def expand_inputs(inputs: list[Any], datasets: list[str] | None = None) -> list[
         else:
             out.append(p)
     if datasets and not registries:
-        raise ConfigError("--dataset names datasets of a LLaMA-Factory dataset_info.json, but no --input is one")
+        raise ConfigError("--dataset names datasets of a LLaMA-Factory dataset_info.json or a NeMo meta file, but no "
+                          "--input is one")
     return out
 
 

@@ -203,7 +203,10 @@ def build_metadataset(outputs: list[tuple[str, dict]], weight: str = "samples",
                       subflavors: list[dict] | None = None) -> dict:
     """The ``MetadatasetV2`` document (module docstring) blending ``outputs`` = ``[(absolute path,
     report)]`` in that order, weight of each = ``report[WEIGHTS[weight]]`` (an int: samples,
-    tokens or packs), ``subflavors[i]`` on entry i when not empty. Pure; raises
+    tokens or packs), times the report's ``sample_ratio`` when it has one (a float then: the output
+    was packed from a NeMo meta file's dataset, :mod:`vlmpack.sources.nemo_meta`; a dataset of N
+    samples with ratio r stands for N * r of them per epoch, as NeMo draws it), ``subflavors[i]``
+    on entry i when not empty. Pure; raises
     :class:`ConfigError` for an unknown ``weight`` or a relative path."""
     if weight not in WEIGHTS:
         raise ConfigError(f"--weight {weight!r}: choose one of {', '.join(WEIGHTS)}")
@@ -211,7 +214,9 @@ def build_metadataset(outputs: list[tuple[str, dict]], weight: str = "samples",
     for i, (path, rep) in enumerate(outputs):
         if not os.path.isabs(path):
             raise ConfigError(f"{path}: a blend needs absolute paths")
-        entry: dict = {"weight": int(rep[WEIGHTS[weight]]), "path": path}
+        count = int(rep[WEIGHTS[weight]])
+        ratio = rep.get("sample_ratio", 1.0)  # a NeMo meta file's sample_ratio (vlmpack.sources.nemo_meta)
+        entry: dict = {"weight": count if ratio == 1.0 else count * float(ratio), "path": path}
         if subflavors and subflavors[i]:
             entry["subflavors"] = dict(subflavors[i])
         blend.append(entry)

@@ -41,7 +41,10 @@ def resolve_ref(ref: object, media_root: str, *, allow_absolute_media: bool = Fa
     ``lmdb_envs`` (name -> env path, ``--media-lmdb``) and resolves to the
     :func:`vlmpack.media.ref.lmdb_ref` of it (no file system access; a missing key is found by
     :func:`vlmpack.media.probe.probe_media`: ``media_missing``); an unknown ``NAME`` is
-    ``media_unsupported``.
+    ``media_unsupported``. ``<lmdb_dir>::<key>`` (NeMo Automodel's form, :func:`_lmdb_pair`) names
+    the value of ``key`` in the LMDB directory ``lmdb_dir`` (relative to ``media_root`` or absolute,
+    under the same root rule; ``media_missing`` when that directory holds no ``data.mdb``: looking
+    for it, and its realpath, is the only file system access here).
     """
     if not isinstance(ref, str) or not ref:
         raise MediaError("wrong_type", f"media reference must be a non-empty string, got {_short(ref)}")
@@ -58,6 +61,8 @@ def resolve_ref(ref: object, media_root: str, *, allow_absolute_media: bool = Fa
         except MediaError as e:
             raise MediaError(e.reason, f"{e.detail}: {display_ref(ref)[:80]}") from None
         return DATA + path[5:]
+    elif "::" in path and "://" not in path:
+        return _lmdb_pair(path, os.path.normpath(os.path.abspath(media_root)), ref, allow_absolute_media)
     elif _SCHEME.match(path) and not _is_windows_drive(path):
         kind = "remote media" if path.lower().startswith(("http://", "https://")) else "URL media"
         raise MediaError("media_unsupported", f"{kind} is not supported (download it first): {_short(ref)}")
@@ -72,6 +77,27 @@ def resolve_ref(ref: object, media_root: str, *, allow_absolute_media: bool = Fa
             "(pass allow_absolute_media to accept it)",
         )
     return full
+
+
+def _lmdb_pair(path: str, root: str, ref: str, allow_absolute_media: bool) -> str:
+    """The :func:`vlmpack.media.ref.lmdb_ref` of NeMo Automodel's ``<lmdb_dir>::<key>`` reference
+    (``_resolve_lmdb_image`` of ``nemo_automodel/components/datasets/vlm/utils.py``: split at the
+    first ``::``, ``lmdb_dir`` an environment directory (``data.mdb`` inside), the key's UTF-8
+    bytes). The directory must lie inside ``root``, lexically and with symlinks followed, unless
+    ``allow_absolute_media`` (``media_outside_root``); ``media_missing`` when it holds no
+    ``data.mdb`` or the key is empty."""
+    env_part, key = path.split("::", 1)
+    env = os.path.normpath(os.path.join(root, env_part))
+    if not allow_absolute_media and not _inside(env, root):
+        raise MediaError("media_outside_root", f"LMDB store of {_short(ref)} resolves to {env}, outside media "
+                         f"root {root} (pass allow_absolute_media to accept it)")
+    if not env_part or not os.path.isfile(os.path.join(env, "data.mdb")):
+        raise MediaError("media_missing", f"no LMDB store (a folder with data.mdb) at {env} for {_short(ref)}")
+    if not allow_absolute_media:
+        check_real_path(os.path.join(env, "data.mdb"), root)
+    if not key:
+        raise MediaError("media_missing", f"LMDB reference {_short(ref)} names no key; write <lmdb_dir>::<key>")
+    return lmdb_ref(env, key.encode("utf-8", "surrogatepass"))
 
 
 def _resolve_lmdb(ref: str, envs: dict[str, str]) -> str:

@@ -150,7 +150,7 @@ class WriteOptions:
 #: Options that change no output byte (where to write, how fast, when to stop, where the cache is;
 #: ``dataset`` only picks the files of a dataset_info.json, and the count stage keys the files themselves).
 NO_STAGE = ("output", "workers", "executor", "ray_address", "overwrite", "progress", "max_reject_fraction",
-            "cache_dir", "dataset")
+            "cache_dir", "dataset", "sample_ratio")  # sample_ratio: recorded in report.json only
 #: ``--cache-dir`` / ``$VLMPACK_CACHE`` values that turn the shared count cache off.
 CACHE_OFF = ("", "off", "none")
 ENV_CACHE = "VLMPACK_CACHE"

@@ -25,7 +25,7 @@ from vlmpack.fsio import printable_path
 #: The file name of the registry (LLaMA-Factory's ``dataset_dir/dataset_info.json``).
 REGISTRY = "dataset_info.json"
 #: Keys of an entry that name a source vlmpack does not read (no hub, no loading script).
-_REMOTE = ("hf_hub_url", "ms_hub_url", "script_url", "om_hub_url", "cloud_file_name")
+REMOTE = ("hf_hub_url", "ms_hub_url", "script_url", "om_hub_url", "cloud_file_name")
 #: The columns vlmpack's layouts read, by formatting: LLaMA-Factory's column -> the accepted names.
 _COLUMNS = {
     "alpaca": {"prompt": ("instruction",), "query": ("input",), "response": ("output",), "history": ("history",),
@@ -34,7 +34,7 @@ _COLUMNS = {
                  "videos": ("videos",)},
 }
 #: The ``sharegpt`` tags vlmpack's chat layouts read: tag -> accepted values.
-_TAGS = {"role_tag": ("from", "role"), "content_tag": ("value", "content"), "user_tag": ("human", "user"),
+TAGS = {"role_tag": ("from", "role"), "content_tag": ("value", "content"), "user_tag": ("human", "user"),
          "assistant_tag": ("gpt", "assistant"), "system_tag": ("system",),
          "observation_tag": ("observation", "tool"), "function_tag": ("function_call",)}
 
@@ -50,7 +50,7 @@ def is_registry(path: str) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(obj, dict) and bool(obj) and all(
-        isinstance(v, dict) and any(k in v for k in ("file_name", *_REMOTE)) for v in obj.values())
+        isinstance(v, dict) and any(k in v for k in ("file_name", *REMOTE)) for v in obj.values())
 
 
 def registry_files(path: str, names: list[str] | None = None) -> list[str]:
@@ -75,7 +75,7 @@ def _entry_files(entry: dict, name: str, base: str, where: str) -> list[str]:
     def refuse(why: str) -> ConfigError:
         return ConfigError(f"{where}: dataset {name!r} {why}")
 
-    if remote := next((k for k in _REMOTE if entry.get(k)), None):
+    if remote := next((k for k in REMOTE if entry.get(k)), None):
         raise refuse(f"is read from {remote}; vlmpack reads local files: download it and name it by file_name")
     if entry.get("ranking"):
         raise refuse("is a preference dataset (ranking: true), not SFT data")
@@ -90,7 +90,7 @@ def _entry_files(entry: dict, name: str, base: str, where: str) -> list[str]:
             raise refuse(f"maps columns.{key} to {value!r}; vlmpack reads {formatting} records whose columns have "
                          f"LLaMA-Factory's default names: rename the column or convert the file")
     for key, value in tags.items():
-        if formatting != "sharegpt" or value not in _TAGS.get(key, ()):
+        if formatting != "sharegpt" or value not in TAGS.get(key, ()):
             raise refuse(f"sets tags.{key} = {value!r}; vlmpack reads the default (from/value, human/gpt) and "
                          "OpenAI (role/content, user/assistant) tags")
     file_name = entry.get("file_name")
