@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,10 +27,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 CACHE = Path(os.environ.get("VLMPACK_TEST_CACHE", Path.home() / ".cache" / "vlmpack" / "test"))
 
-# Each test counts into its own OUT only: the shared count cache of `vlmpack pack` / `vlmpack plan`
-# (vlmpack.pack.stages.count_cache_dir) is off unless a test passes cache_dir / --cache-dir itself;
-# CLI subprocesses inherit it.
-os.environ["VLMPACK_CACHE"] = "off"
+# The shared count cache of `vlmpack pack` / `vlmpack plan` (vlmpack.pack.stages.count_cache_dir; on by
+# default for users) is one fresh folder per test session, made by the xdist controller (or the one
+# process without xdist) and inherited by its workers and by the CLI processes the tests start: runs of
+# the same inputs and count options reuse each other's counts, as users' runs do, and no count outlives
+# the session (a stale one could hide a change of the counting code). Tests that need the count stage
+# to run (a kill during it, tasks seen on Ray workers) pass cache_dir / --cache-dir off themselves.
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    os.environ["VLMPACK_CACHE"] = tempfile.mkdtemp(prefix="vlmpack-test-counts-")
+
+
+def pytest_unconfigure(config):
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # the process that made the folder removes it
+        shutil.rmtree(os.environ["VLMPACK_CACHE"], ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -52,7 +52,7 @@ def small_input(tmp_path_factory, real_data) -> Path:
 # Big enough to be killed mid-count and mid-write: the first 2,000 samples of the real set (images,
 # texts and rejections; several count tasks), one shard per 5 packs, pretokenized (writing tokenizes
 # every pack, so it lasts seconds).
-KILL_EXTRA = ["--max-packs-per-shard", 5, "--pretokenize", "--workers", 2]
+KILL_EXTRA = ["--max-packs-per-shard", 5, "--pretokenize", "--workers", 2, "--cache-dir", "off"]  # counted here
 KILL_LINES = 2000
 
 

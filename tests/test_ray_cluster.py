@@ -55,6 +55,7 @@ def inputs(real_data, tmp_path_factory) -> list[str]:
 
 
 def _cfg(inputs, real_data, model_dir, out: Path, **kw):
+    kw.setdefault("cache_dir", "off")  # the counting tasks must run (on Ray), never come from the session's cache
     return load_config(input=inputs, media_root=str(real_data), model=str(model_dir), output=str(out),
                        seq_len=SEQ_LEN, progress=False, max_packs_per_shard=20, max_shard_bytes=6_000_000, **kw)
 
