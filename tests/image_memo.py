@@ -20,10 +20,12 @@ pixel arithmetic (:func:`shape_only_pixels`: ``np_resize`` gives zeros of the si
 gives, ``np_rescale`` and ``np_normalize`` hand their input back); everything else of
 ``_preprocess`` (tiling, patch counts, grids, padding, patchify) runs as it is. While it computes
 for real, the memo also computes with the stand-ins and asserts that both give the same keys,
-shapes and non-pixel values, so the stand-ins are checked on every sweep. Pixel values themselves are
-compared with the processor's, value for value, in ``test_train_collate.py``
-(``test_pixel_values_in_sample_order_like_the_processor``) and through the model's outputs in
-every family's packed == alone tests. (The stand-ins cut InternVL's sweep from about 190 s.)
+shapes and non-pixel values, so the stand-ins are checked on every sweep. Pixel values are not what a
+sweep checks: the collator calls the model's own image processor class, so its pixels are that
+processor's once its inputs (the decoded images and the resolved options) are the reference's, which
+the memo's key proves for every pack; a batch's ``pixel_values`` are compared with the processor's,
+value for value, in ``test_train_collate.py`` (``test_pixel_values_in_sample_order_like_the_processor``).
+(The stand-ins cut InternVL's sweep from about 190 s to 80 s.)
 
 Exact because each of these ``_preprocess`` methods (``GotOcr2ImageProcessorPil``,
 ``Qwen2VLImageProcessorPil``, ``LlavaOnevisionImageProcessorPil`` in transformers 5) ends in

@@ -171,3 +171,14 @@ def test_lmdb_references_resolve_inside_the_root_only(meta, real_data, tmp_path)
     with pytest.raises(MediaError) as e:
         resolve_ref(f"nowhere.lmdb::{rel}", str(inner))
     assert e.value.reason == "media_missing" and "no LMDB store" in e.value.detail
+
+
+def test_without_media_dir_the_media_root_is_given_or_the_working_directory(meta, model_dir, tmp_path,
+                                                                            monkeypatch):
+    path = _meta_with(meta[0].parent, {"x": {"file_name": "data/sharegpt.json"}})
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(input=[str(path)], model=str(model_dir), output=str(tmp_path / "o"))
+    assert (cfg.media_root, cfg.sample_ratio, cfg.shard_prefix) == (str(tmp_path), 1.0, "x")
+    given = load_config(input=[str(path)], media_root=str(meta[0].parent), model=str(model_dir),
+                        output=str(tmp_path / "o"))
+    assert given.media_root == str(meta[0].parent)

@@ -203,7 +203,8 @@ def load_config(yaml_path: str | Path | None = None, **overrides: Any) -> PackCo
 
 def _apply_meta(data: dict, inputs: list) -> None:
     """The options a NeMo meta file among ``inputs`` sets (:mod:`vlmpack.sources.nemo_meta`): its
-    chosen datasets' ``media_dir`` (else the working directory, as NeMo) as ``media_root`` and their
+    chosen datasets' ``media_dir`` (without one: ``--media-root`` if given, else the working
+    directory, as NeMo) as ``media_root`` and their
     ``sample_ratio``, and, for one dataset, its name as ``shard_prefix`` (characters outside
     ``[A-Za-z0-9_-]`` as ``_``), so that outputs of several datasets blend. Raises
     :class:`ConfigError` when meta files disagree, or ``media_root`` / ``sample_ratio`` are also
@@ -218,8 +219,11 @@ def _apply_meta(data: dict, inputs: list) -> None:
         raise ConfigError("the NeMo meta inputs give different media_dir or sample_ratio; pack each to its own "
                           "output")
     sel = picked[0]
-    # without a media_dir NeMo opens relative media paths from the working directory
-    for key, value in (("media_root", sel.media_dir or os.getcwd()), ("sample_ratio", sel.sample_ratio)):
+    if sel.media_dir is None and data.get("media_root") is None:  # NeMo opens them from the working directory
+        data["media_root"] = os.getcwd()
+    for key, value in (("media_root", sel.media_dir), ("sample_ratio", sel.sample_ratio)):
+        if value is None:
+            continue
         given = data.get(key)
         if given is not None and (os.path.abspath(str(given)) if key == "media_root" else float(given)) != value:
             flag = "--media-root" if key == "media_root" else key

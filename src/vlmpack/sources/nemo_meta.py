@@ -99,9 +99,9 @@ def meta_selection(path: str, names: list[str] | None = None) -> MetaSelection:
     for name in chosen:
         file_name, dirs[name], ratios[name] = _entry(meta[name], name, base, where)
         files.append(file_name)
+    a = chosen[0]
     for what, values in (("media_dir", dirs), ("sample_ratio", ratios)):
-        if len(set(values.values())) > 1:
-            a, b = list(values)[0], next(n for n in values if values[n] != values[list(values)[0]])
+        if (b := next((n for n in chosen if values[n] != values[a]), None)) is not None:
             raise ConfigError(f"{where}: datasets {a!r} and {b!r} have different {what} ({values[a]} and {values[b]});"
                               " pack each to its own output with --dataset NAME, then blend the outputs with "
                               "vlmpack metadataset (it weighs each by its sample_ratio)")
