@@ -268,11 +268,49 @@ def test_a_llama_factory_registry_packs_its_datasets(written, real_data, model_d
     assert [Path(p).name for p in both.input] == ["llava.json", "alpaca.json"]
 
 
+def test_custom_columns_and_tags_are_mapped_to_the_layouts_names(written, real_data, model_dir, tmp_path):
+    """A registry whose sharegpt entry names its own turn key, role / content keys and role values
+    (``dialog`` of ``speaker`` / ``text`` with ``Q`` / ``A``) and whose alpaca entry names its own
+    columns packs like the LLaVA records, one output per mapping; two entries that map differently
+    are one line."""
+    d, n = written
+    recs = json.loads((d / "llava.json").read_text())
+    who = {"human": "Q", "gpt": "A", "system": "S"}
+    custom = [{"id": r["id"], "pics": r["images"], "dialog": [{"speaker": who[t["from"]], "text": t["value"]}
+                                                              for t in r["conversations"]]} for r in recs]
+    (d / "custom_sharegpt.json").write_text(json.dumps(custom))
+    alpaca = json.loads((d / "alpaca.json").read_text())
+    renamed = {"instruction": "question", "input": "context", "output": "answer", "images": "pictures"}
+    (d / "custom_alpaca.json").write_text(json.dumps([{renamed.get(k, k): v for k, v in r.items()} for r in alpaca]))
+    reg = _registry(d, {
+        "sharegpt": {"file_name": "../custom_sharegpt.json", "formatting": "sharegpt",
+                     "columns": {"messages": "dialog", "images": "pics"},
+                     "tags": {"role_tag": "speaker", "content_tag": "text", "user_tag": "Q", "assistant_tag": "A",
+                              "system_tag": "S"}},
+        "alpaca": {"file_name": "../custom_alpaca.json",
+                   "columns": {"prompt": "question", "query": "context", "response": "answer", "images": "pictures"}}})
+    _, want = _pack([d / "llava.jsonl"], real_data, model_dir, tmp_path / "llava")
+    for name in ("sharegpt", "alpaca"):
+        report = run_pack(load_config(input=[str(reg)], dataset=[name], media_root=str(real_data),
+                                      model=str(model_dir), output=str(tmp_path / name), seq_len=SEQ_LEN, workers=1,
+                                      progress=False))
+        got = {s["id"]: (s["num_tokens"], [hashlib.sha256(raw[m["part"]]).hexdigest() for m in s["media"]])
+               for raw in read_packs(tmp_path / name) for s in json.loads(raw["json"])["samples"]}
+        assert got == want and report["records_read"] == n, name
+    from vlmpack.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="name their columns or tags differently") as e:
+        load_config(input=[str(reg)], media_root=str(real_data), model=str(model_dir), output=str(tmp_path / "x"))
+    assert "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize("entry, words", [
     ({"hf_hub_url": "HuggingFaceH4/llava-instruct-mix-vsft"}, "hf_hub_url"),
     ({"file_name": "../llava.json", "ranking": True}, "preference"),
-    ({"file_name": "../llava.json", "formatting": "sharegpt", "columns": {"messages": "dialog"}}, "columns.messages"),
-    ({"file_name": "../llava.json", "formatting": "sharegpt", "tags": {"role_tag": "speaker"}}, "tags.role_tag"),
+    ({"file_name": "../llava.json", "formatting": "sharegpt", "columns": {"chosen": "c"}}, "columns.chosen"),
+    ({"file_name": "../llava.json", "formatting": "sharegpt", "tags": {"observation_tag": "obs"}},
+     "tags.observation_tag"),
+    ({"file_name": "../alpaca.json", "tags": {"role_tag": "speaker"}}, "tags belong to sharegpt"),
     ({"file_name": "../nowhere.json"}, "nowhere.json"),
 ])
 def test_a_registry_entry_vlmpack_does_not_read_is_one_line(written, entry, words, real_data, model_dir):
@@ -285,3 +323,23 @@ def test_a_registry_entry_vlmpack_does_not_read_is_one_line(written, entry, word
     with pytest.raises(ConfigError, match="no dataset 'y'"):
         load_config(input=[str(_registry(written[0], _REG))], dataset=["y"], media_root=str(real_data),
                     model=str(model_dir), output="/tmp/unused-out")
+
+
+def test_a_record_map_rewrites_once_and_refuses_two_keys_for_one_column():
+    from vlmpack.layouts.mapping import apply_map, record_map
+
+    spec = record_map("sharegpt", {"messages": "dialog"}, {"role_tag": "speaker", "content_tag": "text",
+                                                          "user_tag": "Q", "assistant_tag": "A"})
+    obj = {"dialog": [{"speaker": "Q", "text": "<image>What?"}, {"speaker": "A", "text": "A cat."}], "images": ["a"]}
+    once = apply_map(dict(obj), spec)
+    assert once == {"conversations": [{"from": "human", "value": "<image>What?"}, {"from": "gpt", "value": "A cat."}],
+                    "images": ["a"]}
+    assert apply_map(json.loads(json.dumps(once)), spec) == once  # idempotent
+    assert to_canonical(dict(obj), record_map=spec) == to_canonical(
+        {"conversations": once["conversations"], "images": ["a"]})
+    assert record_map("sharegpt", {"messages": "conversations"}, {"role_tag": "from"}) is None  # defaults: nothing
+    with pytest.raises(RecordError) as e:
+        apply_map({"dialog": [], "conversations": []}, spec)
+    assert e.value.reason == "wrong_type"
+    with pytest.raises(ValueError, match="columns.chosen"):
+        record_map("sharegpt", {"chosen": "c"}, {})

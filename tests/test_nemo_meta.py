@@ -111,8 +111,8 @@ def _meta_with(d: Path, entries: dict) -> Path:
 @pytest.mark.parametrize("entry, words", [
     ({"file_name": "data/sharegpt.json", "annotation": "x.jsonl"}, "key 'annotation'"),
     ({"file_name": "data/sharegpt.json", "formatting": "sharegpt"}, "named dataset_info.json"),
-    ({"file_name": "data/sharegpt.json", "columns": {"messages": "dialog"}}, "columns.messages"),
-    ({"file_name": "data/sharegpt.json", "tags": {"role_tag": "speaker"}}, "tags.role_tag"),
+    ({"file_name": "data/sharegpt.json", "columns": {"audio": "sound"}}, "columns.audio"),
+    ({"file_name": "data/sharegpt.json", "tags": {"observation_tag": "obs"}}, "tags.observation_tag"),
     ({"file_name": "data/sharegpt.json", "sample_ratio": 0}, "sample_ratio 0"),
     ({"file_name": "data/sharegpt.json", "media_dir": "/nowhere/at/all"}, "no folder"),
     ({"file_name": "data/nowhere.jsonl"}, "nowhere.jsonl"),
@@ -182,3 +182,11 @@ def test_without_media_dir_the_media_root_is_given_or_the_working_directory(meta
     given = load_config(input=[str(path)], media_root=str(meta[0].parent), model=str(model_dir),
                         output=str(tmp_path / "o"))
     assert given.media_root == str(meta[0].parent)
+
+
+def test_an_entry_with_its_own_names_gets_a_record_map(meta, model_dir, tmp_path):
+    path = _meta_with(meta[0].parent, {"x": {"file_name": "data/sharegpt.json", "media_dir": str(tmp_path),
+                                             "columns": {"messages": "dialog"}, "tags": {"role_tag": "speaker"}}})
+    cfg = load_config(input=[str(path)], model=str(model_dir), output=str(tmp_path / "o"))
+    assert json.loads(cfg.record_map) == {"formatting": "sharegpt", "columns": {"messages": "dialog"}, "tags": {
+        "role_tag": "speaker", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}}

@@ -29,8 +29,8 @@ _NOT_FINGERPRINTED = {"workers", "overwrite", "progress", "output", "executor", 
                       "cache_dir", "dataset"}  # dataset: the input files it picks are fingerprinted
 
 #: Options left out of the fingerprint at their defaults, so that runs made before they existed keep
-#: theirs (see ``fingerprint_payload``): the input size caps and the blend weight factor.
-_CAPS = ("max_member_bytes", "max_media_bytes", "sample_ratio")
+#: theirs (see ``fingerprint_payload``): the input size caps, the blend weight factor, the record mapping.
+_CAPS = ("max_member_bytes", "max_media_bytes", "sample_ratio", "record_map")
 
 
 class PackConfig(BaseModel):
@@ -54,6 +54,8 @@ class PackConfig(BaseModel):
                                "or NeMo meta file input to pack (default: all)")
     sample_ratio: float = Field(1.0, gt=0, allow_inf_nan=False, description="multiplies the weight vlmpack "
                                 "metadataset gives this output (set from a NeMo meta file's sample_ratio)")
+    record_map: str | None = Field(None, description="column and tag mapping of the records (set from a "
+                                   "dataset_info.json or NeMo meta entry, vlmpack.layouts.mapping)")
     text_key: str | None = Field(None, min_length=1, description="key of the turns in each record (default: "
                                  "conversations / messages / texts by schema detection)")
     allow_absolute_media: bool = False
@@ -202,17 +204,28 @@ def load_config(yaml_path: str | Path | None = None, **overrides: Any) -> PackCo
 
 
 def _apply_meta(data: dict, inputs: list) -> None:
-    """The options a NeMo meta file among ``inputs`` sets (:mod:`vlmpack.sources.nemo_meta`): its
+    """The options dataset registries among ``inputs`` set: the record mapping of their chosen
+    datasets' columns and tags (``record_map``, :mod:`vlmpack.layouts.mapping`; LLaMA-Factory's
+    ``dataset_info.json`` and NeMo meta files), and of a NeMo meta file (:mod:`vlmpack.sources.nemo_meta`) its
     chosen datasets' ``media_dir`` (without one: ``--media-root`` if given, else the working
     directory, as NeMo) as ``media_root`` and their
     ``sample_ratio``, and, for one dataset, its name as ``shard_prefix`` (characters outside
     ``[A-Za-z0-9_-]`` as ``_``), so that outputs of several datasets blend. Raises
     :class:`ConfigError` when meta files disagree, or ``media_root`` / ``sample_ratio`` are also
     given with other values."""
+    from vlmpack.sources.dataset_info import is_registry, registry_map
     from vlmpack.sources.nemo_meta import is_meta, meta_selection
 
-    picked = [meta_selection(p, data.get("dataset") or None)
-              for p in inputs if isinstance(p, str) and "\x00" not in p and is_meta(p)]
+    names = data.get("dataset") or None
+    paths = [p for p in inputs if isinstance(p, str) and "\x00" not in p]
+    maps = {registry_map(p, names) for p in paths if is_registry(p)}
+    picked = [meta_selection(p, names) for p in paths if is_meta(p)]
+    maps |= {m.record_map for m in picked}
+    if len(maps) > 1:
+        raise ConfigError("the dataset registries among the inputs name their columns or tags differently; pack "
+                          "each to its own output")
+    if maps and (value := maps.pop()) is not None:
+        data["record_map"] = value
     if not picked:
         return
     if len({(m.media_dir, m.sample_ratio) for m in picked}) > 1:

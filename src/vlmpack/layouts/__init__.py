@@ -32,6 +32,7 @@ from vlmpack.layouts.alpaca import AlpacaLayout
 from vlmpack.layouts.base import Canonical, Layout
 from vlmpack.layouts.chat import ChatLayout
 from vlmpack.layouts.llava import LlavaLayout
+from vlmpack.layouts.mapping import RecordMap, apply_map
 from vlmpack.layouts.messages import MessagesLayout
 from vlmpack.layouts.native import LEADING, NATIVE_KINDS, normalize_native
 from vlmpack.layouts.prompts import PromptsLayout
@@ -60,20 +61,22 @@ def detect_schema(obj: dict) -> str:
     raise RecordError("unknown_schema", f"no {', '.join(rest)} or {last} key (keys: {keys})")
 
 
-def to_canonical(obj: dict, schema: str = "auto", text_key: str | None = None) -> Canonical:
+def to_canonical(obj: dict, schema: str = "auto", text_key: str | None = None,
+                 record_map: RecordMap | None = None) -> Canonical:
     """Convert a JSON object of one record to canonical messages and its media references.
 
     Returns ``(messages, media)``: ``messages`` as documented in :mod:`vlmpack.records`
     (``{"type": "image"|"video", "index": i}`` parts index ``media`` in order of appearance),
     ``media`` a list of ``(kind, ref)`` with ``ref`` as written in the record (not yet resolved).
     ``schema``: ``"auto"`` (detect) or a layout name; ``text_key``: the key of the turns
-    (``--text-key``, :func:`normalize_native`). Rewrites ``obj`` in place. Raises
+    (``--text-key``, :func:`normalize_native`); ``record_map``: a registry's column and tag mapping,
+    applied first (:func:`vlmpack.layouts.mapping.apply_map`). Rewrites ``obj`` in place. Raises
     :class:`RecordError` for any layout or structural failure; ``ValueError`` for an unknown
     ``schema`` name.
     """
     if schema not in SCHEMAS:
         raise ValueError(f"unknown schema {schema!r}; use one of {', '.join(SCHEMAS)}")
-    obj = normalize_native(obj, text_key)
+    obj = normalize_native(apply_map(obj, record_map), text_key)
     leading = bool(obj.pop(LEADING, False))
     layout = LAYOUTS[detect_schema(obj) if schema == "auto" else schema]
     return layout.to_canonical(obj, leading=leading)

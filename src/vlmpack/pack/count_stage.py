@@ -158,7 +158,8 @@ def _tasks(opts: CountOptions, store: Path, ranges: list[InputRange]) -> list[Me
     return [MeasureTask(i, fi, path, start, end, first, opts.input_schema, opts.media_root,
                         opts.allow_absolute_media, opts.media_check, opts.model, str(store), opts.special_tokens,
                         fmt, opts.media_lmdb, opts.text_key, token_limit=opts.token_limit,
-                        max_member_bytes=opts.max_member_bytes, max_media_bytes=opts.max_media_bytes)
+                        max_member_bytes=opts.max_member_bytes, max_media_bytes=opts.max_media_bytes,
+                        record_map=opts.record_map)
             for i, (fi, path, fmt, start, end, first, _) in enumerate(ranges)]
 
 

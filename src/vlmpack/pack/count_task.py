@@ -68,6 +68,7 @@ class MeasureTask:
     fmt: str = "jsonl"  # the input's format (vlmpack.sources): what start/end/first_line mean
     media_lmdb: tuple[tuple[str, str], ...] = ()  # --media-lmdb stores: (name, env path) pairs
     text_key: str | None = None  # --text-key: the key of the turns
+    record_map: str | None = None  # a registry's column and tag mapping (vlmpack.layouts.mapping)
     token_limit: int = MAX_TOKENS  # tokens: a sample whose text alone needs more is rejected untokenized
     max_member_bytes: int = MAX_MEMBER_BYTES  # --max-member-bytes: the largest WDS json member read
     max_media_bytes: int = MAX_MEDIA_BYTES  # --max-media-bytes: the largest media item probed and packed
@@ -329,7 +330,8 @@ def run_task(task: MeasureTask) -> MeasureResult:
                            media_root=task.media_root, allow_absolute_media=task.allow_absolute_media,
                            stats=stats, max_member_bytes=task.max_member_bytes,
                            **({"lmdb_envs": dict(task.media_lmdb)} if task.media_lmdb else {}),
-                           **({"text_key": task.text_key} if task.text_key else {})):
+                           **({"text_key": task.text_key} if task.text_key else {}),
+                           **({"record_map": task.record_map} if task.record_map else {})):
         if isinstance(rec, Rejection):
             rejections.append(rec)
             continue

@@ -37,8 +37,9 @@ from vlmpack.records import MAX_MEDIA_BYTES, MAX_MEMBER_BYTES
 #: Input bytes per count task (fixed: the output must not depend on workers; part of the count key).
 TASK_BYTES = 2 << 20
 #: Options that decide the counts and the samples' serialized entries (the count stage).
-COUNT_OPTIONS = ("input", "input_format", "input_schema", "text_key", "media_root", "allow_absolute_media",
-                 "media_lmdb", "media_check", "special_tokens", "model", "max_member_bytes", "max_media_bytes")
+COUNT_OPTIONS = ("input", "input_format", "input_schema", "text_key", "record_map", "media_root",
+                 "allow_absolute_media", "media_lmdb", "media_check", "special_tokens", "model", "max_member_bytes",
+                 "max_media_bytes")
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,8 @@ class CountOptions:
     ranges, :mod:`vlmpack.pack.nodes`): the model directory, the media rules (``media_root`` the
     folder relative references resolve in, absolute references allowed or not, LMDB stores as
     ``(name, env path)`` pairs, ``media_check`` ``"header"`` | ``"verify"`` | ``"decode"``), the record
-    layout (``input_schema``, ``text_key``) and the ``special_tokens`` policy (``"reject"`` |
+    layout (``input_schema``, ``text_key``, ``record_map``: a registry's column and tag mapping) and the
+    ``special_tokens`` policy (``"reject"`` |
     ``"split"``) and the input caps in bytes (``max_member_bytes``: a WebDataset ``json`` member,
     ``max_media_bytes``: a media item; larger ones are rejected unread). ``token_limit`` (tokens,
     ``--seq-len``): a sample whose text alone needs more under any tokenization is rejected
@@ -66,13 +68,14 @@ class CountOptions:
     max_member_bytes: int = MAX_MEMBER_BYTES
     max_media_bytes: int = MAX_MEDIA_BYTES
     token_limit: int = 2**31 - 1
+    record_map: str | None = None
 
     @classmethod
     def of(cls, cfg: PackConfig) -> CountOptions:
         """The count options of ``cfg``."""
         return cls(str(cfg.model), str(cfg.media_root), cfg.input_schema, cfg.text_key, cfg.allow_absolute_media,
                    tuple(sorted(cfg.media_lmdb.items())), cfg.media_check, cfg.special_tokens, cfg.max_member_bytes,
-                   cfg.max_media_bytes, cfg.seq_len)
+                   cfg.max_media_bytes, cfg.seq_len, cfg.record_map)
 
 
 @dataclass(frozen=True)

@@ -132,13 +132,15 @@ def parse_record(
     resolve_media=None,
     lmdb_envs: dict[str, str] | None = None,
     text_key: str | None = None,
+    record_map: str | None = None,
 ) -> Sample | Rejection:
     """Turn one raw line into a :class:`Sample` (canonical messages, media with resolved ``path``,
     header fields still 0) or a :class:`Rejection`; never raises for any input bytes.
     ``resolve_media(ref) -> str`` replaces the media-root resolution (an archive source maps part
     names to :mod:`vlmpack.media.ref` references; it raises ``MediaError`` for an unknown one).
     ``lmdb_envs``: the ``--media-lmdb`` stores (name -> env path) for ``lmdb://NAME/KEY`` references.
-    ``text_key``: the key of the turns (``--text-key``, :func:`vlmpack.layouts.native.normalize_native`).
+    ``text_key``: the key of the turns (``--text-key``, :func:`vlmpack.layouts.native.normalize_native`);
+    ``record_map``: a registry's column and tag mapping (:mod:`vlmpack.layouts.mapping`).
 
     Steps and reason codes: strip BOM / trailing ``"\\r"``; UTF-8 (``not_utf8``, also for JSON
     ``\\uD800``-style lone surrogate escapes, which cannot be written back as UTF-8); JSON
@@ -185,6 +187,7 @@ def parse_record(
         resolve_media=resolve_media,
         lmdb_envs=lmdb_envs,
         text_key=text_key,
+        record_map=record_map,
         check_surrogates=_SURROGATE_ESCAPE.search(raw) is not None,
     )
 
@@ -199,6 +202,7 @@ def record_to_sample(
     resolve_media=None,
     lmdb_envs: dict[str, str] | None = None,
     text_key: str | None = None,
+    record_map: str | None = None,
     check_surrogates: bool = True,
 ) -> Sample | Rejection:
     """The object-level half of :func:`parse_record`, for a record already parsed (a JSONL line
@@ -227,7 +231,7 @@ def record_to_sample(
             return Rejection(
                 locator, "not_utf8", "a string holds a lone UTF-16 surrogate escape (\\uD800-\\uDFFF)", rid
             )
-        messages, refs = to_canonical(obj, schema, text_key)
+        messages, refs = to_canonical(obj, schema, text_key, record_map)
         media = [
             Media(
                 kind=kind,
@@ -265,6 +269,7 @@ def read_range(
     stats: ReadStats | None = None,
     lmdb_envs: dict[str, str] | None = None,
     text_key: str | None = None,
+    record_map: str | None = None,
 ) -> Iterator[Sample | Rejection]:
     """Parse the records of one range of ``path`` (see :func:`split_ranges`); one result per
     non-blank line, in file order. Updates ``stats`` (``lines``, ``blank``, ``records`` and
@@ -286,6 +291,7 @@ def read_range(
             allow_absolute_media=allow_absolute_media,
             lmdb_envs=lmdb_envs,
             text_key=text_key,
+            record_map=record_map,
         )
         if isinstance(result, Rejection):
             stats.reasons[result.reason] = stats.reasons.get(result.reason, 0) + 1

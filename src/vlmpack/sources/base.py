@@ -38,7 +38,7 @@ class Source(Protocol):
     def read(self, path: str, start: int, end: int, first: int, *, schema: str = "auto", media_root: str = ".",
              allow_absolute_media: bool = False, stats: ReadStats | None = None,
              lmdb_envs: dict[str, str] | None = None, text_key: str | None = None,
-             max_member_bytes: int = MAX_MEMBER_BYTES) -> Iterator[Sample | Rejection]:
+             record_map: str | None = None, max_member_bytes: int = MAX_MEMBER_BYTES) -> Iterator[Sample | Rejection]:
         """One :class:`~vlmpack.records.Sample` or :class:`~vlmpack.records.Rejection` (with a
         reason code of :data:`vlmpack.records.REASONS`) per record of the task, in input order;
         never raises for a bad record, raises :class:`~vlmpack.errors.InputError` (one line) for a

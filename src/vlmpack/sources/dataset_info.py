@@ -7,8 +7,10 @@ The registry maps each dataset name to ``file_name`` (a file or folder beside th
 for ``sharegpt``, ``tags`` (the keys and values of a turn's role and content); see LLaMA-Factory's
 ``data/README.md`` and its ``DatasetAttr`` parser. vlmpack reads the records with its own layouts,
 which take the columns and tags LLaMA-Factory uses by default and the OpenAI form of ``sharegpt``
-(:mod:`vlmpack.layouts.alpaca`, :mod:`vlmpack.layouts.llava`, :mod:`vlmpack.layouts.messages`):
-an entry whose mapping names other columns or tags, a hub or script dataset (``hf_hub_url``,
+(:mod:`vlmpack.layouts.alpaca`, :mod:`vlmpack.layouts.llava`, :mod:`vlmpack.layouts.messages`);
+an entry that names other columns or tags has its records rewritten to those names first
+(:mod:`vlmpack.layouts.mapping`, the run's ``record_map``; datasets packed together must map
+alike). A hub or script dataset (``hf_hub_url``,
 ``ms_hub_url``, ``script_url``, ``cloud_file_name``: vlmpack reads local files) or a preference
 dataset (``ranking``: not SFT) is refused with one :class:`~vlmpack.errors.ConfigError` line that
 names the dataset and the key, as is a ``file_name`` that does not exist. Pure apart from reading
@@ -21,6 +23,7 @@ import os
 
 from vlmpack.errors import ConfigError
 from vlmpack.fsio import printable_path
+from vlmpack.layouts.mapping import record_map
 
 #: The file name of the registry (LLaMA-Factory's ``dataset_dir/dataset_info.json``).
 REGISTRY = "dataset_info.json"
@@ -71,6 +74,48 @@ def registry_files(path: str, names: list[str] | None = None) -> list[str]:
     return out
 
 
+def entry_map(entry: dict, formatting: str, refuse) -> str | None:
+    """The :data:`vlmpack.layouts.mapping.RecordMap` of an entry's ``columns`` and ``tags``: None
+    when every name is one vlmpack's layouts read as they are (LLaMA-Factory's defaults, the OpenAI
+    form of ``sharegpt``), else the mapping to those names. ``refuse(why)`` makes the one-line
+    :class:`ConfigError` for names vlmpack does not map."""
+    columns, tags = entry.get("columns") or {}, entry.get("tags") or {}
+    if not isinstance(columns, dict) or not isinstance(tags, dict):
+        raise refuse("has columns / tags that are not objects")
+    if formatting != "sharegpt" and tags:
+        raise refuse(f"sets tags.{next(iter(tags))}; tags belong to sharegpt datasets")
+    if (all(v in _COLUMNS[formatting].get(k, ()) for k, v in columns.items())
+            and all(v in TAGS.get(k, ()) for k, v in tags.items())):
+        return None
+    try:
+        return record_map(formatting, columns, tags)
+    except ValueError as e:
+        raise refuse(str(e)) from None
+
+
+def registry_map(path: str, names: list[str] | None = None) -> str | None:
+    """The record mapping (:func:`entry_map`) shared by the datasets ``names`` of the registry at
+    ``path`` (every dataset when empty). Raises :class:`ConfigError` (one line) when two of them
+    map their records differently: they are packed one per output."""
+    with open(path, encoding="utf-8") as f:
+        registry = json.load(f)
+    where = printable_path(path)
+    maps = {}
+    for name in names or list(registry):
+        entry = registry.get(name)
+        if not isinstance(entry, dict) or entry.get("formatting", "alpaca") not in _COLUMNS:
+            continue  # an unknown name or formatting: registry_files says so in one line
+        maps[name] = entry_map(entry, entry.get("formatting", "alpaca"),
+                               lambda why, name=name: ConfigError(f"{where}: dataset {name!r} {why}"))
+    if not maps:
+        return None
+    first = next(iter(maps))
+    if (other := next((n for n in maps if maps[n] != maps[first]), None)) is not None:
+        raise ConfigError(f"{where}: datasets {first!r} and {other!r} name their columns or tags differently; pack "
+                          "each to its own output with --dataset NAME")
+    return maps[first]
+
+
 def _entry_files(entry: dict, name: str, base: str, where: str) -> list[str]:
     def refuse(why: str) -> ConfigError:
         return ConfigError(f"{where}: dataset {name!r} {why}")
@@ -82,17 +127,7 @@ def _entry_files(entry: dict, name: str, base: str, where: str) -> list[str]:
     formatting = entry.get("formatting", "alpaca")
     if formatting not in _COLUMNS:
         raise refuse(f"has formatting {formatting!r}; vlmpack reads alpaca and sharegpt")
-    columns, tags = entry.get("columns") or {}, entry.get("tags") or {}
-    if not isinstance(columns, dict) or not isinstance(tags, dict):
-        raise refuse("has columns / tags that are not objects")
-    for key, value in columns.items():
-        if value not in _COLUMNS[formatting].get(key, ()):
-            raise refuse(f"maps columns.{key} to {value!r}; vlmpack reads {formatting} records whose columns have "
-                         f"LLaMA-Factory's default names: rename the column or convert the file")
-    for key, value in tags.items():
-        if formatting != "sharegpt" or value not in TAGS.get(key, ()):
-            raise refuse(f"sets tags.{key} = {value!r}; vlmpack reads the default (from/value, human/gpt) and "
-                         "OpenAI (role/content, user/assistant) tags")
+    entry_map(entry, formatting, refuse)
     file_name = entry.get("file_name")
     if not isinstance(file_name, str) or not file_name:
         raise refuse("has no file_name")

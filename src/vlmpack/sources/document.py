@@ -73,7 +73,7 @@ class DocumentSource:
     def read(self, path: str, start: int, end: int, first: int, *, schema: str = "auto", media_root: str = ".",
              allow_absolute_media: bool = False, stats: ReadStats | None = None,
              lmdb_envs: dict[str, str] | None = None, text_key: str | None = None,
-             max_member_bytes: int | None = None) -> Iterator:
+             record_map: str | None = None, max_member_bytes: int | None = None) -> Iterator:
         """One Sample or Rejection per record, numbered from 1 in file order (``start``/``end``/
         ``first`` are the one task's); media references resolve as JSONL's (``media_root``,
         ``allow_absolute_media``, ``lmdb_envs``). A record is no container member, so
@@ -89,7 +89,7 @@ class DocumentSource:
             else:
                 res = record_to_sample(obj, loc, schema=schema, media_root=media_root,
                                        allow_absolute_media=allow_absolute_media, lmdb_envs=lmdb_envs,
-                                       text_key=text_key)
+                                       text_key=text_key, record_map=record_map)
             if isinstance(res, Rejection):
                 stats.reasons[res.reason] = stats.reasons.get(res.reason, 0) + 1
             yield res

@@ -34,7 +34,7 @@ class JsonlSource:
     @staticmethod
     def read(path: str, start: int, end: int, first: int, *, max_member_bytes: int | None = None, **options):
         """:func:`vlmpack.readers.read_range` (options: ``schema``, ``media_root``,
-        ``allow_absolute_media``, ``stats``, ``lmdb_envs``, ``text_key``); a line is no container
+        ``allow_absolute_media``, ``stats``, ``lmdb_envs``, ``text_key``, ``record_map``); a line is no container
         member, so ``max_member_bytes`` does not apply."""
         del max_member_bytes
         return read_range(path, start, end, first, **options)

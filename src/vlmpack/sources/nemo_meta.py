@@ -21,8 +21,9 @@ Images may be ``<lmdb_dir>::<key>``: the value of ``key`` (UTF-8) in the LMDB en
 ``lmdb_dir`` (:func:`vlmpack.media.resolve.resolve_ref` reads them).
 
 How vlmpack maps it: the records are read with vlmpack's own layouts (:mod:`vlmpack.layouts`),
-which take the default names and the ShareGPT ones; an entry mapping other columns or tags, or
-holding a key NeMo does not read, is refused with one :class:`~vlmpack.errors.ConfigError` line.
+which take the default names and the ShareGPT ones; an entry naming other columns or tags has its
+records rewritten to those first (:mod:`vlmpack.layouts.mapping`); one holding a key NeMo does not
+read is refused with one :class:`~vlmpack.errors.ConfigError` line.
 ``media_dir`` becomes the run's media root (``--media-root``), and ``sample_ratio`` is not applied by
 drawing records (a repeat would be a ``duplicate_id``): it is recorded in ``report.json`` and
 multiplies the weight ``vlmpack metadataset`` gives the output in its Energon blend. So the datasets
@@ -39,25 +40,30 @@ from dataclasses import dataclass
 
 from vlmpack.errors import ConfigError
 from vlmpack.fsio import printable_path
+from vlmpack.layouts.mapping import record_map
 from vlmpack.sources.dataset_info import REGISTRY, REMOTE, TAGS
 
 #: The keys of an entry (``make_meta_dataset`` reads no other).
 KEYS = ("file_name", "columns", "tags", "media_dir", "sample_ratio")
 #: The columns vlmpack's layouts read: NeMo's column -> the accepted names.
 _COLUMNS = {"messages": ("messages", "conversations"), "images": ("images",), "videos": ("videos",)}
+#: NeMo's default tags (``make_meta_dataset``).
+_NEMO_TAGS = {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant",
+              "system_tag": "system"}
 _MAX_BYTES = 16 << 20  # a meta file is a short listing; more is no meta file
 
 
 @dataclass(frozen=True)
 class MetaSelection:
     """The chosen datasets of a meta file: ``names`` (in the file's order), their annotation ``files``
-    (absolute paths), the shared ``media_dir`` (absolute, or None: the entries set none) and
-    ``sample_ratio`` (float > 0)."""
+    (absolute paths), the shared ``media_dir`` (absolute, or None: the entries set none),
+    ``sample_ratio`` (float > 0) and record mapping (:mod:`vlmpack.layouts.mapping`, None: none)."""
 
     names: tuple[str, ...]
     files: tuple[str, ...]
     media_dir: str | None
     sample_ratio: float
+    record_map: str | None = None
 
 
 def _load(path: str) -> object:
@@ -95,21 +101,22 @@ def meta_selection(path: str, names: list[str] | None = None) -> MetaSelection:
         raise ConfigError(f"{where} has no dataset {unknown[0]!r} (it has {', '.join(sorted(meta)[:8])})")
     chosen = list(names or meta)
     base = os.path.dirname(os.path.abspath(path))
-    files, dirs, ratios = [], {}, {}
+    files, dirs, ratios, maps = [], {}, {}, {}
     for name in chosen:
-        file_name, dirs[name], ratios[name] = _entry(meta[name], name, base, where)
+        file_name, dirs[name], ratios[name], maps[name] = _entry(meta[name], name, base, where)
         files.append(file_name)
     a = chosen[0]
-    for what, values in (("media_dir", dirs), ("sample_ratio", ratios)):
+    for what, values in (("media_dir", dirs), ("sample_ratio", ratios), ("columns / tags", maps)):
         if (b := next((n for n in chosen if values[n] != values[a]), None)) is not None:
             raise ConfigError(f"{where}: datasets {a!r} and {b!r} have different {what} ({values[a]} and {values[b]});"
                               " pack each to its own output with --dataset NAME, then blend the outputs with "
                               "vlmpack metadataset (it weighs each by its sample_ratio)")
-    return MetaSelection(tuple(chosen), tuple(files), dirs[chosen[0]], ratios[chosen[0]])
+    return MetaSelection(tuple(chosen), tuple(files), dirs[a], ratios[a], maps[a])
 
 
-def _entry(entry: dict, name: str, base: str, where: str) -> tuple[str, str | None, float]:
-    """``(annotation file, media_dir or None, sample_ratio)`` of one entry (checked)."""
+def _entry(entry: dict, name: str, base: str, where: str) -> tuple[str, str | None, float, str | None]:
+    """``(annotation file, media_dir or None, sample_ratio, record mapping or None)`` of one entry
+    (checked)."""
     def refuse(why: str) -> ConfigError:
         return ConfigError(f"{where}: dataset {name!r} {why}")
 
@@ -117,17 +124,7 @@ def _entry(entry: dict, name: str, base: str, where: str) -> tuple[str, str | No
         hint = (f"; a LLaMA-Factory registry is read when it is named {REGISTRY}"
                 if set(extra) & {"formatting", "ranking", *REMOTE} else "")
         raise refuse(f"has the key {extra[0]!r}, which NeMo's meta format does not have ({', '.join(KEYS)}){hint}")
-    columns, tags = entry.get("columns") or {}, entry.get("tags") or {}
-    if not isinstance(columns, dict) or not isinstance(tags, dict):
-        raise refuse("has columns / tags that are not objects")
-    for key, value in columns.items():
-        if value not in _COLUMNS.get(key, ()):
-            raise refuse(f"maps columns.{key} to {value!r}; vlmpack reads records whose turns are under messages or "
-                         "conversations and whose media lists are images / videos: rename the key or convert the file")
-    for key, value in tags.items():
-        if value not in TAGS.get(key, ()):
-            raise refuse(f"sets tags.{key} = {value!r}; vlmpack reads the default (role/content, user/assistant) and "
-                         "ShareGPT (from/value, human/gpt) tags")
+    mapping = _map(entry, refuse)
     ratio = entry.get("sample_ratio", 1.0)
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio < float("inf"):
         raise refuse(f"has sample_ratio {ratio!r}; give a number above 0")
@@ -142,4 +139,20 @@ def _entry(entry: dict, name: str, base: str, where: str) -> tuple[str, str | No
     target = os.path.join(base, file_name)
     if not file_name or not os.path.isfile(target):
         raise refuse(f"names file_name {file_name!r}, which is no file beside the meta file")
-    return target, media_dir, float(ratio)
+    return target, media_dir, float(ratio), mapping
+
+
+def _map(entry: dict, refuse) -> str | None:
+    """The entry's record mapping: None when vlmpack's layouts read its names as they are, else the
+    mapping of NeMo's names (its defaults: ``messages`` of ``role`` / ``content`` with ``user`` /
+    ``assistant`` / ``system``, overlaid by the entry's) to ShareGPT's (:mod:`vlmpack.layouts.mapping`)."""
+    columns, tags = entry.get("columns") or {}, entry.get("tags") or {}
+    if not isinstance(columns, dict) or not isinstance(tags, dict):
+        raise refuse("has columns / tags that are not objects")
+    if (all(v in _COLUMNS.get(k, ()) for k, v in columns.items())
+            and all(v in TAGS.get(k, ()) for k, v in tags.items())):
+        return None
+    try:
+        return record_map("sharegpt", {"messages": "messages", **columns}, {**_NEMO_TAGS, **tags})
+    except ValueError as e:
+        raise refuse(str(e)) from None

@@ -147,7 +147,7 @@ class ParquetSource:
     def read(path: str, start: int, end: int, first: int, *, schema: str = "auto", media_root: str = ".",
              allow_absolute_media: bool = False, stats: ReadStats | None = None,
              lmdb_envs: dict[str, str] | None = None, text_key: str | None = None,
-             max_member_bytes: int | None = None) -> Iterator:
+             record_map: str | None = None, max_member_bytes: int | None = None) -> Iterator:
         """One :class:`~vlmpack.records.Sample` or :class:`~vlmpack.records.Rejection` per row of
         groups ``[start, end)`` (``end=-1``: to the end); rows numbered from ``first``. Path
         strings resolve like JSONL's (``media_root``, ``allow_absolute_media``, ``lmdb_envs``: the
@@ -171,7 +171,7 @@ class ParquetSource:
                 stats.records += 1
                 obj, resolve = _row_record(path, g, r, rec, media_root, allow_absolute_media, lmdb_envs)
                 res = record_to_sample(obj, Locator(path, no, g, None, "row"), schema=schema,
-                                       resolve_media=resolve, text_key=text_key)
+                                       resolve_media=resolve, text_key=text_key, record_map=record_map)
                 if isinstance(res, Rejection):
                     stats.reasons[res.reason] = stats.reasons.get(res.reason, 0) + 1
                 yield res

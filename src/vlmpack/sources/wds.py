@@ -45,6 +45,7 @@ from functools import lru_cache
 
 from vlmpack.errors import InputError, MediaError, RecordError
 from vlmpack.fsio import printable_path
+from vlmpack.layouts.mapping import apply_map
 from vlmpack.layouts.native import normalize_native
 from vlmpack.media.kinds import KINDS
 from vlmpack.media.ref import LMDB, tar_member_ref
@@ -236,7 +237,7 @@ class WdsSource:
     def read(path: str, start: int, end: int, first: int, *, schema: str = "auto", media_root: str = ".",
              allow_absolute_media: bool = False, stats: ReadStats | None = None,
              lmdb_envs: dict[str, str] | None = None, text_key: str | None = None,
-             max_member_bytes: int = MAX_MEMBER_BYTES) -> Iterator:
+             record_map: str | None = None, max_member_bytes: int = MAX_MEMBER_BYTES) -> Iterator:
         """One :class:`~vlmpack.records.Sample` or :class:`~vlmpack.records.Rejection` per sample of
         the range (``media_root`` and ``allow_absolute_media`` do not apply: media are members;
         ``lmdb_envs``: the ``--media-lmdb`` stores for ``lmdb://NAME/KEY`` names; ``text_key``:
@@ -250,14 +251,16 @@ class WdsSource:
                 stats.lines += 1
                 stats.records += 1
                 loc = Locator(path, no, members[0].header, key, "sample")
-                res = _sample(path, fh, key, members, loc, schema, lmdb_envs, text_key, max_member_bytes)
+                res = _sample(path, fh, key, members, loc, schema, lmdb_envs, text_key, max_member_bytes,
+                              record_map)
                 if isinstance(res, Rejection):
                     stats.reasons[res.reason] = stats.reasons.get(res.reason, 0) + 1
                 yield res
 
 
 def _sample(path: str, fh, key: str, members: list[Part], loc: Locator, schema: str,
-            lmdb_envs: dict[str, str] | None, text_key: str | None, max_member_bytes: int):
+            lmdb_envs: dict[str, str] | None, text_key: str | None, max_member_bytes: int,
+            record_map: str | None = None):
     parts = {m.name: m for m in members}
     if len(parts) < len(members):
         twice = sorted(n for n, c in Counter(m.name for m in members).items() if c > 1)
@@ -283,7 +286,8 @@ def _sample(path: str, fh, key: str, members: list[Part], loc: Locator, schema: 
     if isinstance(obj, dict):
         obj.setdefault("id", key)
         try:
-            normalize_native(obj, text_key)  # names its media itself; the lists below then take them
+            normalize_native(apply_map(obj, record_map), text_key)  # names its media itself; the lists below
+            # then take them
         except RecordError as e:
             return Rejection(loc, e.reason, e.detail, str(obj["id"]))
         for kind, spec in KINDS.items():
@@ -306,5 +310,7 @@ def _sample(path: str, fh, key: str, members: list[Part], loc: Locator, schema: 
         return tar_member_ref(path, m.offset, m.size)
 
     if isinstance(obj, dict):  # the parsed object goes on as it is: never dumped and parsed again
-        return record_to_sample(obj, loc, schema=schema, resolve_media=resolve, text_key=text_key)
-    return parse_record(raw, loc, schema=schema, resolve_media=resolve, text_key=text_key)  # its reason
+        return record_to_sample(obj, loc, schema=schema, resolve_media=resolve, text_key=text_key,
+                                record_map=record_map)
+    return parse_record(raw, loc, schema=schema, resolve_media=resolve, text_key=text_key,  # its reason
+                        record_map=record_map)
