@@ -182,7 +182,7 @@ def load_config(yaml_path: str | Path | None = None, **overrides: Any) -> PackCo
         data = {k.replace("-", "_"): v for k, v in loaded.items()}
     data.update({k.replace("-", "_"): v for k, v in overrides.items() if v is not None})
     if isinstance(data.get("input"), (str, list)):
-        _apply_meta(data, [data["input"]] if isinstance(data["input"], str) else data["input"])
+        _apply_registries(data, [data["input"]] if isinstance(data["input"], str) else data["input"])
         data["input"] = expand_inputs([data["input"]] if isinstance(data["input"], str) else data["input"],
                                       data.get("dataset") or None)
     if "input_schema" in data:
@@ -203,7 +203,7 @@ def load_config(yaml_path: str | Path | None = None, **overrides: Any) -> PackCo
     return cfg
 
 
-def _apply_meta(data: dict, inputs: list) -> None:
+def _apply_registries(data: dict, inputs: list) -> None:
     """The options dataset registries among ``inputs`` set: the record mapping of their chosen
     datasets' columns and tags (``record_map``, :mod:`vlmpack.layouts.mapping`; LLaMA-Factory's
     ``dataset_info.json`` and NeMo meta files), and of a NeMo meta file (:mod:`vlmpack.sources.nemo_meta`) its

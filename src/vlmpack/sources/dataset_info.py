@@ -74,10 +74,12 @@ def registry_files(path: str, names: list[str] | None = None) -> list[str]:
     return out
 
 
-def entry_map(entry: dict, formatting: str, refuse) -> str | None:
+def entry_map(entry: dict, formatting: str, refuse, defaults: tuple[dict, dict] = ({}, {})) -> str | None:
     """The :data:`vlmpack.layouts.mapping.RecordMap` of an entry's ``columns`` and ``tags``: None
     when every name is one vlmpack's layouts read as they are (LLaMA-Factory's defaults, the OpenAI
-    form of ``sharegpt``), else the mapping to those names. ``refuse(why)`` makes the one-line
+    form of ``sharegpt``), else the mapping to those names. ``defaults``: the ``(columns, tags)``
+    the registry's format assumes where the entry names none, when they are not LLaMA-Factory's
+    (NeMo's meta file), laid under the entry's. ``refuse(why)`` makes the one-line
     :class:`ConfigError` for names vlmpack does not map."""
     columns, tags = entry.get("columns") or {}, entry.get("tags") or {}
     if not isinstance(columns, dict) or not isinstance(tags, dict):
@@ -88,7 +90,7 @@ def entry_map(entry: dict, formatting: str, refuse) -> str | None:
             and all(v in TAGS.get(k, ()) for k, v in tags.items())):
         return None
     try:
-        return record_map(formatting, columns, tags)
+        return record_map(formatting, {**defaults[0], **columns}, {**defaults[1], **tags})
     except ValueError as e:
         raise refuse(str(e)) from None
 

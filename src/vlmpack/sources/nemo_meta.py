@@ -40,16 +40,14 @@ from dataclasses import dataclass
 
 from vlmpack.errors import ConfigError
 from vlmpack.fsio import printable_path
-from vlmpack.layouts.mapping import record_map
-from vlmpack.sources.dataset_info import REGISTRY, REMOTE, TAGS
+from vlmpack.sources.dataset_info import REGISTRY, REMOTE, entry_map
 
 #: The keys of an entry (``make_meta_dataset`` reads no other).
 KEYS = ("file_name", "columns", "tags", "media_dir", "sample_ratio")
-#: The columns vlmpack's layouts read: NeMo's column -> the accepted names.
-_COLUMNS = {"messages": ("messages", "conversations"), "images": ("images",), "videos": ("videos",)}
-#: NeMo's default tags (``make_meta_dataset``).
-_NEMO_TAGS = {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant",
-              "system_tag": "system"}
+#: NeMo's default columns and tags (``make_meta_dataset``): ``messages`` of ``role`` / ``content`` with
+#: ``user`` / ``assistant`` / ``system``.
+_DEFAULTS = ({"messages": "messages"}, {"role_tag": "role", "content_tag": "content", "user_tag": "user",
+                                         "assistant_tag": "assistant", "system_tag": "system"})
 _MAX_BYTES = 16 << 20  # a meta file is a short listing; more is no meta file
 
 
@@ -124,7 +122,7 @@ def _entry(entry: dict, name: str, base: str, where: str) -> tuple[str, str | No
         hint = (f"; a LLaMA-Factory registry is read when it is named {REGISTRY}"
                 if set(extra) & {"formatting", "ranking", *REMOTE} else "")
         raise refuse(f"has the key {extra[0]!r}, which NeMo's meta format does not have ({', '.join(KEYS)}){hint}")
-    mapping = _map(entry, refuse)
+    mapping = entry_map(entry, "sharegpt", refuse, _DEFAULTS)
     ratio = entry.get("sample_ratio", 1.0)
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio < float("inf"):
         raise refuse(f"has sample_ratio {ratio!r}; give a number above 0")
@@ -141,18 +139,3 @@ def _entry(entry: dict, name: str, base: str, where: str) -> tuple[str, str | No
         raise refuse(f"names file_name {file_name!r}, which is no file beside the meta file")
     return target, media_dir, float(ratio), mapping
 
-
-def _map(entry: dict, refuse) -> str | None:
-    """The entry's record mapping: None when vlmpack's layouts read its names as they are, else the
-    mapping of NeMo's names (its defaults: ``messages`` of ``role`` / ``content`` with ``user`` /
-    ``assistant`` / ``system``, overlaid by the entry's) to ShareGPT's (:mod:`vlmpack.layouts.mapping`)."""
-    columns, tags = entry.get("columns") or {}, entry.get("tags") or {}
-    if not isinstance(columns, dict) or not isinstance(tags, dict):
-        raise refuse("has columns / tags that are not objects")
-    if (all(v in _COLUMNS.get(k, ()) for k, v in columns.items())
-            and all(v in TAGS.get(k, ()) for k, v in tags.items())):
-        return None
-    try:
-        return record_map("sharegpt", {"messages": "messages", **columns}, {**_NEMO_TAGS, **tags})
-    except ValueError as e:
-        raise refuse(str(e)) from None
