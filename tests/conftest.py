@@ -83,6 +83,15 @@ def qwen3_vl_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def qwen3_vl_thinking_dir() -> Path:
+    """Qwen3-VL with a chat template that renders reasoning (stand-in: tools/demo_data/model_dirs.py)."""
+    from demo_data.model_dirs import build_qwen3_vl_thinking_model_dir
+
+    with cache_lock():
+        return build_qwen3_vl_thinking_model_dir(CACHE / "qwen3_vl_thinking")
+
+
+@pytest.fixture(scope="session")
 def video_corpus(real_data) -> list[Path]:
     """The real video corpus (tools/demo_data/video_corpus.py: the demo set's videos + clips encoded
     from demo images), built once under the test cache; sorted paths."""

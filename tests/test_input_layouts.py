@@ -308,8 +308,7 @@ def test_custom_columns_and_tags_are_mapped_to_the_layouts_names(written, real_d
     ({"hf_hub_url": "HuggingFaceH4/llava-instruct-mix-vsft"}, "hf_hub_url"),
     ({"file_name": "../llava.json", "ranking": True}, "preference"),
     ({"file_name": "../llava.json", "formatting": "sharegpt", "columns": {"chosen": "c"}}, "columns.chosen"),
-    ({"file_name": "../llava.json", "formatting": "sharegpt", "tags": {"observation_tag": "obs"}},
-     "tags.observation_tag"),
+    ({"file_name": "../llava.json", "formatting": "sharegpt", "columns": {"audios": "sounds"}}, "columns.audios"),
     ({"file_name": "../alpaca.json", "tags": {"role_tag": "speaker"}}, "tags belong to sharegpt"),
     ({"file_name": "../nowhere.json"}, "nowhere.json"),
 ])

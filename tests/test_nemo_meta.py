@@ -112,7 +112,7 @@ def _meta_with(d: Path, entries: dict) -> Path:
     ({"file_name": "data/sharegpt.json", "annotation": "x.jsonl"}, "key 'annotation'"),
     ({"file_name": "data/sharegpt.json", "formatting": "sharegpt"}, "named dataset_info.json"),
     ({"file_name": "data/sharegpt.json", "columns": {"audio": "sound"}}, "columns.audio"),
-    ({"file_name": "data/sharegpt.json", "tags": {"observation_tag": "obs"}}, "tags.observation_tag"),
+    ({"file_name": "data/sharegpt.json", "tags": {"thought_tag": "think"}}, "tags.thought_tag"),
     ({"file_name": "data/sharegpt.json", "sample_ratio": 0}, "sample_ratio 0"),
     ({"file_name": "data/sharegpt.json", "media_dir": "/nowhere/at/all"}, "no folder"),
     ({"file_name": "data/nowhere.jsonl"}, "nowhere.jsonl"),

@@ -167,7 +167,8 @@ def inspect_pack(parts: dict[str, bytes], model_dir: str, where: str = "pack") -
     for s in obj["samples"]:
         media = s.get("media", [])
         msgs = _indexed(s["messages"], [m["part"] for m in media])
-        ids = np.asarray(family.encode(msgs, [m["num_tokens"] for m in media], s.get("special_tokens")))
+        ids = np.asarray(family.encode(msgs, [m["num_tokens"] for m in media], s.get("special_tokens"),
+                                       s.get("tools")))
         labels = family.label_mask(ids)
         is_media = np.isin(ids, [t for t in (getattr(family, "image_token_id", None),
                                              getattr(family, "video_token_id", None)) if t is not None])

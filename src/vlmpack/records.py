@@ -6,12 +6,17 @@ detail). Nothing in between: ``records read = samples packed + rejected + droppe
 
 Canonical ``messages`` (the form written into packs, docs/format.md)::
 
-    [{"role": "system" | "user" | "assistant",
+    [{"role": "system" | "user" | "assistant" | "tool",
       "content": [{"type": "text", "text": str} | {"type": "image", "index": int}
-                  | {"type": "video", "index": int}]}, ...]
+                  | {"type": "video", "index": int}],
+      # only where set: an assistant's reasoning and tool calls, a tool result's call id / name
+      "reasoning_content": str, "tool_calls": [{"type": "function", "function": {"name", "arguments"}}],
+      "tool_call_id": str, "name": str}, ...]
 
 ``index`` points into ``Sample.media`` (0-based, in order of appearance). The writer replaces it
-with ``"part": "img<i>.<ext>"`` when it names the media parts of a pack.
+with ``"part": "img<i>.<ext>"`` when it names the media parts of a pack. ``Sample.tools``: the
+record's tool schemas, passed to the chat template as ``apply_chat_template(..., tools=tools)``
+(:mod:`vlmpack.layouts.tools`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ MediaKind = Literal["image", "video"]
 MEDIA_KINDS: tuple[str, ...] = get_args(MediaKind)
 SAMPLE_KINDS: tuple[str, ...] = ("text", *MEDIA_KINDS)
 
+#: The optional keys of a canonical message beside ``role`` and ``content``, in the order written
+#: (module docstring): what the chat template reads of tool use and reasoning.
+MESSAGE_EXTRAS: tuple[str, ...] = ("reasoning_content", "tool_calls", "tool_call_id", "name")
+
 #: Reason codes of rejected records, with a one-line meaning (the report lists counts per code).
 REASONS: dict[str, str] = {
     "invalid_json": "the line is not valid JSON",
@@ -37,7 +46,7 @@ REASONS: dict[str, str] = {
     "unknown_schema": "no conversations / messages / prompts+captions key",
     "wrong_type": "a field has the wrong type or is missing",
     "empty_conversation": "the conversation has no turns",
-    "unknown_role": "a turn has a role that is not system/user/assistant (or human/gpt)",
+    "unknown_role": "a turn has a role that is not system/user/assistant/tool (or human/gpt/observation/function_call)",
     "bad_turn_order": "the first non-system turn is not a user turn",
     "no_assistant_turn": "the conversation has no assistant turn",
     "empty_turn": "a turn has neither text nor media",
@@ -51,6 +60,8 @@ REASONS: dict[str, str] = {
     "duplicate_id": "the id was already seen earlier in the input",
     "overlong": "the sample has more tokens than the sequence length",
     "template_error": "the chat template or tokenizer failed on this sample",
+    "template_unsupported": "the model's chat template does not render a field the sample holds (tools, tool_calls, "
+                            "reasoning_content, tool turns): packed, it would be lost",
     "special_token_in_text": "the text contains a model special token (e.g. <|image_pad|>) that would break counting",
     "duplicate_member": "a WebDataset sample holds two members of the same name (e.g. a.json twice); none is guessed",
     "member_too_large": "a WebDataset sample's json member is larger than --max-member-bytes (not read)",
@@ -148,7 +159,8 @@ ID_KINDS = ("str", "int", "line")
 class Sample:
     """A valid record in canonical form. ``id`` is the record's own id (as ``str``) or a stable
     ``<file>:<line>`` when it has none; ``id_kind`` one of :data:`ID_KINDS`; ``num_tokens`` and
-    ``label_tokens`` (how many of them carry a label) are filled by measuring."""
+    ``label_tokens`` (how many of them carry a label) are filled by measuring; ``tools``: the tool
+    schemas the chat template renders (module docstring), None without."""
 
     id: str
     messages: list[dict]
@@ -158,6 +170,7 @@ class Sample:
     num_tokens: int = 0
     id_kind: str = "str"
     label_tokens: int = 0  # tokens trained on (the family's label mask), filled by measuring
+    tools: list[dict] | None = None  # the record's tool schemas (apply_chat_template's tools=), or None
 
     def __post_init__(self) -> None:
         if not self.has_own_id:

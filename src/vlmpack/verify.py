@@ -50,10 +50,11 @@ __all__ = ["recount_shard", "verify_output"]
 
 
 def _indexed(messages: list[dict], parts: list[str]) -> list[dict]:
-    """Pack-JSON messages (media named by ``part``) -> canonical messages (media by ``index``)."""
+    """Pack-JSON messages (media named by ``part``) -> canonical messages (media by ``index``; the
+    turns' other fields, tool calls and reasoning, as they are)."""
     where = {p: i for i, p in enumerate(parts)}
-    return [{"role": m["role"], "content": [{"type": c["type"], "index": where[c["part"]]} if "part" in c else c
-                                            for c in m["content"]]} for m in messages]
+    return [{**m, "content": [{"type": c["type"], "index": where[c["part"]]} if "part" in c else c
+                              for c in m["content"]]} for m in messages]
 
 
 def _stored_ids(data: bytes | None, counts: list, vocab: int, where: str, problems: list[str]):
@@ -172,7 +173,7 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False) -> list[str]
                     media_tokens.append(n)
                 try:
                     msgs = _indexed(s["messages"], [m.get("part") for m in media])
-                    ids = family.token_ids([msgs], [s.get("special_tokens")])[0]
+                    ids = family.token_ids([msgs], [s.get("special_tokens")], [s.get("tools")])[0]
                     total = family.num_tokens(ids, media_tokens)
                 except (KeyError, ValueError, TypeError, VlmpackError) as e:  # e.g. a template error on crafted text
                     problems.append(f"{where} sample {sid!r}: cannot be re-rendered ({type(e).__name__}: {e})")

@@ -86,12 +86,14 @@ class EncodedPackSample(Sample):
 @edataclass
 class UnpackedSample(Sample):
     """One unpacked conversation for online packing: canonical ``messages``, its ``images`` (PIL,
-    EXIF-oriented RGB, in order of appearance) and its exact ``num_tokens``."""
+    EXIF-oriented RGB, in order of appearance), its exact ``num_tokens`` and its ``tools`` (tool
+    schemas the chat template renders, None without)."""
 
     id: str
     messages: list[dict]
     images: list[Any]
     num_tokens: int = 0
+    tools: list[dict] | None = None
 
 
 class _CollatingTaskEncoder(DefaultTaskEncoder[Any, EncodedPackSample, dict, dict]):
@@ -189,7 +191,7 @@ def cook_llava(raw: dict) -> UnpackedSample:
     :class:`vlmpack.errors.MediaError` (``media_missing``) when a named part is not in the sample,
     :class:`vlmpack.errors.MediaDecodeError` when an image does not decode.
     """
-    from vlmpack.layouts import to_canonical
+    from vlmpack.layouts import record_tools, to_canonical
 
     meta = raw["json"]
     if isinstance(meta, (bytes, bytearray, str)):
@@ -206,7 +208,7 @@ def cook_llava(raw: dict) -> UnpackedSample:
     images = [open_image(raw[ref], where=f"sample {key!r} part {ref}") for _, ref in media]
     return UnpackedSample(__key__=key, __restore_key__=raw["__restore_key__"],
                           __subflavors__=raw.get("__subflavors__"), __sources__=raw.get("__sources__"),
-                          id=str(meta.get("id", key)), messages=messages, images=images)
+                          id=str(meta.get("id", key)), messages=messages, images=images, tools=record_tools(obj))
 
 
 class VlmpackOnlineTaskEncoder(_CollatingTaskEncoder):
@@ -246,10 +248,15 @@ class VlmpackOnlineTaskEncoder(_CollatingTaskEncoder):
                              sample, rejects=True)
 
     def _measure(self, sample: UnpackedSample) -> UnpackedSample:
-        hit = self.collator.family.find_special_token(sample.messages)
+        family = self.collator.family
+        problem = family.field_problem(sample.messages, sample.tools)
+        if problem is not None:
+            raise RecordError(*problem)
+        hit = family.find_special_token(sample.messages, sample.tools)
         if hit is not None:
             raise RecordError("special_token_in_text", f"turn {hit[0]} holds the special token {hit[1]!r}")
-        sample.num_tokens = measure_item(self.collator.family, PackItem(sample.id, sample.messages, sample.images))
+        item = PackItem(sample.id, sample.messages, sample.images, tools=sample.tools)
+        sample.num_tokens = measure_item(family, item)
         return sample
 
     def select_samples_to_pack(self, samples: list[UnpackedSample]) -> list[list[UnpackedSample]]:
@@ -263,7 +270,7 @@ class VlmpackOnlineTaskEncoder(_CollatingTaskEncoder):
     @stateless
     def pack_selected_samples(self, samples: list[UnpackedSample]) -> EncodedPackSample:
         """One group -> an encoded pack (checked against the measured counts)."""
-        items = [PackItem(s.id, s.messages, s.images, s.num_tokens) for s in samples]
+        items = [PackItem(s.id, s.messages, s.images, s.num_tokens, tools=s.tools) for s in samples]
         key = "+".join(s.__key__ for s in samples)
         enc = self._guarded("pack_selected_samples", f"pack {key!r}", self.collator.encode, items)
         enc.key = key

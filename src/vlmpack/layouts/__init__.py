@@ -16,6 +16,10 @@ Layouts (:data:`LAYOUTS`, in detection order; ``--schema`` forces one):
   ``output`` (+ ``system``, ``history``);
 - ``prompts`` (:mod:`~vlmpack.layouts.prompts`): ``images`` + ``prompts`` + ``captions``.
 
+Tool use and reasoning (``tools``, ``tool_calls``, ``reasoning_content``, ``tool`` turns) are read by
+:mod:`~vlmpack.layouts.tools` in every chat layout; the record's ``tools`` list by
+:func:`~vlmpack.layouts.tools.record_tools` (after :func:`to_canonical`, on the rewritten object).
+
 Before detection every record goes through :func:`~vlmpack.layouts.native.normalize_native`,
 which rewrites the WDS-native packer's ``texts`` + ``media`` + ``name`` schema (and turns under
 ``--text-key``) into ``messages``.
@@ -36,6 +40,7 @@ from vlmpack.layouts.mapping import RecordMap, apply_map
 from vlmpack.layouts.messages import MessagesLayout
 from vlmpack.layouts.native import LEADING, NATIVE_KINDS, normalize_native
 from vlmpack.layouts.prompts import PromptsLayout
+from vlmpack.layouts.tools import record_tools
 
 #: The registry: layout name -> layout. Detection tries them in order; the first match converts.
 LAYOUTS: dict[str, Layout] = {"llava": LlavaLayout(), "messages": MessagesLayout(), "alpaca": AlpacaLayout(),
@@ -83,4 +88,4 @@ def to_canonical(obj: dict, schema: str = "auto", text_key: str | None = None,
 
 
 __all__ = ["LAYOUTS", "NATIVE_KINDS", "SCHEMAS", "Canonical", "Layout", "detect_schema", "normalize_native",
-           "to_canonical"]
+           "record_tools", "to_canonical"]

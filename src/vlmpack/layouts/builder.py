@@ -70,10 +70,13 @@ class Builder:
                 continue
             content.append(self.take(kind))
 
-    def add_turn(self, role: str, content: list[dict], where: str) -> None:
-        if not content:
+    def add_turn(self, role: str, content: list[dict], where: str, extras: dict | None = None) -> None:
+        """Append one canonical turn; ``extras``: its fields beside the content
+        (:data:`vlmpack.records.MESSAGE_EXTRAS`). An assistant turn may have no content when it
+        calls a tool or reasons; any other empty turn is ``empty_turn``."""
+        if not content and not (extras and ("tool_calls" in extras or "reasoning_content" in extras)):
             raise RecordError("empty_turn", f"{where} ({role}) has neither text nor media")
-        self.messages.append({"role": role, "content": content})
+        self.messages.append({"role": role, "content": content, **(extras or {})})
 
     def finish(self) -> Canonical:
         """Run the structural checks; ``(messages, media)``. Raises :class:`RecordError`

@@ -2,7 +2,10 @@
 :mod:`~vlmpack.layouts.messages`): a list of ``{role, text}`` turns whose text is a string (with
 ``<image>`` / ``<video>`` placeholders) or a list of content parts.
 
-Roles: ``system``, ``user`` / ``human``, ``assistant`` / ``gpt`` (any case). Parts: a bare string,
+Roles: ``system``, ``user`` / ``human``, ``assistant`` / ``gpt``, ``tool`` / ``observation`` /
+``function`` (a tool's result) and LLaMA-Factory's ``function_call`` (an assistant's tool call as
+JSON text), any case; assistant ``tool_calls`` / reasoning and tool ``tool_call_id`` / ``name``
+are read by :mod:`vlmpack.layouts.tools`. Parts: a bare string,
 ``{"type": "text", "text"}``, ``{"type": "image", "image"|"path"|"url": ref}`` or
 ``{"type": "image", "base64": data}`` (the keys transformers' ``apply_chat_template`` loads an
 image from, ``transformers.processing_utils``), ``{"type": "image"}`` alone (a placeholder for the
@@ -16,9 +19,11 @@ from __future__ import annotations
 from vlmpack.errors import RecordError
 from vlmpack.layouts.base import Canonical, short
 from vlmpack.layouts.builder import PLACEHOLDER, Builder, top_level_media
+from vlmpack.layouts.tools import tool_calls_from_text, turn_extras
 from vlmpack.records import MEDIA_KINDS
 
-ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
+ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
+         "tool": "tool", "observation": "tool", "function": "tool", "function_call": "assistant"}
 _MEDIA_PART_KEYS = ("path", "url")  # keys of {"type": kind, kind|"path"|"url": ref} parts, in order
 _UNSUPPORTED_PARTS = ("audio", "input_audio", "audio_url", "file", "input_file")
 
@@ -47,14 +52,19 @@ def chat_turns(turns: object, key: str, builder: Builder, names: tuple[str, str]
         role = ROLES.get(raw_role.lower())
         if role is None:
             raise RecordError(
-                "unknown_role", f"{where} role {short(raw_role)} is not system/user/assistant (or human/gpt)"
+                "unknown_role", f"{where} role {short(raw_role)} is not system/user/assistant/tool (or human/gpt)"
             )
         value = turn[text_key] if text_key in turn else turn.get(alt_text)
         content: list[dict] = []
+        extras = turn_extras(turn, role, where)
         if leading and role == "user":
             leading = False
             builder.add_all_pending(content)
-        if isinstance(value, str):
+        if raw_role.lower() == "function_call":  # LLaMA-Factory: the value is the call itself
+            extras["tool_calls"] = tool_calls_from_text(value, where)
+        elif value is None and role == "assistant" and extras:  # OpenAI: content null beside tool_calls
+            pass
+        elif isinstance(value, str):
             builder.add_text(content, value)
         elif isinstance(value, list):
             for j, part in enumerate(value):
@@ -63,7 +73,7 @@ def chat_turns(turns: object, key: str, builder: Builder, names: tuple[str, str]
             raise RecordError(
                 "wrong_type", f"{where} {text_key!r} must be a string or a list of parts, got {short(value)}"
             )
-        builder.add_turn(role, content, where)
+        builder.add_turn(role, content, where, extras)
 
 
 def _content_part(part: object, where: str, content: list[dict], builder: Builder) -> None:

@@ -28,13 +28,15 @@ RecordMap = str
 
 #: The record keys the layouts read, per formatting: LLaMA-Factory's column name -> vlmpack's key.
 TARGET_COLUMNS = {
-    "sharegpt": {"messages": "conversations", "system": "system", "images": "images", "videos": "videos"},
+    "sharegpt": {"messages": "conversations", "system": "system", "tools": "tools", "images": "images",
+                 "videos": "videos"},
     "alpaca": {"prompt": "instruction", "query": "input", "response": "output", "history": "history",
-               "system": "system", "images": "images", "videos": "videos"},
+               "system": "system", "tools": "tools", "images": "images", "videos": "videos"},
 }
 #: LLaMA-Factory's ``sharegpt`` tags (``DatasetAttr`` defaults) and the values vlmpack's layout reads.
 TARGET_TAGS = {"role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt",
-               "system_tag": "system"}
+               "system_tag": "system", "observation_tag": "observation", "function_tag": "function_call"}
+_ROLE_TAGS = ("user_tag", "assistant_tag", "system_tag", "observation_tag", "function_tag")
 
 
 def record_map(formatting: str, columns: dict, tags: dict) -> RecordMap | None:
@@ -64,7 +66,7 @@ def apply_map(obj: dict, spec: RecordMap | None) -> dict:
     unchanged for None. Each mapped column is moved to its default key (a record that also holds
     that key already: ``wrong_type``); with tags, each turn of the turns column becomes
     ``{"from": role, "value": text}`` with the mapped role values replaced by ``human`` / ``gpt`` /
-    ``system`` (other values stay, and the layout judges them). Idempotent. Raises
+    ``system`` / ``observation`` / ``function_call`` (other values stay, and the layout judges them). Idempotent. Raises
     :class:`RecordError` (``wrong_type``)."""
     if spec is None:
         return obj
@@ -81,7 +83,7 @@ def apply_map(obj: dict, spec: RecordMap | None) -> dict:
     if tags and isinstance(turns, list):
         role_key = tags.get("role_tag", TARGET_TAGS["role_tag"])
         text_key = tags.get("content_tag", TARGET_TAGS["content_tag"])
-        roles = {tags[t]: TARGET_TAGS[t] for t in ("user_tag", "assistant_tag", "system_tag") if t in tags}
+        roles = {tags[t]: TARGET_TAGS[t] for t in _ROLE_TAGS if t in tags}
         out = []
         for i, turn in enumerate(turns):
             if not isinstance(turn, dict):

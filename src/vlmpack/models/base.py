@@ -7,7 +7,8 @@ pipeline and of the training side:
 - which model files decide counts (config fingerprint): :attr:`ModelFamily.counting_files`;
 - which media sizes the processor takes (``pack.validate``): :meth:`ModelFamily.media_problem`;
 - media tokens from a header (``pack.count``, ``train.online``): :meth:`ModelFamily.media_tokens`;
-- special tokens refused in user text: :meth:`ModelFamily.find_special_token`;
+- special tokens refused in user text: :meth:`ModelFamily.find_special_token`; tool use and
+  reasoning the template cannot render or that hold special tokens: :meth:`ModelFamily.field_problem`;
 - the rendered, unexpanded ids and their check: :meth:`ModelFamily.token_ids`, :meth:`ModelFamily.check_ids`;
 - the exact count: :meth:`ModelFamily.num_tokens`; ``input_ids``: :meth:`ModelFamily.expand` /
   :meth:`ModelFamily.encode` (collator, ``--pretokenize``);
@@ -124,11 +125,19 @@ class ModelFamily(Protocol):
         ``sample_images``: the number of images of the sample the item belongs to (LLaVA-OneVision
         counts an image of a multi-image sample by another rule; the other families ignore it)."""
 
-    def find_special_token(self, messages: Sequence[dict]) -> tuple[int, str] | None:
+    def find_special_token(self, messages: Sequence[dict], tools: Sequence[dict] | None = None
+                           ) -> tuple[int, str] | None:
         """``(turn index, token)`` of the first refused special token in the user text, or None."""
 
-    def token_ids(self, messages_list: Sequence[Sequence[dict]], special_tokens: Sequence[str | None]) -> list:
-        """Unexpanded ids (one placeholder token per media item) of each conversation, batched."""
+    def field_problem(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> tuple[str, str] | None:
+        """``(reason, detail)`` when the conversation's tools, tool calls, reasoning or tool turns
+        cannot be packed exactly (the template does not render one: ``template_unsupported``; one
+        holds a special token: ``special_token_in_text``), else None."""
+
+    def token_ids(self, messages_list: Sequence[Sequence[dict]], special_tokens: Sequence[str | None],
+                  tools_list: Sequence[Sequence[dict] | None] | None = None) -> list:
+        """Unexpanded ids (one placeholder token per media item) of each conversation, batched;
+        ``tools_list``: each conversation's tool schemas (``apply_chat_template(tools=...)``)."""
 
     def check_ids(self, ids: np.ndarray, n_images: int, n_videos: int) -> str | None:
         """A one-line problem when unexpanded ``ids`` do not hold one placeholder per media item."""
@@ -140,7 +149,7 @@ class ModelFamily(Protocol):
         """int32 ``input_ids`` with every placeholder expanded to its media tokens."""
 
     def encode(self, messages: Sequence[dict], media_tokens: Sequence[int],
-               special_tokens: str | None = None) -> np.ndarray:
+               special_tokens: str | None = None, tools: Sequence[dict] | None = None) -> np.ndarray:
         """Full int32 ``input_ids`` of one sample (:meth:`token_ids` + :meth:`expand`)."""
 
     def label_mask(self, ids: np.ndarray) -> np.ndarray:

@@ -48,12 +48,15 @@ from vlmpack.models.special_tokens import (
     cut_turns,
     find_joined_special_token,
     find_special_token,
+    has_cut_edge,
     render_pieces,
     special_token_pattern,
     special_token_strings,
     token_cuts,
     tokenize_pieces,
 )
+from vlmpack.models.tool_fields import field_special_token, unrendered_field, used_fields
+from vlmpack.records import MESSAGE_EXTRAS
 
 log = logging.getLogger(__name__)
 
@@ -152,68 +155,104 @@ class Qwen2VLFamily(QwenVideoRule):
     @staticmethod
     def template_messages(messages: Sequence[dict]) -> list[dict]:
         """Canonical messages (see :mod:`vlmpack.records`) -> the form the chat template takes:
-        ``{"type": "image"}`` / ``{"type": "video"}`` / ``{"type": "text", "text"}`` parts."""
+        ``{"type": "image"}`` / ``{"type": "video"}`` / ``{"type": "text", "text"}`` parts, and the
+        turn's tool calls, reasoning and tool-call id / name (:data:`vlmpack.records.MESSAGE_EXTRAS`)
+        as they are."""
         out = []
         for m in messages:
             parts = []
             for p in m["content"]:
                 t = p["type"]
                 parts.append({"type": "text", "text": p["text"]} if t == "text" else {"type": t})
-            out.append({"role": m["role"], "content": parts})
+            msg = {"role": m["role"], "content": parts}
+            msg.update((k, m[k]) for k in MESSAGE_EXTRAS if k in m)
+            out.append(msg)
         return out
 
-    def render(self, messages: Sequence[dict]) -> str:
+    def render(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
         """The training text of one conversation: the chat template rendered with
-        ``add_generation_prompt=False`` (one image-pad token per image)."""
-        return self.tokenizer.apply_chat_template(self.template_messages(messages), tokenize=False,
+        ``add_generation_prompt=False`` (one image-pad token per image) and ``tools`` (the tool
+        schemas, None without: transformers' ``apply_chat_template(messages, tools=...)``)."""
+        return self.tokenizer.apply_chat_template(self.template_messages(messages),
+                                                  tools=list(tools) if tools else None, tokenize=False,
                                                   add_generation_prompt=False)
+
+    def field_problem(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> tuple[str, str] | None:
+        """``(reason, detail)`` when the conversation's tool use or reasoning cannot be packed exactly,
+        else None (:mod:`vlmpack.models.tool_fields`): ``template_unsupported`` when the chat
+        template never renders a field it uses (tools, tool calls, reasoning, tool turns), which
+        would be lost; ``special_token_in_text`` when such a field holds a special token (not
+        splittable, whatever ``--special-tokens`` says). A plain conversation costs one scan."""
+        fields = used_fields(messages, tools)
+        if not fields:
+            return None
+        miss = unrendered_field(self.render, fields, self.__dict__.setdefault("_field_probes", {}))
+        if miss is not None:
+            return "template_unsupported", (f"the sample has {miss[0]} but the chat template of {self.model_dir} "
+                                            f"never renders them ({miss[1]}): packed, they would be lost")
+        hit = field_special_token(messages, tools, self._special_re,
+                                  lambda text: has_cut_edge(text, self._cuts()))
+        if hit is not None:
+            return "special_token_in_text", (f"{hit[0]} holds the special token {hit[1]!r}; the template writes it "
+                                             "as it is, so it cannot be split")
+        return None
+
+    def _cuts(self):
+        cuts = self.__dict__.get("_special_cuts")
+        if cuts is None:
+            cuts = self.__dict__["_special_cuts"] = token_cuts(self.special_tokens)
+        return cuts
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:
         """Batched tokenization with the tokenizer's default call (what the processor does)."""
         return self.tokenizer(texts)["input_ids"]
 
-    def find_special_token(self, messages: Sequence[dict]) -> tuple[int, str] | None:
+    def find_special_token(self, messages: Sequence[dict], tools: Sequence[dict] | None = None
+                           ) -> tuple[int, str] | None:
         """``(turn index, token)`` of the first special token (``<|im_end|>``, ...) in the text of
         ``messages``, or None (see :mod:`vlmpack.models.special_tokens`): in one text part
         (:func:`~vlmpack.models.special_tokens.find_special_token`), else formed where the chat
         template joins a turn's parts (``"hello<|im_"`` + ``"end|>"``;
         :func:`~vlmpack.models.special_tokens.find_joined_special_token`, rendered only for a
         conversation with a part whose edge is a piece of a special token,
-        :func:`~vlmpack.models.special_tokens.cut_turns`). A template that raises finds nothing
-        here (:meth:`token_ids` then raises the same)."""
+        :func:`~vlmpack.models.special_tokens.cut_turns`; ``tools`` rendered with them). A template
+        that raises finds nothing here (:meth:`token_ids` then raises the same). Tool use and
+        reasoning fields: :meth:`field_problem`."""
         hit = find_special_token(messages, self._special_re)
         if hit is not None or self._special_re is None:
             return hit
-        cuts = self.__dict__.get("_special_cuts")
-        if cuts is None:
-            cuts = self.__dict__["_special_cuts"] = token_cuts(self.special_tokens)
+        cuts = self._cuts()
         if not cut_turns(messages, cuts):
             return None
         try:
-            return find_joined_special_token(self.render, messages, self._special_re, cuts)
+            return find_joined_special_token(lambda m: self.render(m, tools), messages, self._special_re, cuts)
         except Exception:  # noqa: BLE001 - a template may raise anything; counting reports it as template_error
             return None
 
-    def render_pieces(self, messages: Sequence[dict]) -> list[str | int]:
+    def render_pieces(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> list[str | int]:
         """:func:`vlmpack.models.special_tokens.render_pieces` with this family's template (the
         ``--special-tokens split`` form of :meth:`render`). Raises ``TemplateSplitError``."""
-        return render_pieces(self.render, messages, self._special_re, self.tokenizer.convert_tokens_to_ids)
+        return render_pieces(lambda m: self.render(m, tools), messages, self._special_re,
+                             self.tokenizer.convert_tokens_to_ids)
 
-    def token_ids(self, messages_list: Sequence[Sequence[dict]], special_tokens: Sequence[str | None]) -> list:
+    def token_ids(self, messages_list: Sequence[Sequence[dict]], special_tokens: Sequence[str | None],
+                  tools_list: Sequence[Sequence[dict] | None] | None = None) -> list:
         """Unexpanded token ids (one image/video pad per media item) of each conversation, batched.
 
         ``special_tokens[i]``: ``"split"`` tokenizes special tokens in the i-th sample's text as
         plain text (:meth:`render_pieces`); anything else is the ordinary processor path
-        (:meth:`render` + :meth:`tokenize`). Returns ``list[list[int]]``; raises what the template
-        raises (and ``TemplateSplitError`` in split mode)."""
+        (:meth:`render` + :meth:`tokenize`). ``tools_list[i]``: the i-th conversation's tool
+        schemas (None: none for any). Returns ``list[list[int]]``; raises what the template raises
+        (and ``TemplateSplitError`` in split mode)."""
         out: list = [None] * len(messages_list)
+        tools = list(tools_list) if tools_list is not None else [None] * len(messages_list)
         plain = [i for i, m in enumerate(special_tokens) if m != "split"]
         split = [i for i, m in enumerate(special_tokens) if m == "split"]
         if plain:
-            for i, ids in zip(plain, self.tokenize([self.render(messages_list[i]) for i in plain])):
+            for i, ids in zip(plain, self.tokenize([self.render(messages_list[i], tools[i]) for i in plain])):
                 out[i] = ids
         if split:
-            for i, ids in zip(split, tokenize_pieces(self.tokenizer, [self.render_pieces(messages_list[i])
+            for i, ids in zip(split, tokenize_pieces(self.tokenizer, [self.render_pieces(messages_list[i], tools[i])
                                                                       for i in split])):
                 out[i] = ids
         return out
@@ -249,11 +288,11 @@ class Qwen2VLFamily(QwenVideoRule):
         return np.repeat(ids, reps)
 
     def encode(self, messages: Sequence[dict], media_tokens: Sequence[int],
-               special_tokens: str | None = None) -> np.ndarray:
+               special_tokens: str | None = None, tools: Sequence[dict] | None = None) -> np.ndarray:
         """Full ``input_ids`` (int32 ``[num_tokens]``) of one sample, pads expanded; equal to the
-        ``input_ids`` of the transformers processor for the same conversation and images
+        ``input_ids`` of the transformers processor for the same conversation, tools and images
         (``special_tokens="split"``: see :meth:`token_ids`)."""
-        ids = np.asarray(self.token_ids([messages], [special_tokens])[0], dtype=np.int32)
+        ids = np.asarray(self.token_ids([messages], [special_tokens], [tools])[0], dtype=np.int32)
         return self.expand(ids, media_tokens)
 
     # ------------------------------------------------------------------ training

@@ -104,13 +104,15 @@ def cut_turns(messages: Sequence[dict], cuts: TokenCuts) -> list[int]:
     for i, m in enumerate(messages):
         for p in m["content"]:
             text = p.get("text")
-            if isinstance(text, str) and text and _has_cut_edge(text, cuts):
+            if isinstance(text, str) and text and has_cut_edge(text, cuts):
                 out.append(i)
                 break
     return out
 
 
-def _has_cut_edge(text: str, cuts: TokenCuts) -> bool:
+def has_cut_edge(text: str, cuts: TokenCuts) -> bool:
+    """True when ``text`` ends with a proper prefix of a special token, starts with a proper
+    suffix, or is an infix (:class:`TokenCuts`): a piece that could join neighbouring text into one."""
     n = min(len(text), cuts.longest - 1)
     tail, head = text[len(text) - n:], text[:n]
     if not cuts.firsts.isdisjoint(tail) and any(tail[-k:] in cuts.prefixes for k in range(1, n + 1)):

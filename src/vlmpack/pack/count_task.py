@@ -275,8 +275,12 @@ def count_samples(family, samples: list[Sample], special_tokens: str = "reject"
     rejected: list[Rejection] = []
     for s in samples:
         bad = _count_media(family, s)
+        if bad is None:
+            problem = family.field_problem(s.messages, s.tools)
+            if problem is not None:
+                bad = Rejection(s.locator, problem[0], problem[1], s.id)
         if bad is None and special_tokens != "split":
-            hit = family.find_special_token(s.messages)
+            hit = family.find_special_token(s.messages, s.tools)
             if hit is not None:
                 bad = Rejection(s.locator, "special_token_in_text",
                                 f"turn {hit[0]} holds the special token {hit[1]!r}; remove it, or pass "
@@ -290,12 +294,12 @@ def count_samples(family, samples: list[Sample], special_tokens: str = "reject"
     for b in range(0, len(ok), TOKENIZE_BATCH):
         batch = ok[b:b + TOKENIZE_BATCH]
         try:
-            all_ids = family.token_ids([s.messages for s in batch], modes[:len(batch)])
+            all_ids = family.token_ids([s.messages for s in batch], modes[:len(batch)], [s.tools for s in batch])
         except Exception:  # noqa: BLE001 - a template may raise anything: find the sample(s) one by one
             all_ids = []
             for s in batch:
                 try:
-                    all_ids.append(family.token_ids([s.messages], [special_tokens])[0])
+                    all_ids.append(family.token_ids([s.messages], [special_tokens], [s.tools])[0])
                 except Exception as e:  # noqa: BLE001
                     all_ids.append(Rejection(s.locator, "template_error", f"{type(e).__name__}: {e}"[:300], s.id))
         for s, ids in zip(batch, all_ids):

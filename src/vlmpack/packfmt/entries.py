@@ -10,13 +10,15 @@ import re
 from dataclasses import dataclass
 
 from vlmpack.packfmt.names import FORMAT, media_part
-from vlmpack.records import Sample
+from vlmpack.records import MESSAGE_EXTRAS, Sample
 
 
 def sample_entry(sample: Sample, special_tokens: str = "reject") -> tuple[bytes, list[str]]:
     """A counted sample serialized once, as its entry in a pack object: compact UTF-8 JSON (keys
     ``id``, ``id_kind``, ``num_tokens`` (tokens), ``source`` (its locator), ``messages`` (a media
-    content part ``{"type", "index"}`` becomes ``{"type", "part"}``), ``media`` (``part``, ``kind``,
+    content part ``{"type", "index"}`` becomes ``{"type", "part"}``; a turn's tool calls, reasoning
+    and tool-call id / name after its content), ``tools`` (only when the sample has tool schemas),
+    ``media`` (``part``, ``kind``,
     ``width``/``height`` in pixels, ``num_tokens``), then ``"special_tokens": "split"`` when the
     collator must tokenize its text that way), with its media named within the sample (item i is
     :func:`media_part` ``i``); and those part names. :func:`join_pack` puts these bytes into a pack
@@ -26,7 +28,9 @@ def sample_entry(sample: Sample, special_tokens: str = "reject") -> tuple[bytes,
            "source": sample.locator.to_dict(),
            "messages": [{"role": msg["role"],
                          "content": [{"type": p["type"], "part": names[p["index"]]} if "index" in p else p
-                                     for p in msg["content"]]} for msg in sample.messages],
+                                     for p in msg["content"]],
+                         **{k: msg[k] for k in MESSAGE_EXTRAS if k in msg}} for msg in sample.messages],
+           **({"tools": sample.tools} if sample.tools else {}),
            "media": [{"part": n, "kind": m.kind, "width": m.width, "height": m.height, "num_tokens": m.num_tokens}
                      for n, m in zip(names, sample.media)]}
     if special_tokens == "split":

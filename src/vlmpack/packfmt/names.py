@@ -28,7 +28,7 @@ MAX_HEADER_BYTES = 1 << 20
 #: The deepest nesting of arrays and objects :func:`loads_json` accepts (a pack object nests 6 deep).
 MAX_JSON_DEPTH = 64
 #: The roles of a pack's messages (docs/format.md).
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")
 
 
 def pack_key(global_pack: int) -> str:

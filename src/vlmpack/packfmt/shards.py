@@ -65,9 +65,20 @@ def _sample_problem(s) -> str | None:
     messages = s.get("messages")
     if not isinstance(messages, list) or not all(
             isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), list)
-            and all(_content_ok(c, parts) for c in m["content"]) for m in messages):
+            and all(_content_ok(c, parts) for c in m["content"]) and _extras_ok(m) for m in messages):
         return "has messages that are not a list of {role, content: [text | a part of its media]} objects"
+    tools = s.get("tools", [])
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        return "has tools that are not a list of objects"
     return None
+
+
+def _extras_ok(m: dict) -> bool:
+    """A message's optional fields have their types: ``reasoning_content`` / ``tool_call_id`` /
+    ``name`` strings, ``tool_calls`` a list of objects."""
+    calls = m.get("tool_calls", [])
+    return all(isinstance(m.get(k, ""), str) for k in ("reasoning_content", "tool_call_id", "name")) \
+        and isinstance(calls, list) and all(isinstance(c, dict) for c in calls)
 
 
 def _content_ok(c, parts: set[str]) -> bool:

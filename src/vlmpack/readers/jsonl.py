@@ -33,7 +33,7 @@ from typing import IO
 
 from vlmpack.errors import InputError, MediaError, RecordError, StreamError
 from vlmpack.fsio import printable_path
-from vlmpack.layouts import SCHEMAS, to_canonical
+from vlmpack.layouts import SCHEMAS, record_tools, to_canonical
 from vlmpack.media.resolve import resolve_ref
 from vlmpack.readers.sniff import sniff_input
 from vlmpack.readers.streams import broken_message, compression, open_stream
@@ -241,9 +241,10 @@ def record_to_sample(
             )
             for kind, ref in refs
         ]
+        tools = record_tools(obj)
         if rid is None:
-            return Sample(str(locator), messages, media, locator, has_own_id=False)
-        return Sample(rid, messages, media, locator, id_kind="int" if isinstance(own, int) else "str")
+            return Sample(str(locator), messages, media, locator, has_own_id=False, tools=tools)
+        return Sample(rid, messages, media, locator, id_kind="int" if isinstance(own, int) else "str", tools=tools)
     except (RecordError, MediaError) as e:
         return Rejection(locator, e.reason, e.detail, rid)
     except RecursionError:

@@ -26,7 +26,7 @@ def _sample_input_ids(family, sample: dict, parts: dict[str, bytes]) -> np.ndarr
     tokens = [m["num_tokens"] for m in sample["media"]]
     special = sample.get("special_tokens")
     if not any(m["kind"] == "video" for m in sample["media"]):
-        return family.encode(sample["messages"], tokens, special)
+        return family.encode(sample["messages"], tokens, special, sample.get("tools"))
     from vlmpack.media.probe import probe_bytes
     from vlmpack.models import MediaSize
 
@@ -36,7 +36,7 @@ def _sample_input_ids(family, sample: dict, parts: dict[str, bytes]) -> np.ndarr
             info = probe_bytes(parts[m["part"]], "video", name=m["part"])
             layouts.append(family.video_layout(MediaSize("video", info.width, info.height, info.duration_s,
                                                          info.fps, info.frames)))
-    ids = family.token_ids([sample["messages"]], [special])[0]
+    ids = family.token_ids([sample["messages"]], [special], [sample.get("tools")])[0]
     return family.expand_videos(np.asarray(ids, dtype=np.int64), tokens, layouts, special,
                                 kinds=[m["kind"] for m in sample["media"]])
 

@@ -69,6 +69,7 @@ class PackItem:
     videos: list = field(default_factory=list)  # (raw video, label for errors) in order of appearance
     kinds: list[str] | None = None  # "image"/"video" per media item in order of appearance (None: images only)
     recorded_videos: list[tuple[str, int]] | None = None  # (part, num_tokens) per video, in order
+    tools: list[dict] | None = None  # tool schemas the chat template renders (apply_chat_template's tools=)
 
 
 @dataclass(slots=True)
@@ -192,7 +193,7 @@ def _from_pack_fields(key: str, samples: list[dict], media: list, parts: list[st
             rec.append((name, media_tokens.get(name)))
             imgs.append(open_image(by_part[name], where=where))
         items.append(PackItem(str(s["id"]), s["messages"], imgs, s.get("num_tokens"), rec, s.get("special_tokens"),
-                              vids, [p["type"] for p in parts_], rec_v))
+                              vids, [p["type"] for p in parts_], rec_v, s.get("tools")))
     return PackInput(key, items, None if num_tokens is None else int(num_tokens),
                      None if seq_len is None else int(seq_len))
 
@@ -208,7 +209,7 @@ def _item_from_unpacked(s: Any) -> PackItem:
         vids = [(s.media[p["index"]].path or s.media[p["index"]].ref, f"sample {s.id!r} media {p['index']}")
                 for p in parts_ if p["type"] == "video"]
         return PackItem(str(s.id), s.messages, imgs, s.num_tokens or None, videos=vids,
-                        kinds=[p["type"] for p in parts_])
+                        kinds=[p["type"] for p in parts_], tools=s.tools)
     if isinstance(s, dict) and "messages" in s:
         imgs, vids, seen = [], [], dict.fromkeys(KINDS, 0)
         parts_ = _media_parts_in_order(s["messages"])
@@ -220,7 +221,7 @@ def _item_from_unpacked(s: Any) -> PackItem:
             else:
                 imgs.append(open_image(s.get("images", [])[idx], where=f"sample {s.get('id')!r} image {idx}"))
         return PackItem(str(s.get("id", "?")), s["messages"], imgs, s.get("num_tokens"), videos=vids,
-                        kinds=[p["type"] for p in parts_])
+                        kinds=[p["type"] for p in parts_], tools=s.get("tools"))
     raise ConfigError(f"cannot read an unpacked sample of type {type(s).__name__}; give records.Sample or "
                       "{'id', 'messages', 'images'}")
 
@@ -335,12 +336,16 @@ class PackEncoder:
         raw_ids = self._pretokenized(pack) if pack.input_ids is not None else None
         if raw_ids is None:
             for it in pack.items:
-                hit = f.find_special_token(it.messages) if it.special_tokens != "split" else None
+                problem = f.field_problem(it.messages, it.tools)
+                if problem is not None:
+                    raise PackMismatchError(f"pack {pack.key!r} sample {it.id!r}: {problem[1]}")
+                hit = f.find_special_token(it.messages, it.tools) if it.special_tokens != "split" else None
                 if hit is not None:
                     raise PackMismatchError(
                         f"pack {pack.key!r} sample {it.id!r}: turn {hit[0]} holds the special token {hit[1]!r}, "
                         "which would fake or cut a turn; pack with --special-tokens split (or drop the sample)")
-            raw_ids = f.token_ids([it.messages for it in pack.items], [it.special_tokens for it in pack.items])
+            raw_ids = f.token_ids([it.messages for it in pack.items], [it.special_tokens for it in pack.items],
+                                  [it.tools for it in pack.items])
         all_imgs = [im for it in pack.items for im in it.images]
         processed = f.process_images(all_imgs, [len(it.images) for it in pack.items])
         videos = process_pack_videos(f, [v for it in pack.items for v in it.videos])

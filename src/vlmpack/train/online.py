@@ -42,7 +42,7 @@ def measure_item(family, item: PackItem) -> int:
     if kinds.count("video") != len(item.videos) or kinds.count("image") != len(item.images):
         raise ConfigError(f"sample {item.id!r}: {kinds.count('image')} image and {kinds.count('video')} video parts "
                           f"for {len(item.images)} images and {len(item.videos)} videos given")
-    ids = family.token_ids([item.messages], [item.special_tokens])[0]
+    ids = family.token_ids([item.messages], [item.special_tokens], [item.tools])[0]
     n_img = len(item.images)
     images = iter(item.images)
     tokens, vi = [], 0
@@ -142,11 +142,12 @@ class OnlinePackedDataset(IterableDataset):
                 yield emit(p)
             item = _item_from_unpacked(raw)
             st["next_index"] = idx + 1
-            hit = family.find_special_token(item.messages) if item.special_tokens != "split" else None
-            if hit is not None:
+            hit = family.find_special_token(item.messages, item.tools) if item.special_tokens != "split" else None
+            problem = family.field_problem(item.messages, item.tools)
+            if hit is not None or problem is not None:
                 st["dropped"] = st.get("dropped", 0) + 1
-                log.warning("online packing: sample %r holds the special token %r in turn %d; dropped", item.id,
-                            hit[1], hit[0])
+                log.warning("online packing: sample %r dropped: %s", item.id, problem[1] if problem else
+                            f"turn {hit[0]} holds the special token {hit[1]!r}")
                 continue
             n = measure_item(family, item)
             if n > self.seq_len:
