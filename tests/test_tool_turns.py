@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from vlmpack.config import load_config
 from vlmpack.energon.load import iter_energon_packs
@@ -248,7 +250,9 @@ def test_a_special_token_inside_a_tool_call_is_rejected_under_either_policy(
         written, real_data, qwen3_vl_dir, tmp_path, special_tokens):
     rows = [json.loads(line) for line in (written / "openai.jsonl").read_text().splitlines()[:3]]
     rows[0]["messages"][1]["tool_calls"][0]["function"]["arguments"]["question"] += "<|im_end|>"
-    rows[1]["messages"][1]["tool_calls"][0]["function"]["arguments"] = '{"question": "x"}<|im_'
+    rows[1]["tools"][0]["function"]["description"] += " <|endoftext|>"
+    # a piece of a special token at the edge of bare text: Qwen3-VL writes "}" after it, so nothing joins
+    rows[2]["messages"][1]["tool_calls"][0]["function"]["arguments"] = '{"question": "x"}<|im_'
     src = tmp_path / "bad.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     report = run_pack(load_config(input=[str(src)], media_root=str(real_data), model=str(qwen3_vl_dir),
@@ -256,6 +260,44 @@ def test_a_special_token_inside_a_tool_call_is_rejected_under_either_policy(
                                   special_tokens=special_tokens, max_reject_fraction=1.0))
     assert report["samples_packed"] == 1
     assert _rejects(tmp_path / "out") == {"tool-0": "special_token_in_text", "tool-1": "special_token_in_text"}
+    assert verify_output(tmp_path / "out", workers=1)["problems"] == []
+
+
+_TEXT = st.lists(st.sampled_from([*'ab ,.:{}"<>|/_\n', "é", "猫", "<|im_", "end|>", "<tool_call>"]),
+                 max_size=12).map("".join)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.from_regex(r"[a-z_]{1,12}", fullmatch=True), arg=_TEXT, result=_TEXT, answer=_TEXT,
+       as_text=st.booleans(), n_calls=st.integers(1, 3))
+def test_any_tool_conversation_counts_as_transformers_and_never_trains_on_results(
+        qwen3_vl_dir, name, arg, result, answer, as_text, n_calls):
+    """Invariant: for any tool conversation the template can take (special tokens refused), the ids
+    are transformers' own and the labels cover only the assistant turns."""
+    fam = load_model(str(qwen3_vl_dir))
+    args = json.dumps({"x": arg}) if as_text else {"x": arg}
+    rec = {"tools": [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}],
+           "messages": [{"role": "user", "content": "go"},
+                        {"role": "assistant", "content": None,
+                         "tool_calls": [{"type": "function", "function": {"name": name, "arguments": args}}] * n_calls},
+                        *[{"role": "tool", "content": result or "-"}] * n_calls,
+                        {"role": "assistant", "content": answer or "-"}]}
+    obj = json.loads(json.dumps(rec))
+    messages, _ = to_canonical(obj)
+    tools = record_tools(obj)
+    if fam.field_problem(messages, tools) or fam.find_special_token(messages, tools):
+        assert any(t in json.dumps(rec, ensure_ascii=False) for t in ("<|im_", "end|>")), rec
+        return
+    want = fam.tokenizer.apply_chat_template(rec["messages"], tools=rec["tools"], tokenize=True, return_dict=True,
+                                             add_generation_prompt=False)["input_ids"]
+    ids = np.asarray(fam.token_ids([messages], [None], [tools])[0])
+    assert ids.tolist() == list(want)
+    mask = fam.label_mask(ids)
+    open_id = fam.tokenizer.convert_tokens_to_ids("<tool_response>")
+    close_id = fam.tokenizer.convert_tokens_to_ids("</tool_response>")
+    for a, z in zip(np.flatnonzero(ids == open_id), np.flatnonzero(ids == close_id)):
+        assert not mask[a:z + 1].any()
+    assert fam.tokenizer.decode(ids[mask]).endswith((answer or "-") + "<|im_end|>")
 
 
 def test_online_packing_counts_tool_conversations_as_pack_does(written, real_data, qwen3_vl_dir, tmp_path):
@@ -278,3 +320,27 @@ def test_online_packing_counts_tool_conversations_as_pack_does(written, real_dat
         lengths.update((sid, z - a) for sid, a, z in zip(batch["sample_ids"], cu[:-1], cu[1:]))
     assert lengths == {sid: v[0] for sid, v in packed.items()} and len(lengths) == N_TOOL
     assert ds.state_dict()["dropped"] == N_THINK
+
+
+def test_a_special_token_formed_where_a_template_joins_a_field_is_found(qwen3_vl_dir):
+    """The join rule of :func:`field_special_token` on a template that writes a reasoning text bare
+    before its own ``end|>`` (no template of the demo families does): the token that forms is found,
+    a piece that forms nothing is not."""
+    from vlmpack.models.special_tokens import has_cut_edge, special_token_pattern, token_cuts
+    from vlmpack.models.tool_fields import field_special_token
+
+    fam = load_model(str(qwen3_vl_dir))
+    pattern, cuts = special_token_pattern(fam.special_tokens), token_cuts(fam.special_tokens)
+
+    def render(messages, tools):
+        return "".join(m["role"] + m.get("reasoning_content", "") + "end|>" for m in messages)
+
+    def msgs(reasoning):
+        return [{"role": "user", "content": []}, {"role": "assistant", "content": [], "reasoning_content": reasoning}]
+
+    edge = lambda text: has_cut_edge(text, cuts)  # noqa: E731
+    assert field_special_token(msgs("so<|im_"), None, pattern, edge, render) == ("tool use or reasoning", "<|im_end|>")
+    assert field_special_token(msgs("so<|vision_"), None, pattern, edge, render) == ("tool use or reasoning",
+                                                                                  "<|vision_end|>")
+    assert field_special_token(msgs("so<|im_start"), None, pattern, edge, render) is None
+    assert field_special_token(msgs("plain"), None, pattern, edge, render) is None

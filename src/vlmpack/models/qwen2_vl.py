@@ -190,8 +190,11 @@ class Qwen2VLFamily(QwenVideoRule):
         if miss is not None:
             return "template_unsupported", (f"the sample has {miss[0]} but the chat template of {self.model_dir} "
                                             f"never renders them ({miss[1]}): packed, they would be lost")
-        hit = field_special_token(messages, tools, self._special_re,
-                                  lambda text: has_cut_edge(text, self._cuts()))
+        try:
+            hit = field_special_token(messages, tools, self._special_re,
+                                      lambda text: has_cut_edge(text, self._cuts()), self.render)
+        except Exception:  # noqa: BLE001 - a template may raise anything; counting reports it as template_error
+            return None
         if hit is not None:
             return "special_token_in_text", (f"{hit[0]} holds the special token {hit[1]!r}; the template writes it "
                                              "as it is, so it cannot be split")

@@ -90,34 +90,55 @@ def _strings(value: object) -> Iterator[str]:
             stack.extend(v)
 
 
+_FIELD_KEYS = ("reasoning_content", "tool_calls", "tool_call_id", "name")
+
+
+def _neutral(value: object) -> object:
+    """``value`` with every string that is no object key replaced by ``"x"``."""
+    if isinstance(value, str):
+        return "x"
+    if isinstance(value, dict):
+        return {k: _neutral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_neutral(v) for v in value]
+    return value
+
+
 def field_special_token(messages: Sequence[dict], tools: Sequence[dict] | None, pattern: re.Pattern | None,
-                        has_cut_edge: Callable[[str], bool]) -> tuple[str, str] | None:
+                        has_cut_edge: Callable[[str], bool],
+                        render: Callable[[list[dict], list[dict] | None], str]) -> tuple[str, str] | None:
     """``(where, token)`` for the first special token (``pattern``) inside the tool schemas or a
-    turn's ``reasoning_content`` / ``tool_calls`` / ``tool_call_id`` / ``name``, else for a string
+    turn's ``reasoning_content`` / ``tool_calls`` / ``tool_call_id`` / ``name``; else, when a string
     a template may write bare (the reasoning, the ids, a call's function name and text
-    ``arguments``) with an edge that ``has_cut_edge`` flags (a piece of a special token that could
-    join the template's own text; token ``"(a piece at an edge)"``); None when there is none.
-    Strings inside JSON values are written between quotes (``tojson``), so only their content counts."""
+    ``arguments``) has an edge that ``has_cut_edge`` flags (a piece of a special token), the first
+    special token that the rendering (``render``) holds and the same rendering with every such
+    field's strings replaced by ``"x"`` does not (formed where the template joins a field with
+    its own text; ``where`` ``"tool use or reasoning"``). None when there is none. Strings inside
+    JSON values are written between quotes (``tojson``), so only their content counts."""
     if pattern is None:
         return None
     found: list[tuple[str, object]] = [("tools", tools)] if tools else []
-    bare: list[tuple[str, str]] = []
+    bare: list[str] = []
     for i, m in enumerate(messages):
-        for k in ("reasoning_content", "tool_calls", "tool_call_id", "name"):
+        for k in _FIELD_KEYS:
             if k in m:
                 found.append((f"turn {i} {k}", m[k]))
                 if isinstance(m[k], str):
-                    bare.append((f"turn {i} {k}", m[k]))
+                    bare.append(m[k])
         for call in m.get("tool_calls") or ():
             fn = call.get("function", call) if isinstance(call, dict) else {}
-            bare.extend((f"turn {i} tool_calls", fn[k]) for k in ("name", "arguments")
-                        if isinstance(fn, dict) and isinstance(fn.get(k), str))
+            bare.extend(fn[k] for k in ("name", "arguments") if isinstance(fn, dict) and isinstance(fn.get(k), str))
     for where, value in found:
         for text in _strings(value):
             hit = pattern.search(text)
             if hit:
                 return where, hit.group()
-    for where, text in bare:
-        if text and has_cut_edge(text):
-            return where, "(a piece at an edge)"
-    return None
+    if not any(text and has_cut_edge(text) for text in bare):
+        return None
+    neutral = [{**m, **{k: _neutral(m[k]) for k in _FIELD_KEYS if k in m}} for m in messages]
+    got = [h.group() for h in pattern.finditer(render(list(messages), tools))]
+    own = [h.group() for h in pattern.finditer(render(neutral, tools))]
+    if got == own:
+        return None
+    k = next((k for k, (a, b) in enumerate(zip(got, own)) if a != b), min(len(got), len(own)))
+    return "tool use or reasoning", (got[k] if k < len(got) else own[k])
