@@ -18,7 +18,8 @@ the first ``real_pixels`` computations (default 1: the first image pack of every
 for real), the memo computes ``_preprocess`` with shape-true stand-ins for transformers' PIL-backend
 pixel arithmetic (:func:`shape_only_pixels`: ``np_resize`` gives zeros of the size the real resize
 gives, ``np_rescale`` and ``np_normalize`` hand their input back); everything else of
-``_preprocess`` (tiling, patch counts, grids, padding, patchify) runs as it is. While it computes
+``_preprocess`` (tiling, patch counts, grids, padding) runs as it is, Qwen's ``patchify`` (the
+pixels rearranged into patches) as a stand-in of the same shapes. While it computes
 for real, the memo also computes with the stand-ins and asserts that both give the same keys,
 shapes and non-pixel values, so the stand-ins are checked on every sweep. Pixel values are not what a
 sweep checks: the collator calls the model's own image processor class, so its pixels are that
@@ -72,28 +73,40 @@ def shape_only_pixels():
     """While the block runs, transformers' PIL-backend pixel arithmetic
     (``transformers.image_processing_backends.np_resize`` / ``np_rescale`` / ``np_normalize``, what
     ``PilBackend.resize`` / ``rescale`` / ``normalize`` call on channel-first arrays) is replaced by
-    shape-true stand-ins: resize -> zeros ``[C, *size]`` of the input's dtype, rescale and
-    normalize -> the input itself."""
+    shape-true stand-ins: resize -> zeros ``[C, *size]``, float32 (the dtype the real rescale and
+    normalize give, so nothing downstream converts), rescale and normalize -> the input itself;
+    ``Qwen2VLImageProcessorPil.patchify`` (a rearrangement of those pixels) -> zeros
+    ``[grid_h * grid_w, C * temporal_patch_size * patch_size**2]`` and the grid."""
     import transformers.image_processing_backends as backends
     from transformers.image_utils import ChannelDimension
 
+    from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil
+
     names = ("np_resize", "np_rescale", "np_normalize")
     saved = {n: getattr(backends, n) for n in names}
+    patchify = Qwen2VLImageProcessorPil.__dict__["patchify"]
+
+    def flat_patches(self, image, patch_size, merge_size, temporal_patch_size):
+        channel, height, width = image.shape
+        grid_h, grid_w = height // patch_size, width // patch_size
+        return np.zeros((grid_h * grid_w, channel * temporal_patch_size * patch_size ** 2), np.float32), grid_h, grid_w
 
     def resize(image, size, *args, data_format=None, input_data_format=None, **kwargs):
         assert data_format == input_data_format == ChannelDimension.FIRST, (data_format, input_data_format)
-        return np.zeros((image.shape[0], *size), dtype=image.dtype)
+        return np.zeros((image.shape[0], *size), dtype=np.float32)  # what rescale + normalize give
 
     def same(image, *args, **kwargs):
         return image
 
     for name, standin in zip(names, (resize, same, same)):
         setattr(backends, name, standin)
+    Qwen2VLImageProcessorPil.patchify = flat_patches
     try:
         yield
     finally:
         for n, f in saved.items():
             setattr(backends, n, f)
+        Qwen2VLImageProcessorPil.patchify = patchify
 
 
 def _same_but_pixels(real: dict, standin: dict) -> None:

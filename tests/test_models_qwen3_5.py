@@ -73,6 +73,16 @@ def image_packs(real_data, qwen3_5_dir):
     return packs[:1]
 
 
+def test_verify_passes_on_a_qwen3_5_output(image_packs, real_data, qwen3_5_dir):
+    """``vlmpack verify`` recounts a ``qwen3_5`` output from its bytes (the first 300 demo records;
+    every image sample's count is compared with the processor in test_models_qwen3_vl.py's sweep)."""
+    from vlmpack.verify import verify_output
+
+    out = demo_packs(real_data, qwen3_5_dir, seq_len=SEQ_LEN, n_lines=300)
+    res = verify_output(out, workers=1)
+    assert res["problems"] == [] and res["recounted_shards"] >= 1 and res["samples"] > 200, res
+
+
 def _alone(model, batch) -> list[torch.Tensor]:
     """Logits of every sample of ``batch`` run alone through the model's own path."""
     cu = batch["cu_seqlens"].tolist()

@@ -98,6 +98,16 @@ class ProcessedVideos:
     layouts: list
 
 
+def cat_rows(tensors: Sequence[Any]) -> Any:
+    """``torch.cat(tensors, dim=0)``, or the one tensor itself when there is one (a batch of one
+    pack: no copy of its pixels). Used by the families' ``batch_*_inputs``."""
+    if len(tensors) == 1:
+        return tensors[0]
+    import torch
+
+    return torch.cat(list(tensors), dim=0)
+
+
 @runtime_checkable
 class ModelFamily(Protocol):
     """Renderer, counter, encoder and training rules of one model directory (see module docstring).

@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from vlmpack.errors import ConfigError, MediaDecodeError, MediaRuleError
-from vlmpack.models.base import MediaSize, ProcessedImages, ProcessedVideos
+from vlmpack.models.base import MediaSize, ProcessedImages, ProcessedVideos, cat_rows
 from vlmpack.models.qwen_video import _probe, _source_and_label, decode_sampled, normalize_frames, resize_frames
 
 __all__ = ["PIXEL_DEFAULTS", "frame_pixel_settings", "interleave_frames", "process_frame_videos",
@@ -157,7 +157,7 @@ def stack_frame_videos(parts: Sequence[ProcessedVideos], model_dir: str) -> dict
     videos keep different frame counts (``LlavaOnevisionModel.get_video_features`` takes one
     ``[B, F, ...]`` tensor and adds one newline per row, so no padding or flattening keeps each
     video's features)."""
-    pixels = torch.cat([p.pixel_values for p in parts], dim=0)
+    pixels = cat_rows([p.pixel_values for p in parts])
     frames = np.concatenate([p.grids[:, 0] for p in parts]).tolist()
     if len(set(frames)) != 1:
         raise ConfigError(f"{model_dir}: this batch's videos keep {sorted(set(frames))} frames, but "

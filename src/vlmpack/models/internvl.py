@@ -53,7 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from vlmpack.errors import ConfigError, MediaRuleError
-from vlmpack.models.base import COUNTING_FILES, MediaSize, ProcessedImages
+from vlmpack.models.base import COUNTING_FILES, MediaSize, ProcessedImages, cat_rows
 from vlmpack.models.chat_tokenizer import load_chat_tokenizer
 from vlmpack.models.internvl_video import InternVLVideos
 from vlmpack.models.qwen2_vl import Qwen2VLFamily
@@ -258,9 +258,7 @@ class InternVLFamily(InternVLVideos, Qwen2VLFamily):
     def batch_image_inputs(self, parts: Sequence[ProcessedImages]) -> dict:
         """``pixel_values`` float32 ``[sum tiles, 3, H, W]``, the packs' tiles concatenated in order
         (all ``InternVLForConditionalGeneration.forward`` takes for images)."""
-        import torch
-
-        return {"pixel_values": torch.cat([p.pixel_values for p in parts], dim=0)}
+        return {"pixel_values": cat_rows([p.pixel_values for p in parts])}
 
     def placeholder(self) -> tuple[np.ndarray, list]:
         """``<img><IMG_CONTEXT>*image_seq_length</img>`` for a black image of one tile."""

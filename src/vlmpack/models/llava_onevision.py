@@ -67,7 +67,7 @@ from pathlib import Path
 import numpy as np
 
 from vlmpack.errors import ConfigError, MediaRuleError
-from vlmpack.models.base import COUNTING_FILES, MediaSize, ProcessedImages, ProcessedVideos
+from vlmpack.models.base import COUNTING_FILES, MediaSize, ProcessedImages, ProcessedVideos, cat_rows
 from vlmpack.models.chat_tokenizer import load_chat_tokenizer
 from vlmpack.models.frames_rule import SAMPLING_DEFAULTS, default_frame_indices, frame_settings
 from vlmpack.models.qwen2_vl import Qwen2VLFamily
@@ -337,7 +337,7 @@ class LlavaOnevisionFamily(Qwen2VLFamily):
         per-sample counts make a packed row behave as its samples alone)."""
         import torch
 
-        return {"pixel_values": torch.cat([p.pixel_values for p in parts], dim=0),
+        return {"pixel_values": cat_rows([p.pixel_values for p in parts]),
                 "image_sizes": torch.cat([p.model_kwargs["image_sizes"] for p in parts]),
                 "batch_num_images": torch.cat([p.model_kwargs["batch_num_images"] for p in parts])}
 

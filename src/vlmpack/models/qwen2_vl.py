@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from vlmpack.errors import ConfigError, MediaRuleError
-from vlmpack.models.base import COUNTING_FILES, MediaSize, ProcessedImages, ProcessedVideos
+from vlmpack.models.base import COUNTING_FILES, MediaSize, ProcessedImages, ProcessedVideos, cat_rows
 from vlmpack.models.chat_tokenizer import load_chat_tokenizer
 from vlmpack.models.chatml import assistant_label_mask
 from vlmpack.models.qwen_video_rule import QwenVideoRule
@@ -340,7 +340,7 @@ class Qwen2VLFamily(QwenVideoRule):
         concatenated in order (what ``Qwen2VLForConditionalGeneration.forward`` takes)."""
         import torch
 
-        return {"pixel_values": torch.cat([p.pixel_values for p in parts], dim=0),
+        return {"pixel_values": cat_rows([p.pixel_values for p in parts]),
                 "image_grid_thw": torch.from_numpy(np.concatenate([p.grids for p in parts]))}
 
     def process_videos(self, videos: Sequence) -> ProcessedVideos:

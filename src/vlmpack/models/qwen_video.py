@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from vlmpack.errors import ConfigError, MediaDecodeError, MediaRuleError
-from vlmpack.models.base import MediaSize, ProcessedVideos
+from vlmpack.models.base import MediaSize, ProcessedVideos, cat_rows
 from vlmpack.models.video_config import video_settings
 
 __all__ = ["batch_qwen_video_inputs", "expand_qwen3_videos", "normalize_frames", "patchify", "process_qwen_videos",
@@ -250,7 +250,7 @@ def process_qwen_videos(family, videos: Sequence) -> ProcessedVideos:
 def batch_qwen_video_inputs(parts: Sequence[ProcessedVideos]) -> dict:
     """``pixel_values_videos`` float32 ``[sum P, D]``, ``video_grid_thw`` int64 ``[k, 3]`` and, when
     the parts have it, ``second_per_grid_ts`` float32 ``[k]``, concatenated in order."""
-    out = {"pixel_values_videos": torch.cat([p.pixel_values for p in parts], dim=0),
+    out = {"pixel_values_videos": cat_rows([p.pixel_values for p in parts]),
            "video_grid_thw": torch.from_numpy(np.concatenate([p.grids for p in parts]))}
     if parts and all("second_per_grid_ts" in p.model_kwargs for p in parts):
         out["second_per_grid_ts"] = torch.cat([p.model_kwargs["second_per_grid_ts"] for p in parts])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
@@ -130,9 +131,16 @@ def _worker_init() -> None:
             pass
 
 
+#: The most seconds :func:`abort_executor` waits for its killed workers to be gone, all together.
+REAP_S = 10.0
+
+
 def abort_executor(pool: Executor) -> None:
     """Stop ``pool`` now: cancel queued tasks and kill running worker processes (no waiting for
-    them to finish their task). Used on a signal or an error, so a run stops within a second."""
+    them to finish their task), then reap them. Used on a signal or an error, so a run stops
+    within a second; a killed worker is only gone once the kernel has torn it down, which for a
+    forked copy of a large process on a loaded machine can take longer, so the reaping waits up
+    to :data:`REAP_S` seconds in all."""
     processes = getattr(pool, "_processes", None) or {}
     for p in list(processes.values()):
         try:
@@ -143,9 +151,10 @@ def abort_executor(pool: Executor) -> None:
         pool.shutdown(wait=False, cancel_futures=True)
     except Exception:  # noqa: BLE001 - a broken pool may complain; it is being thrown away
         pass
+    deadline = time.monotonic() + REAP_S
     for p in list(processes.values()):
         try:
-            p.join(timeout=1)
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
         except (OSError, AttributeError, AssertionError):
             pass
 
