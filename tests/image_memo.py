@@ -79,7 +79,6 @@ def shape_only_pixels():
     ``[grid_h * grid_w, C * temporal_patch_size * patch_size**2]`` and the grid."""
     import transformers.image_processing_backends as backends
     from transformers.image_utils import ChannelDimension
-
     from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil
 
     names = ("np_resize", "np_rescale", "np_normalize")
