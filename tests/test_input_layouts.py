@@ -29,10 +29,12 @@ import pytest
 import yaml
 
 from vlmpack.config import load_config
+from vlmpack.energon.load import iter_energon_packs
 from vlmpack.errors import RecordError
 from vlmpack.layouts import to_canonical
 from vlmpack.pack.pipeline import run_pack
 from vlmpack.packfmt import read_packs
+from vlmpack.verify import verify_output
 
 N_LINES = 400
 SEQ_LEN = 4096
@@ -158,6 +160,11 @@ def test_the_layout_packs_like_the_same_samples_in_llava_jsonl(written, name, re
     assert report["samples_packed"] > 0.9 * n
     assert got == want
     assert sum(len(m) for _, m in got.values()) > 250  # 289 images, compared byte for byte
+    # Energon's own loader yields every packed sample once (input = packed + rejected through it)
+    loaded = [s["id"] for pack in iter_energon_packs(tmp_path / "trl", num_workers=0) for s in pack.samples]
+    assert sorted(loaded) == sorted(got) and len(loaded) == report["samples_packed"]
+    if name in ("trl.parquet", "alpaca.json"):  # one table and one document input: recounted from the shards
+        assert verify_output(tmp_path / "trl", workers=1)["problems"] == []
 
 
 def test_the_readme_layout_examples_convert():
