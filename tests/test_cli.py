@@ -29,3 +29,30 @@ def test_pack_help_shows_every_default(monkeypatch):
     for name, field in PackConfig.model_fields.items():  # required config fields say so
         if field.is_required():
             assert f"--{name}" in res.output and "(required, here or in --config)" in res.output
+
+
+def test_shard_prefix_flag_names_the_shards(tmp_path, real_data, model_dir):
+    """``--shard-prefix`` (until now a YAML key only) names the shards, the report and Energon's split;
+    a prefix that is no file-name word is one line, exit 2."""
+    import json
+
+    from cli_runner import run_cli
+
+    from vlmpack.energon.load import iter_energon_packs
+
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join((real_data / "real_sft.jsonl").read_text().splitlines(keepends=True)[:60]))
+    args = ["pack", "--input", src, "--media-root", real_data, "--model", model_dir, "--seq-len", 4096,
+            "--no-progress", "--max-packs-per-shard", 1]
+    proc = run_cli([*args, "--output", tmp_path / "out", "--shard-prefix", "coco_a"])
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "out"
+    report = json.loads((out / "report.json").read_text())
+    names = sorted(p.name for p in out.glob("*.tar"))
+    assert len(names) >= 2 and names == sorted(report["shard_sha256"])
+    assert all(re.fullmatch(r"coco_a-\d{6}\.tar", n) for n in names)
+    assert "coco_a-000000.tar" in (out / ".nv-meta" / "split.yaml").read_text()
+    assert sum(len(p.samples) for p in iter_energon_packs(out, num_workers=0)) == report["samples_packed"]
+    assert run_cli(["check", out]).returncode == 0
+    bad = run_cli([*args, "--output", tmp_path / "bad", "--shard-prefix", "a/b"])
+    assert bad.returncode == 2 and "shard_prefix" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

@@ -73,6 +73,9 @@ def pack_command(
         "max_reject_fraction", "--max-reject-fraction", help="stop after counting when a larger share is rejected"),
     max_packs_per_shard: Optional[int] = _opt("max_packs_per_shard", "--max-packs-per-shard", help="shard rollover"),
     max_shard_bytes: Optional[int] = _opt("max_shard_bytes", "--max-shard-bytes", help="shard rollover, bytes"),
+    shard_prefix: Optional[str] = _opt("shard_prefix", "--shard-prefix", help="shard names <prefix>-NNNNNN.tar "
+                                       "(letters, digits, _ and -): distinct names for outputs blended together",
+                                       default="shard, or the dataset's name for one NeMo / dataset_info dataset"),
     workers: Optional[int] = _opt("workers", "--workers", "-j", help="processes", default="CPU cores"),
     num_nodes: Optional[int] = _opt("num_nodes", "--num-nodes", help="split the input tasks over this many "
                                     "independent runs, one output each (blend them with vlmpack metadataset)"),
@@ -100,8 +103,8 @@ def pack_command(
                       max_media_tokens_per_pack=max_media_tokens_per_pack, group_by_kind=group_by_kind,
                       pad_to_multiple_of=pad_to_multiple_of, seed=seed, pretokenize=pretokenize,
                       special_tokens=special_tokens, max_reject_fraction=max_reject_fraction,
-                      max_packs_per_shard=max_packs_per_shard,
-                      max_shard_bytes=max_shard_bytes, workers=workers, num_nodes=num_nodes, node_rank=node_rank,
+                      max_packs_per_shard=max_packs_per_shard, max_shard_bytes=max_shard_bytes,
+                      shard_prefix=shard_prefix, workers=workers, num_nodes=num_nodes, node_rank=node_rank,
                       executor=executor, ray_address=ray_address, overwrite=overwrite, progress=progress,
                       cache_dir=cache_dir)
     report = run_pack(cfg)
