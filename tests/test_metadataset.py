@@ -187,7 +187,7 @@ def test_metadataset_refuses_outputs_that_disagree(runs, real_data, model_dir):
     assert "disagree on seq_len" in refused(n0, n1, wide)
     copy = tmp / "copy"
     shutil.copytree(tmp / "single", copy)
-    assert "shard names collide" in refused(tmp / "single", copy)
+    assert "in two outputs byte for byte" in refused(tmp / "single", copy)
     assert "lacks node(s) 1" in refused(n0)
     assert "more than once" in refused(n0, n1, n0)
     assert "report.json is missing" in refused(n0, n1, tmp)
@@ -220,3 +220,29 @@ def test_node_rank_is_checked_and_a_rank_keeps_its_own_output(runs, real_data, m
                                              "--node-rank", 0))
     assert isinstance(res.exception, ConfigError) and "only 3 task(s)" in str(res.exception)
     assert not (tmp / "y").exists()  # refused before anything was written
+
+
+def test_outputs_of_different_datasets_blend_with_the_same_shard_names(runs, real_data, model_dir):
+    """Two datasets packed apart, both with the default shard names (``shard-000000.tar`` ...), blend:
+    Energon reads each output by its path (issue 21 item 6). ``--weight records`` weighs each by the
+    records its input held (LLaVA-OneVision-2's rule, rejected ones included), and
+    ``vlmpack check BLEND.yaml`` finds the weights as recorded."""
+    tmp = runs["tmp"]
+    a, b = runs["inputs"][0], runs["inputs"][1]
+    outs = []
+    for name, inputs in (("da", [a]), ("db", [b, real_data / "broken.jsonl"])):
+        run_pack(load_config(input=[str(p) for p in inputs], media_root=str(real_data), model=str(model_dir),
+                             seq_len=2048, output=str(tmp / name), workers=1, progress=False,
+                             max_reject_fraction=1.0))
+        outs.append(tmp / name)
+    assert set(_report(outs[0])["shard_sha256"]) & set(_report(outs[1])["shard_sha256"])  # the same names
+    res = CliRunner().invoke(app, ["metadataset", *map(str, outs), "--weight", "records", "-o",
+                                   str(tmp / "two.yaml")])
+    assert res.exit_code == 0, (res.output, res.exception)
+    doc = yaml.safe_load((tmp / "two.yaml").read_text())
+    weights = [e["weight"] for e in doc["splits"]["train"]["blend"]]
+    assert weights == [_report(o)["records_read"] for o in outs]
+    assert weights[1] > _report(outs[1])["samples_packed"]  # broken.jsonl's rejected records count too
+    checked = check_blend(tmp / "two.yaml", num_workers=0, draws=16)
+    assert checked["problems"] == [] and checked["weight"] == "records"
+    assert set(checked["drawn"]) <= {str(o) for o in outs} and sum(checked["drawn"].values()) == 16

@@ -10,9 +10,9 @@ Checks (every finding one line in ``problems``; nothing raises):
 2. Every dataset of the blend passes :func:`vlmpack.check.check_output` (its problems are
    prefixed with the dataset's path).
 3. The blend rules of :func:`vlmpack.energon.metadataset.blend_problems`: finished reports, one
-   ``seq_len``, one model fingerprint, no colliding shard names, every node of a per-node split
+   ``seq_len``, one model fingerprint, no shard in two outputs byte for byte, every node of a per-node split
    present and no sample id accepted by two of its nodes.
-4. The weights are as recorded: for one of ``samples``, ``tokens``, ``packs`` every entry's
+4. The weights are as recorded: for one of ``samples``, ``tokens``, ``packs``, ``records`` every entry's
    weight equals that count of its output's ``report.json`` (what ``vlmpack metadataset`` writes).
 5. Energon's own ``get_train_dataset`` loads it: ``draws`` packs are drawn and each comes from a
    dataset of the blend (``__sources__``). Energon is given the blend as read in step 1, written
@@ -48,7 +48,7 @@ __all__ = ["check_blend", "recorded_weight"]
 
 
 def recorded_weight(entries: list[tuple[str, float]], reports: dict[str, dict]) -> str | None:
-    """The ``--weight`` name (``samples``/``tokens``/``packs``) whose report counts equal every
+    """The ``--weight`` name (``samples``/``tokens``/``packs``/``records``) whose report counts equal every
     entry's weight (``entries``: ``[(path, weight)]``, ``reports``: path -> report), or ``None``.
     Pure."""
     for name, key in WEIGHTS.items():

@@ -12,14 +12,15 @@ def metadataset_command(
                                          "vlmpack pack --num-nodes N)"),
     out: Path = typer.Option(..., "--output", "-o", help="the MetadatasetV2 YAML file to write"),
     weight: str = typer.Option("samples", "--weight", help="blend weight of each output from its report.json: "
-                               "samples|tokens|packs"),
+                               "samples (packed)|tokens|packs|records (read: the input's line count, "
+                               "LLaVA-OneVision-2's rule)"),
     subflavor: list[str] = typer.Option([], "--subflavor", help="KEY=VALUE for every output, or I:KEY=VALUE for "
                                         "the I-th output (from 0); repeatable"),
 ) -> None:
     """Write an Energon MetadatasetV2 blending OUTPUTS (absolute paths, weights from their reports).
 
     Refuses, with one line (exit 2), outputs with an unfinished report, another seq_len or model,
-    colliding shard names, a per-node split with a node missing, or a sample id accepted by two
+    shards that are byte for byte in two outputs, a per-node split with a node missing, or a sample id accepted by two
     nodes of one split. Load it with get_train_dataset(BLEND.yaml, ...); check it with
     vlmpack check BLEND.yaml.
     """

@@ -10,7 +10,7 @@ Format (``shared/docs/energon_format.md`` section 3, verified against megatron-e
     splits:
       train:
         blend:
-        - weight: 2891          # the output's report.json count (--weight samples|tokens|packs)
+        - weight: 2891          # the output's report.json count (--weight samples|tokens|packs|records)
           path: "/abs/OUT_1"    # absolute: Energon resolves a relative path against the YAML's folder
           subflavors: {"source": "llava"}   # optional, reaches sample.__subflavors__
 
@@ -21,7 +21,8 @@ reader casts unquoted ``yes``, ``1e5`` or ``0123`` to bool / float / int.
 Rules of a blend (:func:`blend_problems`, pure; ``vlmpack metadataset`` refuses, ``vlmpack check
 BLEND.yaml`` reports): every output has a finished report (``status: ok``); all share ``seq_len``
 and the model fingerprint (same tokenizer, template, processor, config); no output is given twice
-and no two share a shard name; outputs of one per-node split (same ``nodes.split_id``,
+and no shard is in two outputs byte for byte (shard names may repeat: each output is read by its
+own path); outputs of one per-node split (same ``nodes.split_id``,
 :mod:`vlmpack.pack.nodes`) hold every rank once and accept no sample id twice (a single run would
 reject the second as ``duplicate_id``). Reading the reports and manifests and writing the YAML are
 the I/O edges (:func:`load_output`, :func:`split_ids`, :func:`write_metadataset`).
@@ -45,7 +46,8 @@ __all__ = ["HEADER", "WEIGHTS", "blend_problems", "build_metadataset", "iter_ble
            "parse_subflavors", "read_metadataset", "refusal", "split_ids", "write_metadataset"]
 
 #: ``--weight`` name -> the ``report.json`` count used as the blend weight.
-WEIGHTS = {"samples": "samples_packed", "tokens": "tokens", "packs": "packs"}
+WEIGHTS = {"samples": "samples_packed", "tokens": "tokens", "packs": "packs",
+           "records": "records_read"}  # records: the input's record count, LLaVA-OneVision-2's rule (its line count)
 #: First line of every YAML this module writes (an existing file without it is never replaced).
 HEADER = "# written by vlmpack metadataset: an Energon MetadatasetV2 blend of vlmpack outputs\n"
 _RUN_DIR = ".vlmpack"  # = vlmpack.pack.rundir.RUN_DIR (not imported: it would load the pack stack)
@@ -142,15 +144,16 @@ def blend_problems(outputs: list[tuple[str, dict]], ids: dict[str, set[tuple[int
             desc = "; ".join(f"{str(v)[:12]} in {_eg(ps, 2)}" for v, ps in values.items())
             problems.append(f"the outputs disagree on {what} ({desc}): packs of another capacity or model cannot be "
                             "blended; pack them with the same --seq-len and --model")
-    owner: dict[str, str] = {}
+    # Energon reads each output by its own path, so equal shard names are no problem; equal bytes are
+    owner: dict[str, tuple[str, str]] = {}  # shard sha256 -> (output, shard name)
     clash = []
     for p, r in outputs:
-        for name in r.get("shard_sha256", {}):
-            if owner.setdefault(name, p) != p:
-                clash.append(f"{name} in {owner[name]} and {p}")
+        for name, digest in r.get("shard_sha256", {}).items():
+            if owner.setdefault(digest, (p, name))[0] != p:
+                clash.append(f"{owner[digest][1]} of {owner[digest][0]} = {name} of {p}")
     if clash:
-        problems.append(f"{len(clash)} shard names collide: {_eg(clash, 2)}; pack each part with its own "
-                        "--node-rank (or shard_prefix)")
+        problems.append(f"{len(clash)} shards are in two outputs byte for byte ({_eg(clash, 2)}): their packs "
+                        "would be drawn twice; give each output once")
     splits: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
     size: dict[str, int] = {}
     for p, r in outputs:
