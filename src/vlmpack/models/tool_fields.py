@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Sequence
 
+from vlmpack.records import MESSAGE_EXTRAS
+
 #: The fields :func:`used_fields` reports, in the order they are checked.
 FIELDS = ("tools", "tool_calls", "reasoning_content", "tool turns")
 _MARK = "vlmpackprobe7f3a"
@@ -90,9 +92,6 @@ def _strings(value: object) -> Iterator[str]:
             stack.extend(v)
 
 
-_FIELD_KEYS = ("reasoning_content", "tool_calls", "tool_call_id", "name")
-
-
 def _neutral(value: object) -> object:
     """``value`` with every string that is no object key replaced by ``"x"``."""
     if isinstance(value, str):
@@ -120,7 +119,7 @@ def field_special_token(messages: Sequence[dict], tools: Sequence[dict] | None, 
     found: list[tuple[str, object]] = [("tools", tools)] if tools else []
     bare: list[str] = []
     for i, m in enumerate(messages):
-        for k in _FIELD_KEYS:
+        for k in MESSAGE_EXTRAS:
             if k in m:
                 found.append((f"turn {i} {k}", m[k]))
                 if isinstance(m[k], str):
@@ -135,7 +134,7 @@ def field_special_token(messages: Sequence[dict], tools: Sequence[dict] | None, 
                 return where, hit.group()
     if not any(text and has_cut_edge(text) for text in bare):
         return None
-    neutral = [{**m, **{k: _neutral(m[k]) for k in _FIELD_KEYS if k in m}} for m in messages]
+    neutral = [{**m, **{k: _neutral(m[k]) for k in MESSAGE_EXTRAS if k in m}} for m in messages]
     got = [h.group() for h in pattern.finditer(render(list(messages), tools))]
     own = [h.group() for h in pattern.finditer(render(neutral, tools))]
     if got == own:

@@ -32,9 +32,9 @@ REMOTE = ("hf_hub_url", "ms_hub_url", "script_url", "om_hub_url", "cloud_file_na
 #: The columns vlmpack's layouts read, by formatting: LLaMA-Factory's column -> the accepted names.
 _COLUMNS = {
     "alpaca": {"prompt": ("instruction",), "query": ("input",), "response": ("output",), "history": ("history",),
-               "system": ("system",), "images": ("images",), "videos": ("videos",)},
-    "sharegpt": {"messages": ("conversations", "messages"), "system": ("system",), "images": ("images",),
-                 "videos": ("videos",)},
+               "system": ("system",), "tools": ("tools",), "images": ("images",), "videos": ("videos",)},
+    "sharegpt": {"messages": ("conversations", "messages"), "system": ("system",), "tools": ("tools",),
+                 "images": ("images",), "videos": ("videos",)},
 }
 #: The ``sharegpt`` tags vlmpack's chat layouts read: tag -> accepted values.
 TAGS = {"role_tag": ("from", "role"), "content_tag": ("value", "content"), "user_tag": ("human", "user"),
