@@ -140,8 +140,12 @@ def abort_executor(pool: Executor) -> None:
     them to finish their task), then reap them. Used on a signal or an error, so a run stops
     within a second; a killed worker is only gone once the kernel has torn it down, which for a
     forked copy of a large process on a loaded machine can take longer, so the reaping waits up
-    to :data:`REAP_S` seconds in all."""
+    to :data:`REAP_S` seconds in all. The pool's own manager thread joins every worker once it
+    sees one die: it is waited for first, and the workers are joined here only after it, since
+    two threads joining one worker race on its ``waitpid`` (the loser's ``Process`` object can
+    report a reaped worker as alive)."""
     processes = getattr(pool, "_processes", None) or {}
+    manager = getattr(pool, "_executor_manager_thread", None)  # shutdown() drops the pool's reference
     for p in list(processes.values()):
         try:
             p.kill()
@@ -152,6 +156,8 @@ def abort_executor(pool: Executor) -> None:
     except Exception:  # noqa: BLE001 - a broken pool may complain; it is being thrown away
         pass
     deadline = time.monotonic() + REAP_S
+    if manager is not None:
+        manager.join(timeout=REAP_S)
     for p in list(processes.values()):
         try:
             p.join(timeout=max(0.0, deadline - time.monotonic()))
