@@ -60,8 +60,8 @@ def test_vlmpack_sink_rewrites_the_same_packs_and_reads_them_back(packed, tmp_pa
     assert got == want
     sink = get_sink("vlmpack")
     for raw in got:
-        obj = sink.read_pack(raw)
-        assert obj["format"] == "vlmpack.pack/1" and obj == json.loads(raw["json"])
+        obj, parts = sink.read_pack(raw)
+        assert obj["format"] == "vlmpack.pack/1" and obj == json.loads(raw["json"]) and parts is raw
     with pytest.raises(KeyError):
         sink.read_pack({"img0.png": b""})
     with pytest.raises(ValueError):

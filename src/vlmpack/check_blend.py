@@ -42,7 +42,7 @@ from vlmpack.energon.metadataset import (
     read_metadataset,
     split_ids,
 )
-from vlmpack.sinks import get_sink
+from vlmpack.sinks import sink_of
 
 __all__ = ["check_blend", "recorded_weight"]
 
@@ -94,7 +94,7 @@ def check_blend(path: str | Path, *, num_workers: int = 2, run_dir: bool = True,
             warnings.simplefilter("ignore")
             views, blend = {}, []
             for (ds, w, flavors), counts in zip(entries, shard_counts):
-                view = stack.enter_context(energon_view(ds, counts, get_sink().dataset_files()))
+                view = stack.enter_context(energon_view(ds, counts, sink_of(ds).check_files()))
                 views[str(view)] = ds
                 blend.append({"weight": w, "path": str(view), **({"subflavors": flavors} if flavors else {})})
             doc = {"__module__": "megatron.energon", "__class__": "MetadatasetV2",

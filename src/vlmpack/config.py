@@ -29,8 +29,9 @@ _NOT_FINGERPRINTED = {"workers", "overwrite", "progress", "output", "executor", 
                       "cache_dir", "dataset"}  # dataset: the input files it picks are fingerprinted
 
 #: Options left out of the fingerprint at their defaults, so that runs made before they existed keep
-#: theirs (see ``fingerprint_payload``): the input size caps, the blend weight factor, the record mapping.
-_CAPS = ("max_member_bytes", "max_media_bytes", "sample_ratio", "record_map")
+#: theirs (see ``fingerprint_payload``): the input size caps, the blend weight factor, the record mapping,
+#: the output layout.
+_CAPS = ("max_member_bytes", "max_media_bytes", "sample_ratio", "record_map", "layout")
 
 
 class PackConfig(BaseModel):
@@ -81,7 +82,10 @@ class PackConfig(BaseModel):
                                        "than this share are rejected")
     max_packs_per_shard: int = Field(1000, gt=0)
     max_shard_bytes: int = Field(512 << 20, gt=0)
-    shard_prefix: str = Field("shard", pattern=r"^[A-Za-z0-9_-]+$")
+    shard_prefix: str = Field("shard", pattern=r"^[A-Za-z0-9_-]+$", description="shard names <prefix>-NNNNNN.tar "
+                              "(default: shard; the layout's own, e.g. pretrain, when the layout has one)")
+    layout: str = Field("vlmpack", pattern=r"^[a-z0-9-]+$", description="output layout (vlmpack.sinks): vlmpack, "
+                        "llava-ov2-captioning, llava-ov2-mix-qa, loongforge-mix-qa, parquet")
     num_nodes: int = Field(1, gt=0, description="split the input tasks over this many independent runs "
                            "(vlmpack.pack.nodes)")
     node_rank: int = Field(0, ge=0, description="which of the num_nodes slices this run packs (0-based)")

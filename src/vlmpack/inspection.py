@@ -26,7 +26,7 @@ import numpy as np
 from vlmpack.errors import ConfigError, InputError
 from vlmpack.fsio import LinkRefused, read_inside
 from vlmpack.packfmt import ShardPacks, loads_json, parse_pack, shard_paths
-from vlmpack.sinks import get_sink
+from vlmpack.sinks import DEFAULT_LAYOUT, Sink, get_sink, sink_of
 
 __all__ = ["InspectedSample", "find_packs", "inspect_pack", "render_html", "render_terminal"]
 
@@ -53,15 +53,32 @@ class InspectedSample:
     runs: list[tuple[str, str]]
 
 
+def _canonical(sink: Sink, parts: dict[str, bytes | None]) -> dict[str, bytes | None]:
+    """The parts of a pack of another output layout as the ``vlmpack`` layout names them: ``json``
+    its pack object, each media part under the object's name (parts that hold no readable pack
+    object are returned as they are)."""
+    if sink.name == DEFAULT_LAYOUT or parts.get("json") is None:
+        return parts
+    try:
+        obj, named = sink.read_pack(parts)
+    except (KeyError, ValueError, TypeError):
+        return parts
+    body = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    return {**named, "json": body}
+
+
 def _shard_packs(path: Path, want=None):
-    """``(key, {part: bytes})`` of the packs of one shard for which ``want(key, json bytes)`` is true.
+    """``(key, {part: bytes})`` of the packs of one shard for which ``want(key, json bytes)`` is true,
+    named as the ``vlmpack`` layout names them (:func:`_canonical`, the layout of the shard's output).
     Raises :class:`InputError` for a shard that cannot be read (corrupt tar, a member over its
     size limit, a symbolic link)."""
+    sink = sink_of(path.parent)
     try:
         for pack in ShardPacks(path):
-            body = pack.parts.get("json")
+            parts = _canonical(sink, pack.parts)
+            body = parts.get("json")
             if body is not None and (want is None or want(pack.key, body)):
-                yield pack.key, pack.parts
+                yield pack.key, parts
     except (tarfile.TarError, EOFError, ValueError) as e:  # MemberTooLarge is a ValueError
         raise InputError(f"{path}: cannot be read as a vlmpack shard ({' '.join(str(e).split())})") from None
 
@@ -152,7 +169,7 @@ def inspect_pack(parts: dict[str, bytes], model_dir: str, where: str = "pack") -
     from vlmpack.verify import _indexed
 
     try:
-        obj = get_sink().read_pack(parts)
+        obj, parts = get_sink().read_pack(parts)
     except (KeyError, ValueError, TypeError) as e:
         raise InputError(f"{where}: no readable pack object ({type(e).__name__}: {' '.join(str(e).split())})") \
             from None

@@ -62,6 +62,8 @@ REASONS: dict[str, str] = {
     "template_error": "the chat template or tokenizer failed on this sample",
     "template_unsupported": "the model's chat template does not render a field the sample holds (tools, tool_calls, "
                             "reasoning_content, tool turns): packed, it would be lost",
+    "layout_unsupported": "the output layout (--layout) cannot hold the sample as it was counted (a system prompt, "
+                          "tool fields, video or turn order its trainer does not read)",
     "special_token_in_text": "the text contains a model special token (e.g. <|image_pad|>) that would break counting",
     "duplicate_member": "a WebDataset sample holds two members of the same name (e.g. a.json twice); none is guessed",
     "member_too_large": "a WebDataset sample's json member is larger than --max-member-bytes (not read)",

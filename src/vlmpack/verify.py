@@ -44,7 +44,7 @@ from vlmpack.fsio import read_inside
 from vlmpack.media.kinds import MEDIA_TAGS
 from vlmpack.pack.rundir import RUN_DIR
 from vlmpack.packfmt import MemberTooLarge, ShardPacks, loads_json, parse_input_ids, shard_paths
-from vlmpack.sinks import get_sink
+from vlmpack.sinks import sink_of
 
 __all__ = ["recount_shard", "verify_output"]
 
@@ -129,14 +129,15 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False) -> list[str]
 
         encoder = PackEncoder(family)
     name = Path(shard).name
-    sink = get_sink()
+    sink = sink_of(Path(shard).parent)
     problems: list[str] = []
     try:
         for pack in ShardPacks(shard):
             key, parts = pack.key, pack.parts
             where = f"{name} {key}"
             try:
-                samples = sink.read_pack(parts)["samples"]
+                obj, parts = sink.read_pack(parts)
+                samples = obj["samples"]
             except (KeyError, ValueError, TypeError) as e:
                 problems.append(f"{where}: no readable pack JSON ({type(e).__name__}: {e})")
                 continue

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from vlmpack.fsio import read_inside
 from vlmpack.packfmt import loads_json
+from vlmpack.sinks import Sink, sink_of
 
 #: The most bytes read of a record file of ``OUT`` (``report.json``, ``.info.json``, run-dir JSON).
 MAX_RECORD_BYTES = 64 << 20
@@ -30,7 +31,8 @@ class Findings:
     record (:mod:`vlmpack.check.content`): ``hashes`` (``hashes.json``: relative name -> ``{"sha256",
     "size"}``; None without it), ``records_at`` (``(kind, id)`` -> ``(task, rec_offset, rec_len,
     num_media)`` of its count record), ``content_lines`` (sample content problems found),
-    ``open_records`` (count record files open), ``records_broken`` (a count record could not be read)."""
+    ``open_records`` (count record files open), ``records_broken`` (a count record could not be read).
+    ``sink``: the output layout, :func:`vlmpack.sinks.sink_of` (its ``dataset.yaml`` compared, never run)."""
 
     out: Path
     problems: list[str] = field(default_factory=list)
@@ -48,6 +50,10 @@ class Findings:
     content_lines: int = 0
     open_records: dict = field(default_factory=dict)
     records_broken: bool = False
+    sink: Sink = field(init=False)  # the output's layout (vlmpack.sinks.sink_of: its dataset.yaml compared)
+
+    def __post_init__(self) -> None:
+        self.sink = sink_of(self.out)
 
     def add(self, msg: str) -> None:
         """Record one problem line."""

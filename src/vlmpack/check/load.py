@@ -18,7 +18,6 @@ from vlmpack.check.findings import Findings, eg, is_int
 from vlmpack.energon.load import ErrorLog, energon_view, iter_energon_packs, one_line
 from vlmpack.errors import ConfigError, VlmpackError
 from vlmpack.media.kinds import KINDS, kind_of_part
-from vlmpack.sinks import get_sink
 
 
 def take(f: Findings, pack, res: dict, seen: Counter, pairs: Counter) -> None:
@@ -63,7 +62,7 @@ def check_energon(f: Findings, num_workers: int) -> dict:
         log = ErrorLog(Path(tmp) / "errors.jsonl")
         try:  # Energon's prints, pin_memory / PIL palette warnings: noise here (failures reach `log`)
             with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                    energon_view(f.out, f.counts or {}, get_sink().dataset_files()) as view:
+                    energon_view(f.out, f.counts or {}, f.sink.check_files()) as view:
                 warnings.simplefilter("ignore")
                 for pack in iter_energon_packs(view, num_workers=num_workers, error_handler=log):
                     take(f, pack, res, seen, pairs)

@@ -21,18 +21,18 @@ from vlmpack.check.findings import Findings, eg, is_int, read_json
 from vlmpack.energon.load import one_line
 from vlmpack.energon.meta import metadata_files
 from vlmpack.fsio import LinkRefused, read_inside
-from vlmpack.sinks import get_sink
+from vlmpack.sinks import Sink, get_sink
 
 META = ".nv-meta"
 #: Files Energon needs to load an output (the rest of :func:`expected_files` is the layout's).
 REQUIRED = (".info.json", "split.yaml", "dataset.yaml")
 
 
-def expected_files(counts: dict[str, int] | None) -> dict[str, bytes]:
+def expected_files(counts: dict[str, int] | None, sink: Sink | None = None) -> dict[str, bytes]:
     """The files vlmpack writes into ``.nv-meta`` (name -> bytes) for the shard ``counts``
-    (shard -> packs); without counts, the layout's own files only (``.info.json`` and
-    ``split.yaml`` cannot be known)."""
-    files = get_sink().dataset_files()
+    (shard -> packs) in the layout of ``sink`` (default: ``vlmpack``); without counts, the layout's
+    own files only (``.info.json`` and ``split.yaml`` cannot be known)."""
+    files = (sink or get_sink()).dataset_files()
     return metadata_files(counts, files) if counts is not None else dict(files)
 
 
@@ -62,7 +62,7 @@ def check_meta(f: Findings) -> None:
         f.add(str(e))
     except (OSError, ValueError, KeyError, TypeError) as e:
         f.add(f"{meta / '.info.json'} is corrupt ({one_line(e)})")
-    want = expected_files(f.counts)
+    want = expected_files(f.counts, f.sink)
     names = sorted(os.listdir(meta))
     need = list(dict.fromkeys((*REQUIRED, *want)))
     missing = [n for n in need if n not in names]
@@ -83,7 +83,7 @@ def check_meta(f: Findings) -> None:
             f.add(f"{meta / name} cannot be read ({one_line(e)})")
             continue
         if data != want[name]:
-            why = ("Energon imports and runs what it names" if name in get_sink().dataset_files()
+            why = ("Energon imports and runs what it names" if name in f.sink.dataset_files()
                    else "Energon would load other shards than vlmpack wrote")
             f.add(f"{meta / name} differs from what vlmpack writes for this output{_names_code(name, data)}: {why}, "
                   "so the output is not loaded (run the same vlmpack pack command to rewrite .nv-meta)")

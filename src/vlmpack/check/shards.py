@@ -18,7 +18,6 @@ from vlmpack.fsio import LinkRefused, open_inside, read_inside
 from vlmpack.pack.rundir import RUN_DIR
 from vlmpack.pack.seal import HASHES
 from vlmpack.packfmt import EXTRA_PARTS, FORMAT, MemberTooLarge, ShardPacks, parse_input_ids, split_member
-from vlmpack.sinks import get_sink
 
 
 def check_shard(f: Findings, name: str) -> None:
@@ -120,15 +119,16 @@ def read_tar(f: Findings, name: str, path: Path, size: int, recorded: dict | Non
 
 def check_pack(f: Findings, shard: str, key: str, parts: dict[str, bytes | None],
                recorded: dict | None = None) -> None:
-    """One pack: its object (read by the ``vlmpack`` sink from ``parts``, the part name -> bytes
-    of its members; :func:`vlmpack.packfmt.parse_pack` gives each field its type) is a
+    """One pack: its object (read by the output layout's sink, ``f.sink``, from ``parts``, the part
+    name -> bytes of its members, which it names as the object does; :func:`vlmpack.packfmt.parse_pack`
+    gives each field its type) is a
     ``vlmpack.pack/1`` pack whose counts add up and whose samples reference exactly its media
     parts; its ids and tokens go into ``f``; each sample's content sha256 and media identity
     against the run record (:func:`vlmpack.check.content.check_samples`, ``recorded``: the shard
     marker's ``content_sha256``)."""
     where = f"{shard}/{key}"
     try:
-        obj = get_sink().read_pack(parts) if parts.get("json") is not None else None
+        obj, parts = f.sink.read_pack(parts) if parts.get("json") is not None else (None, parts)
     except ValueError as e:
         obj = one_line(e)
     if not isinstance(obj, dict):

@@ -75,7 +75,11 @@ def pack_command(
     max_shard_bytes: Optional[int] = _opt("max_shard_bytes", "--max-shard-bytes", help="shard rollover, bytes"),
     shard_prefix: Optional[str] = _opt("shard_prefix", "--shard-prefix", help="shard names <prefix>-NNNNNN.tar "
                                        "(letters, digits, _ and -): distinct names for outputs blended together",
-                                       default="shard, or the dataset's name for one NeMo / dataset_info dataset"),
+                                       default="the layout's (shard; pretrain for LLaVA-OneVision-2), or the "
+                                       "dataset's name for one NeMo / dataset_info dataset"),
+    layout: Optional[str] = _opt("layout", "--layout", help="output layout: vlmpack (vlmpack's TaskEncoder), "
+                                 "llava-ov2-captioning / llava-ov2-mix-qa (LLaVA-OneVision-2), loongforge-mix-qa "
+                                 "(LoongForge), parquet (Hugging Face datasets)", default="vlmpack"),
     workers: Optional[int] = _opt("workers", "--workers", "-j", help="processes", default="CPU cores"),
     num_nodes: Optional[int] = _opt("num_nodes", "--num-nodes", help="split the input tasks over this many "
                                     "independent runs, one output each (blend them with vlmpack metadataset)"),
@@ -104,7 +108,8 @@ def pack_command(
                       pad_to_multiple_of=pad_to_multiple_of, seed=seed, pretokenize=pretokenize,
                       special_tokens=special_tokens, max_reject_fraction=max_reject_fraction,
                       max_packs_per_shard=max_packs_per_shard, max_shard_bytes=max_shard_bytes,
-                      shard_prefix=shard_prefix, workers=workers, num_nodes=num_nodes, node_rank=node_rank,
+                      shard_prefix=shard_prefix, layout=layout, workers=workers, num_nodes=num_nodes,
+                      node_rank=node_rank,
                       executor=executor, ray_address=ray_address, overwrite=overwrite, progress=progress,
                       cache_dir=cache_dir)
     report = run_pack(cfg)

@@ -159,7 +159,7 @@ def _tasks(opts: CountOptions, store: Path, ranges: list[InputRange]) -> list[Me
                         opts.allow_absolute_media, opts.media_check, opts.model, str(store), opts.special_tokens,
                         fmt, opts.media_lmdb, opts.text_key, token_limit=opts.token_limit,
                         max_member_bytes=opts.max_member_bytes, max_media_bytes=opts.max_media_bytes,
-                        record_map=opts.record_map)
+                        record_map=opts.record_map, layout=opts.layout)
             for i, (fi, path, fmt, start, end, first, _) in enumerate(ranges)]
 
 

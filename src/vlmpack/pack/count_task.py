@@ -38,6 +38,7 @@ from vlmpack.models import load_model
 from vlmpack.pack.validate import skip_overlong_texts, text_bound_of, validate_sample
 from vlmpack.packfmt import PackEntry, sample_entry
 from vlmpack.records import ID_KINDS, MAX_MEDIA_BYTES, MAX_MEMBER_BYTES, SAMPLE_KINDS, ReadStats, Rejection, Sample
+from vlmpack.sinks import DEFAULT_LAYOUT, get_sink
 from vlmpack.sources import get_source
 
 KIND_CODE = {k: i for i, k in enumerate(SAMPLE_KINDS)}  # text 0, image 1, video 2
@@ -72,6 +73,7 @@ class MeasureTask:
     token_limit: int = MAX_TOKENS  # tokens: a sample whose text alone needs more is rejected untokenized
     max_member_bytes: int = MAX_MEMBER_BYTES  # --max-member-bytes: the largest WDS json member read
     max_media_bytes: int = MAX_MEDIA_BYTES  # --max-media-bytes: the largest media item probed and packed
+    layout: str = DEFAULT_LAYOUT  # --layout: a sample the output layout cannot hold is rejected (vlmpack.sinks)
 
 
 @dataclass
@@ -330,6 +332,7 @@ def run_task(task: MeasureTask) -> MeasureResult:
     valid: list[Sample] = []
     rejections: list[Rejection] = []
     source = get_source(task.fmt)
+    sink = get_sink(task.layout)
     for rec in source.read(task.path, task.start, task.end, task.first_line, schema=task.schema,
                            media_root=task.media_root, allow_absolute_media=task.allow_absolute_media,
                            stats=stats, max_member_bytes=task.max_member_bytes,
@@ -342,6 +345,8 @@ def run_task(task: MeasureTask) -> MeasureResult:
         checked = validate_sample(rec, check=task.media_check, family=family, media_root=task.media_root,
                                   allow_absolute_media=task.allow_absolute_media,
                                   max_media_bytes=task.max_media_bytes)
+        if not isinstance(checked, Rejection) and (problem := sink.sample_problem(checked)) is not None:
+            checked = Rejection(checked.locator, problem[0], problem[1], checked.id)
         (rejections if isinstance(checked, Rejection) else valid).append(checked)
     t1 = time.perf_counter()
     valid, rej_long, kept_max, skipped_min = skip_overlong_texts(text_bound_of(task.model_dir), valid,

@@ -97,13 +97,18 @@ def node_ranges(cfg: PackConfig, task_bytes: int) -> tuple[list[InputRange], int
 
 
 def shard_prefix(cfg: PackConfig) -> str:
-    """The shard name prefix of this run: ``cfg.shard_prefix``, preceded by ``node<r>-of-<N>-``
-    when ``cfg.num_nodes > 1`` (``r`` zero-padded to the width of ``N-1``: ``node03-of-12-shard``).
-    Two ranks, or two node counts, never give the same prefix."""
+    """The shard name prefix of this run: ``cfg.shard_prefix`` (when not set, the output layout's
+    own default: ``shard``, LLaVA-OneVision-2's and LoongForge's ``pretrain``), preceded by
+    ``node<r>-of-<N>-`` when ``cfg.num_nodes > 1`` (``r`` zero-padded to the width of ``N-1``:
+    ``node03-of-12-shard``). Two ranks, or two node counts, never give the same prefix. Raises
+    :class:`ConfigError` for an unknown layout."""
+    from vlmpack.sinks import get_sink
+
+    base = cfg.shard_prefix if "shard_prefix" in cfg.model_fields_set else get_sink(cfg.layout).default_prefix
     if cfg.num_nodes == 1:
-        return cfg.shard_prefix
+        return base
     width = len(str(cfg.num_nodes - 1))
-    return f"node{cfg.node_rank:0{width}d}-of-{cfg.num_nodes}-{cfg.shard_prefix}"
+    return f"node{cfg.node_rank:0{width}d}-of-{cfg.num_nodes}-{base}"
 
 
 def _digest(obj) -> str:

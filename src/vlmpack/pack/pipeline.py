@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 
 from vlmpack.config import PackConfig
 from vlmpack.energon.meta import write_metadata
-from vlmpack.errors import OverlongError, RunFailedError
+from vlmpack.errors import ConfigError, OverlongError, RunFailedError
 from vlmpack.fsio import (
     atomic_write,
     atomic_write_parquet,
@@ -74,7 +74,7 @@ from vlmpack.pack.stages import (
 from vlmpack.pack.write import ShardResult, ShardTask, assign_shards, estimate_pack_bytes, member_rows, write_shard
 from vlmpack.packing import PackPlan, plan_packs
 from vlmpack.records import Locator, Rejection, display_path
-from vlmpack.sinks import DEFAULT_LAYOUT, get_sink
+from vlmpack.sinks import get_sink
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,8 @@ def _shard_tasks(opts: WriteOptions, run: Path, manifest: pa.Table, plan: PackPl
         tasks.append(ShardTask(s, f"{opts.prefix}-{s:06d}.tar", int(bounds[s]), rows[a:z],
                                offsets[bounds[s]:bounds[s + 1] + 1] - a, opts.seq_len, opts.output,
                                str(run / "records"), opts.pretokenize_model,
-                               media_root=opts.media_root, allow_absolute_media=opts.allow_absolute_media))
+                               media_root=opts.media_root, allow_absolute_media=opts.allow_absolute_media,
+                               layout=opts.layout))
     return tasks
 
 
@@ -305,6 +306,19 @@ def _reject_gate(cfg: PackConfig, fingerprint: str, results: list[MeasureResult]
 
 
 # ---------------------------------------------------------------------------------------- main
+def _check_layout(cfg: PackConfig) -> None:
+    """:class:`ConfigError` (one line) for an unknown ``--layout``, ``--pretokenize`` with a layout
+    that has no ids part, or a model whose family the layout's trainer does not render alike."""
+    from vlmpack.models import model_type
+
+    sink = get_sink(cfg.layout)
+    if cfg.pretokenize and not sink.pretokenize:
+        raise ConfigError(f"--pretokenize: layout {cfg.layout} has no input_ids part (its trainer tokenizes)")
+    problem = sink.model_problem(model_type(cfg.model))
+    if problem is not None:
+        raise ConfigError(f"--layout {cfg.layout}: {problem}")
+
+
 def run_pack(cfg: PackConfig) -> dict:
     """Run the whole job for ``cfg`` and return the report (also written to ``OUT/report.json``).
 
@@ -316,6 +330,7 @@ def run_pack(cfg: PackConfig) -> dict:
     records never raise: they are rejected with a reason and listed in ``OUT/rejects.jsonl``.
     A run stopped at any point (signal, kill, error) resumes with the same command.
     """
+    _check_layout(cfg)
     payload = cfg.fingerprint_payload()  # hashes the model's counting files: once
     fingerprint = cfg.fingerprint(payload)
     out = Path(cfg.output)
@@ -358,7 +373,7 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
     rejections += [r for r, _, _ in left_out]
     timings["write"] = time.perf_counter() - t
     if shards:
-        write_metadata(cfg.output, {s.name: s.num_packs for s in shards}, get_sink(DEFAULT_LAYOUT).dataset_files())
+        write_metadata(cfg.output, {s.name: s.num_packs for s in shards}, get_sink(cfg.layout).dataset_files())
     _write_rejects(cfg, rejections)
     stats = read_stats(results)
     timings["worker_read_validate"] = sum(r.seconds_read for r in results)

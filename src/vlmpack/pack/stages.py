@@ -39,7 +39,7 @@ TASK_BYTES = 2 << 20
 #: Options that decide the counts and the samples' serialized entries (the count stage).
 COUNT_OPTIONS = ("input", "input_format", "input_schema", "text_key", "record_map", "media_root",
                  "allow_absolute_media", "media_lmdb", "media_check", "special_tokens", "model", "max_member_bytes",
-                 "max_media_bytes")
+                 "max_media_bytes", "layout")
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,8 @@ class CountOptions:
     folder relative references resolve in, absolute references allowed or not, LMDB stores as
     ``(name, env path)`` pairs, ``media_check`` ``"header"`` | ``"verify"`` | ``"decode"``), the record
     layout (``input_schema``, ``text_key``, ``record_map``: a registry's column and tag mapping) and the
-    ``special_tokens`` policy (``"reject"`` |
-    ``"split"``) and the input caps in bytes (``max_member_bytes``: a WebDataset ``json`` member,
+    ``special_tokens`` policy (``"reject"`` | ``"split"``), the output ``layout`` (a sample it cannot
+    hold is rejected) and the input caps in bytes (``max_member_bytes``: a WebDataset ``json`` member,
     ``max_media_bytes``: a media item; larger ones are rejected unread). ``token_limit`` (tokens,
     ``--seq-len``): a sample whose text alone needs more under any tokenization is rejected
     ``overlong`` before tokenizing (:func:`vlmpack.pack.validate.skip_overlong_texts`); not part of
@@ -69,13 +69,14 @@ class CountOptions:
     max_media_bytes: int = MAX_MEDIA_BYTES
     token_limit: int = 2**31 - 1
     record_map: str | None = None
+    layout: str = "vlmpack"
 
     @classmethod
     def of(cls, cfg: PackConfig) -> CountOptions:
         """The count options of ``cfg``."""
         return cls(str(cfg.model), str(cfg.media_root), cfg.input_schema, cfg.text_key, cfg.allow_absolute_media,
                    tuple(sorted(cfg.media_lmdb.items())), cfg.media_check, cfg.special_tokens, cfg.max_member_bytes,
-                   cfg.max_media_bytes, cfg.seq_len, cfg.record_map)
+                   cfg.max_media_bytes, cfg.seq_len, cfg.record_map, cfg.layout)
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,8 @@ class WriteOptions:
     ``max_shard_bytes`` bytes, names ``<prefix>-NNNNNN.tar`` where ``prefix`` already holds the node
     slice, :func:`vlmpack.pack.nodes.shard_prefix`), the model directory when each pack also gets its
     ``input_ids`` (``pretokenize``; else ``None``) and the media rules the writer checks again
-    (``media_root``, ``allow_absolute_media``). Built from a config with :meth:`of`."""
+    (``media_root``, ``allow_absolute_media``), and the output ``layout`` that makes each pack's
+    members. Built from a config with :meth:`of`."""
 
     output: str
     seq_len: int
@@ -142,12 +144,14 @@ class WriteOptions:
     pretokenize_model: str | None = None
     media_root: str = "."
     allow_absolute_media: bool = False
+    layout: str = "vlmpack"
 
     @classmethod
     def of(cls, cfg: PackConfig, prefix: str) -> WriteOptions:
         """The write options of ``cfg``, shards named with ``prefix``."""
         return cls(str(Path(cfg.output)), cfg.seq_len, prefix, cfg.max_packs_per_shard, cfg.max_shard_bytes,
-                   str(cfg.model) if cfg.pretokenize else None, str(cfg.media_root), cfg.allow_absolute_media)
+                   str(cfg.model) if cfg.pretokenize else None, str(cfg.media_root), cfg.allow_absolute_media,
+                   cfg.layout)
 
 
 #: Options that change no output byte (where to write, how fast, when to stop, where the cache is;
@@ -210,6 +214,8 @@ def count_payload(cfg: PackConfig, payload: dict) -> dict:
     when an input cannot be read."""
     opts = payload["options"]
     count_opts = {k: opts.get("schema" if k == "input_schema" else k) for k in COUNT_OPTIONS}
+    if count_opts["layout"] is None:  # the default layout: the key runs made before --layout existed had
+        del count_opts["layout"]
     if cfg.num_nodes > 1:
         count_opts.update(num_nodes=cfg.num_nodes, node_rank=cfg.node_rank)
     return {"vlmpack": __version__, "code": counting_code_digest(), "stage": "count", "task_bytes": TASK_BYTES,

@@ -1,6 +1,7 @@
 """Write stage: packs into deterministic WebDataset tars, their members made by the output layout.
 
-One tar sample per pack, key ``pack<global index:09d>`` (:func:`vlmpack.packfmt.pack_key`); its
+One tar sample per pack, its key the layout's (``vlmpack``: ``pack<global index:09d>``,
+:func:`vlmpack.packfmt.pack_key`); its
 members come from the output layout's sink (:mod:`vlmpack.sinks`; ``vlmpack``: ``<key>.json``,
 the original media bytes, ``<key>.input_ids.npy`` with ``--pretokenize``). Tars are
 byte-reproducible: members sorted by name, with :func:`vlmpack.packfmt.tarinfo` headers (mtime 0,
@@ -45,7 +46,7 @@ from vlmpack.errors import InternalError, MediaError
 from vlmpack.fsio import fsync_dir
 from vlmpack.media.fingerprint import read_checked
 from vlmpack.pack.count_task import part_path, read_entry
-from vlmpack.packfmt import PackEntry, entry_digest, pack_key, tarinfo
+from vlmpack.packfmt import PackEntry, entry_digest, tarinfo
 from vlmpack.sinks import DEFAULT_LAYOUT, get_sink
 
 _TAR_OVERHEAD = 512 * 3  # header + padding of the json member, plus slack
@@ -251,7 +252,7 @@ def write_shard(task: ShardTask) -> ShardResult:
                         if part not in handles:
                             handles[part] = open(part_path(task.records_dir, part), "rb")  # noqa: SIM115
                         samples.append(read_entry(handles[part], off, length, tokens))
-                    key = pack_key(task.first_pack + j)
+                    key = sink.pack_key(task.first_pack + j)
                     _check_capacity(task, key, sum(e.num_tokens for e in samples))
                     entries, pack_tokens, kept = _pack_entries(task, sink, key, samples, rejected)
                     if not entries:  # every sample of the pack was left out

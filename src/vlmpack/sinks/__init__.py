@@ -16,12 +16,16 @@ Adding a layout: write ``vlmpack/sinks/<name>.py`` with a class that satisfies
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from vlmpack.errors import ConfigError
+from vlmpack.fsio import read_inside
 from vlmpack.sinks.base import Sink
+from vlmpack.sinks.llava_ov2 import LlavaOv2CaptioningSink
 from vlmpack.sinks.vlmpack import VlmpackSink
 
 #: The registry: layout name -> sink.
-SINKS: dict[str, Sink] = {"vlmpack": VlmpackSink()}
+SINKS: dict[str, Sink] = {s.name: s for s in (VlmpackSink(), LlavaOv2CaptioningSink())}
 #: The layout written when none is asked for.
 DEFAULT_LAYOUT = "vlmpack"
 
@@ -34,4 +38,19 @@ def get_sink(name: str = DEFAULT_LAYOUT) -> Sink:
         raise ConfigError(f"unknown output layout {name!r}; use one of {', '.join(SINKS)}") from None
 
 
-__all__ = ["DEFAULT_LAYOUT", "SINKS", "Sink", "get_sink"]
+def sink_of(out_dir: str | Path) -> Sink:
+    """The layout of the output folder ``out_dir``: the sink whose ``dataset.yaml`` equals
+    ``out_dir/.nv-meta/dataset.yaml`` byte for byte (compared, never imported or parsed); the
+    default layout when that file is missing, unreadable or matches none (``vlmpack check`` then
+    names the difference)."""
+    try:
+        data = read_inside(out_dir, ".nv-meta/dataset.yaml", 1 << 16)
+    except (OSError, ValueError):
+        return SINKS[DEFAULT_LAYOUT]
+    for sink in SINKS.values():
+        if sink.dataset_files()["dataset.yaml"] == data:
+            return sink
+    return SINKS[DEFAULT_LAYOUT]
+
+
+__all__ = ["DEFAULT_LAYOUT", "SINKS", "Sink", "get_sink", "sink_of"]

@@ -15,7 +15,8 @@ import numpy as np
 
 from vlmpack.energon.meta import DATASET_YAML, SAMPLE_LOADER_SOURCE
 from vlmpack.models import load_model
-from vlmpack.packfmt import PackEntry, join_pack, parse_pack, shift_part
+from vlmpack.packfmt import PackEntry, join_pack, pack_key, parse_pack, shift_part
+from vlmpack.records import Sample
 from vlmpack.sinks.base import MediaReader
 
 
@@ -61,6 +62,23 @@ class VlmpackSink:
     """The ``vlmpack.pack/1`` layout (a :class:`vlmpack.sinks.base.Sink`)."""
 
     name = "vlmpack"
+    default_prefix = "shard"
+    pretokenize = True
+
+    @staticmethod
+    def pack_key(global_pack: int) -> str:
+        """``pack`` + 9 digits (:func:`vlmpack.packfmt.pack_key`)."""
+        return pack_key(global_pack)
+
+    @staticmethod
+    def model_problem(model_type: str) -> str | None:  # noqa: ARG004 - every family's packs are written
+        """None: every supported family."""
+        return None
+
+    @staticmethod
+    def sample_problem(sample: Sample) -> tuple[str, str] | None:  # noqa: ARG004 - the format holds any sample
+        """None: the format holds every sample the count stage accepts."""
+        return None
 
     @staticmethod
     def pack_members(key: str, samples: list[PackEntry], seq_len: int, read_media: MediaReader, *,
@@ -79,15 +97,20 @@ class VlmpackSink:
         if model_dir is not None:
             entries.append((f"{key}.input_ids.npy", pack_input_ids(model_dir, pack_json, key, parts)))
         return entries, tokens
+
     @staticmethod
-    def read_pack(parts: dict[str, bytes | None]) -> dict:
-        """The pack object: ``<key>.json`` read by :func:`vlmpack.packfmt.parse_pack` (``KeyError``
+    def read_pack(parts: dict[str, bytes | None]) -> tuple[dict, dict[str, bytes | None]]:
+        """The pack object, ``<key>.json`` read by :func:`vlmpack.packfmt.parse_pack` (``KeyError``
         without it, ``ValueError`` for bytes that are no pack object of ``vlmpack.pack/1``, each
-        field of its type, ``TypeError`` when it was not read)."""
-        return parse_pack(parts["json"])
+        field of its type, ``TypeError`` when it was not read), and ``parts`` as they are."""
+        return parse_pack(parts["json"]), parts
 
     @staticmethod
     def dataset_files() -> dict[str, bytes]:
         """``dataset.yaml`` (sample type :class:`vlmpack.energon.sample.VlmpackPack`) and its
         ``sample_loader.py`` (:mod:`vlmpack.energon.meta`)."""
         return {"dataset.yaml": DATASET_YAML.encode(), "sample_loader.py": SAMPLE_LOADER_SOURCE.encode()}
+
+    def check_files(self) -> dict[str, bytes]:
+        """:meth:`dataset_files`: the layout's own loader yields ``VlmpackPack``."""
+        return self.dataset_files()

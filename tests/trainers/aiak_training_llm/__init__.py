@@ -1,0 +1,1 @@
+"""Restated parts of LLaVA-OneVision-2's trainer package (tests/trainers/README.md)."""

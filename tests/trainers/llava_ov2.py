@@ -1,0 +1,137 @@
+"""LLaVA-OneVision-2's trainer, the parts that read a ``PackedCaptioningSample`` output, restated
+(tests/trainers/README.md; github:EvolvingLMMs-Lab/LLaVA-OneVision-2 at 2c3c25e).
+
+- :data:`SAMPLE_LOADER`: the ``sample_loader.py`` its ``offline_packing/s5_convert_to_webdataset.py``
+  generates (``generate_sample_loader_code``); Energon's decoder (``image_decode="pil"``, as its
+  ``dataloader_provider.py`` asks) has turned ``json`` into a dict and ``img<i>_<j>.jpg`` into PIL
+  images before it runs. (Theirs loads ``.npy`` parts with ``allow_pickle=True``; no such part is
+  read here.)
+- :func:`sample_messages`: the conversation ``task_encoder.py`` (``encode_sample``, with
+  ``OFFLINE_PACKING_BMR=1``) builds for sub-sample ``idx``: user / assistant pairs from
+  ``prompts[idx]`` / ``captions[idx]``, no system.
+- :func:`template_ids`: the ids its ``qwen2-vl`` chat template gives that conversation
+  (``chat_templete.py`` ``_encode``: default system, each element tokenized on its own, the
+  assistant's eos replaced by ``<|im_end|>``), each ``<image>`` expanded by ``Qwen2VLPlugin``
+  (``mm_plugin.py``: ``<|vision_start|>`` + ``<|image_pad|>`` x grid_t*grid_h*grid_w / merge^2 +
+  ``<|vision_end|>``, the images first made RGB, at least 28 pixels a side and at most 200:1).
+"""
+
+from __future__ import annotations
+
+SAMPLE_LOADER = '''
+import io
+import numpy as np
+
+
+def _load_npy(data):
+    if data is None:
+        return None
+    if isinstance(data, np.ndarray):
+        return data
+    if isinstance(data, bytes):
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    return np.asarray(data)
+
+
+def sample_loader(sample: dict) -> dict:
+    data = sample['json']
+    images = [
+        [sample[f'img{i}_{j}.jpg'] for j in range(len(data['images'][i]))]
+        for i in range(len(data['images']))
+    ]
+    patch_positions = None
+    if 'patch_positions' in data:
+        patch_positions = [
+            [_load_npy(sample.get(f'img{i}_{j}.npy')) for j in range(len(data['patch_positions'][i]))]
+            for i in range(len(data['patch_positions']))
+        ]
+    result = dict(__key__=sample['__key__'], __restore_key__=sample['__restore_key__'], images=images,
+                  prompts=data['prompts'], captions=data['captions'])
+    if patch_positions is not None:
+        result['patch_positions'] = patch_positions
+    if 'fps' in data:
+        result['fps'] = data['fps']
+    if 'timestamp_decimal' in data:
+        result['timestamp_decimal'] = data['timestamp_decimal']
+    return result
+
+
+def part_filter(part: str) -> bool:
+    return True
+'''
+
+DEFAULT_SYSTEM = "You are a helpful assistant."
+
+
+def sample_messages(sample, idx: int) -> list[dict]:
+    """``convert_to_messages(prompts[idx], captions[idx])`` of ``task_encoder.py``."""
+    prompts, captions = sample.prompts[idx], sample.captions[idx]
+    prompts = [prompts] if isinstance(prompts, str) else prompts
+    captions = [captions] if isinstance(captions, str) else captions
+    if len(prompts) != len(captions):
+        raise ValueError("cur_prompt & cur_caption have different lengths")
+    out = []
+    for p, c in zip(prompts, captions):
+        out += [{"content": p, "role": "user"}, {"content": c, "role": "assistant"}]
+    return out
+
+
+def preprocess_image(image):
+    """``Qwen2VLPlugin._preprocess_image`` (after ``MMPlugin._preprocess_image``: RGB)."""
+    from PIL import Image
+
+    if image.mode != "RGB":
+        image = image.convert("RGB")
+    if min(image.width, image.height) < 28:
+        image = image.resize((max(image.width, 28), max(image.height, 28)), resample=Image.NEAREST)
+    if image.width / image.height > 200:
+        image = image.resize((image.height * 180, image.height), resample=Image.NEAREST)
+    if image.height / image.width > 200:
+        image = image.resize((image.width, image.width * 180), resample=Image.NEAREST)
+    return image
+
+
+def image_seqlens(image_processor, images) -> list[int]:
+    """Tokens per image: ``image_grid_thw.prod() // merge_size**2`` of the processor's output."""
+    if not images:
+        return []
+    grids = image_processor(images=[preprocess_image(im) for im in images])["image_grid_thw"]
+    merge = image_processor.merge_size
+    return [int(g[0] * g[1] * g[2]) // (merge * merge) for g in grids.tolist()]
+
+
+def template_ids(tokenizer, messages: list[dict], seqlens: list[int]) -> list[int]:
+    """The ids of ``messages`` by the ``qwen2-vl`` template, ``<image>`` expanded with ``seqlens``
+    in order (``Qwen2VLPlugin.process_messages``: a count mismatch is a ``ValueError``)."""
+    left = list(seqlens)
+    expanded = []
+    for m in messages:
+        content = m["content"]
+        while "<image>" in content:
+            if not left:
+                raise ValueError("more <image> placeholders than images")
+            content = content.replace("<image>", "<|vision_start|>" + "<|image_pad|>" * left.pop(0)
+                                      + "<|vision_end|>", 1)
+        expanded.append({**m, "content": content})
+    if left:
+        raise ValueError("more images than <image> placeholders")
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    ids: list[int] = []
+    for i, m in enumerate(expanded):
+        elements: list = []
+        if i == 0:
+            elements.append(f"<|im_start|>system\n{DEFAULT_SYSTEM}<|im_end|>\n")
+        elif i % 2 == 0:
+            elements.append("\n")
+        if m["role"] == "user":
+            elements.append(f"<|im_start|>user\n{m['content']}<|im_end|>\n<|im_start|>assistant\n")
+        elif m["role"] == "assistant":
+            elements += [m["content"], im_end]
+        else:
+            raise NotImplementedError(f"Unexpected role: {m['role']}")
+        for e in elements:
+            if isinstance(e, int):
+                ids.append(e)
+            elif e:
+                ids += tokenizer.encode(e, add_special_tokens=False)
+    return ids
