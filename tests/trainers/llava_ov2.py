@@ -9,14 +9,15 @@
 - :func:`sample_messages`: the conversation ``task_encoder.py`` (``encode_sample``, with
   ``OFFLINE_PACKING_BMR=1``) builds for sub-sample ``idx``: user / assistant pairs from
   ``prompts[idx]`` / ``captions[idx]``, no system.
-- :func:`template_ids`: the ids its ``qwen2-vl`` chat template gives that conversation
-  (``chat_templete.py`` ``_encode``: default system, each element tokenized on its own, the
-  assistant's eos replaced by ``<|im_end|>``), each ``<image>`` expanded by ``Qwen2VLPlugin``
-  (``mm_plugin.py``: ``<|vision_start|>`` + ``<|image_pad|>`` x grid_t*grid_h*grid_w / merge^2 +
-  ``<|vision_end|>``, the images first made RGB, at least 28 pixels a side and at most 200:1).
+- :func:`image_seqlens`: tokens per image as its ``Qwen2VLPlugin`` (``mm_plugin.py``) counts them,
+  the images first made RGB, at least 28 pixels a side and at most 200:1;
+- ``template_ids``: its ``qwen2-vl`` chat template (``chat_templete.py``;
+  tests/trainers/qwen2_vl_template.py).
 """
 
 from __future__ import annotations
+
+from qwen2_vl_template import template_ids  # noqa: F401 - re-exported: its qwen2-vl template
 
 SAMPLE_LOADER = '''
 import io
@@ -60,9 +61,6 @@ def part_filter(part: str) -> bool:
     return True
 '''
 
-DEFAULT_SYSTEM = "You are a helpful assistant."
-
-
 def sample_messages(sample, idx: int) -> list[dict]:
     """``convert_to_messages(prompts[idx], captions[idx])`` of ``task_encoder.py``."""
     prompts, captions = sample.prompts[idx], sample.captions[idx]
@@ -98,40 +96,3 @@ def image_seqlens(image_processor, images) -> list[int]:
     grids = image_processor(images=[preprocess_image(im) for im in images])["image_grid_thw"]
     merge = image_processor.merge_size
     return [int(g[0] * g[1] * g[2]) // (merge * merge) for g in grids.tolist()]
-
-
-def template_ids(tokenizer, messages: list[dict], seqlens: list[int]) -> list[int]:
-    """The ids of ``messages`` by the ``qwen2-vl`` template, ``<image>`` expanded with ``seqlens``
-    in order (``Qwen2VLPlugin.process_messages``: a count mismatch is a ``ValueError``)."""
-    left = list(seqlens)
-    expanded = []
-    for m in messages:
-        content = m["content"]
-        while "<image>" in content:
-            if not left:
-                raise ValueError("more <image> placeholders than images")
-            content = content.replace("<image>", "<|vision_start|>" + "<|image_pad|>" * left.pop(0)
-                                      + "<|vision_end|>", 1)
-        expanded.append({**m, "content": content})
-    if left:
-        raise ValueError("more images than <image> placeholders")
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    ids: list[int] = []
-    for i, m in enumerate(expanded):
-        elements: list = []
-        if i == 0:
-            elements.append(f"<|im_start|>system\n{DEFAULT_SYSTEM}<|im_end|>\n")
-        elif i % 2 == 0:
-            elements.append("\n")
-        if m["role"] == "user":
-            elements.append(f"<|im_start|>user\n{m['content']}<|im_end|>\n<|im_start|>assistant\n")
-        elif m["role"] == "assistant":
-            elements += [m["content"], im_end]
-        else:
-            raise NotImplementedError(f"Unexpected role: {m['role']}")
-        for e in elements:
-            if isinstance(e, int):
-                ids.append(e)
-            elif e:
-                ids += tokenizer.encode(e, add_special_tokens=False)
-    return ids

@@ -308,12 +308,16 @@ def _reject_gate(cfg: PackConfig, fingerprint: str, results: list[MeasureResult]
 # ---------------------------------------------------------------------------------------- main
 def _check_layout(cfg: PackConfig) -> None:
     """:class:`ConfigError` (one line) for an unknown ``--layout``, ``--pretokenize`` with a layout
-    that has no ids part, or a model whose family the layout's trainer does not render alike."""
+    that has no ids part, a layout of one kind per pack without ``--group-by-kind``, or a model
+    whose family the layout's trainer does not render alike."""
     from vlmpack.models import model_type
 
     sink = get_sink(cfg.layout)
     if cfg.pretokenize and not sink.pretokenize:
         raise ConfigError(f"--pretokenize: layout {cfg.layout} has no input_ids part (its trainer tokenizes)")
+    if sink.one_kind_per_pack and not cfg.group_by_kind:
+        raise ConfigError(f"--layout {cfg.layout}: its trainer reads packs of one kind (text or image), "
+                          "add --group-by-kind")
     problem = sink.model_problem(model_type(cfg.model))
     if problem is not None:
         raise ConfigError(f"--layout {cfg.layout}: {problem}")

@@ -252,7 +252,7 @@ def write_shard(task: ShardTask) -> ShardResult:
                         if part not in handles:
                             handles[part] = open(part_path(task.records_dir, part), "rb")  # noqa: SIM115
                         samples.append(read_entry(handles[part], off, length, tokens))
-                    key = sink.pack_key(task.first_pack + j)
+                    key = sink.pack_key(task.first_pack + j, samples)
                     _check_capacity(task, key, sum(e.num_tokens for e in samples))
                     entries, pack_tokens, kept = _pack_entries(task, sink, key, samples, rejected)
                     if not entries:  # every sample of the pack was left out

@@ -8,7 +8,10 @@ its tar members, reads a pack object back from its parts and names the Energon f
 hashes, atomic files; :mod:`vlmpack.packfmt` groups a shard's members into packs.
 
 Layouts (:data:`SINKS`): ``vlmpack`` (:mod:`vlmpack.sinks.vlmpack`, the ``vlmpack.pack/1``
-format of docs/format.md).
+format of docs/format.md), ``llava-ov2-captioning`` (:mod:`vlmpack.sinks.llava_ov2`,
+LLaVA-OneVision-2's ``PackedCaptioningSample``), ``loongforge-mix-qa`` (:mod:`vlmpack.sinks.loongforge`,
+LoongForge's ``packed_multi_mix_qa``); the trainers' layouts share :mod:`vlmpack.sinks.embedded`.
+An output's layout is found by its ``.nv-meta/dataset.yaml`` (:func:`sink_of`).
 
 Adding a layout: write ``vlmpack/sinks/<name>.py`` with a class that satisfies
 :class:`~vlmpack.sinks.base.Sink` and add one line to :data:`SINKS` (CONTRIBUTING.md).
@@ -22,10 +25,11 @@ from vlmpack.errors import ConfigError
 from vlmpack.fsio import read_inside
 from vlmpack.sinks.base import Sink
 from vlmpack.sinks.llava_ov2 import LlavaOv2CaptioningSink
+from vlmpack.sinks.loongforge import LoongForgeMixQASink
 from vlmpack.sinks.vlmpack import VlmpackSink
 
 #: The registry: layout name -> sink.
-SINKS: dict[str, Sink] = {s.name: s for s in (VlmpackSink(), LlavaOv2CaptioningSink())}
+SINKS: dict[str, Sink] = {s.name: s for s in (VlmpackSink(), LlavaOv2CaptioningSink(), LoongForgeMixQASink())}
 #: The layout written when none is asked for.
 DEFAULT_LAYOUT = "vlmpack"
 

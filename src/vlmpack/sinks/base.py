@@ -33,9 +33,13 @@ class Sink(Protocol):
     default_prefix: str
     #: whether ``--pretokenize`` (an ``input_ids.npy`` part per pack) exists in this layout
     pretokenize: bool
+    #: whether the layout's trainer needs packs of one sample kind (text / image / video:
+    #: ``--group-by-kind``)
+    one_kind_per_pack: bool
 
-    def pack_key(self, global_pack: int) -> str:
-        """The tar key of pack number ``global_pack`` (0-based over the output): no dot, unique."""
+    def pack_key(self, global_pack: int, samples: list[PackEntry]) -> str:
+        """The tar key of pack number ``global_pack`` (0-based over the output) holding ``samples``:
+        no dot, unique."""
 
     def model_problem(self, model_type: str) -> str | None:
         """Why this layout cannot be written for a model of HF ``model_type`` (one line), or None."""

@@ -64,9 +64,10 @@ class VlmpackSink:
     name = "vlmpack"
     default_prefix = "shard"
     pretokenize = True
+    one_kind_per_pack = False
 
     @staticmethod
-    def pack_key(global_pack: int) -> str:
+    def pack_key(global_pack: int, samples: list[PackEntry]) -> str:  # noqa: ARG004 - one form for every pack
         """``pack`` + 9 digits (:func:`vlmpack.packfmt.pack_key`)."""
         return pack_key(global_pack)
 
