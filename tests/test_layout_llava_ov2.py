@@ -217,3 +217,21 @@ def test_a_model_of_another_template_is_refused_in_one_line(real_data, qwen3_vl_
         run_pack(cfg)
     with pytest.raises(ConfigError, match="unknown output layout 'nope'"):
         run_pack(cfg.model_copy(update={"layout": "nope"}))
+
+
+def test_a_planted_loader_is_refused_before_anything_is_imported(ov2_out, tmp_path):
+    """The layout's ``.nv-meta`` files are compared with what the layout writes before Energon is
+    handed anything: a ``sample_loader.py`` with code added is named, and never runs."""
+    out = tmp_path / "o"
+    shutil.copytree(ov2_out, out, symlinks=True)
+    marker = tmp_path / "ran"
+    loader = out / ".nv-meta" / "sample_loader.py"
+    loader.write_text(loader.read_text() + f"\nopen({str(marker)!r}, 'w').write('x')\n")
+    res = check_output(out, num_workers=0)
+    assert any("sample_loader.py differs from what vlmpack writes" in p for p in res["problems"]), res["problems"]
+    assert not marker.exists()
+    yaml_path = out / ".nv-meta" / "dataset.yaml"  # another class named: no layout's file, the default's compared
+    yaml_path.write_text(yaml_path.read_text().replace("PackedCaptioningSample", "Planted"))
+    res = check_output(out, num_workers=0)
+    assert any("dataset.yaml differs" in p and "Planted" in p for p in res["problems"]), res["problems"]
+    assert not marker.exists()

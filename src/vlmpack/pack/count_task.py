@@ -10,7 +10,9 @@ will hold), as one line of ``<run>/records/part-<task>.jsonl``, so that the writ
 back by (part, byte offset, length) whatever the input's compression, and join it into its pack
 without parsing it. Each entry line is followed by one more line, the JSON list of its media's
 ``[sha256, part, reference]`` (``[]`` without media, :func:`read_entry`): the writer checks the
-bytes it copies against them. The content fingerprint
+bytes it copies against them. An output layout with fields of its own (``--layout``,
+:meth:`vlmpack.sinks.base.Sink.entry_fields`) gets a third line, those fields serialized once, so
+the writer joins them without parsing the entry. The content fingerprint
 of every media file used (:mod:`vlmpack.media.fingerprint`) is in the task's result, so a resume
 or a count cache hit sees a file replaced in place, whatever its size and mtime.
 
@@ -193,11 +195,12 @@ def arrays_path(store: str | Path, index: int) -> Path:
     return Path(store) / f"part-{index:06d}.arrow"
 
 
-def read_entry(fh, offset: int, length: int, num_tokens: int) -> PackEntry:
+def read_entry(fh, offset: int, length: int, num_tokens: int, *, fields: bool = False) -> PackEntry:
     """The sample at ``offset`` (``length`` bytes, without its newline) of an open records part
     file, as the writer takes it: its entry bytes as written (never parsed here) and, from the line
     that follows it, each media item's ``(sha256 hex, part within the sample, reference)``;
-    ``num_tokens`` is the planned count (``manifest.parquet``). Raises ``ValueError`` when the
+    ``num_tokens`` is the planned count (``manifest.parquet``); ``fields``: the output layout's
+    fields line follows (:func:`record_lines`), read as it is. Raises ``ValueError`` when the
     media line is no JSON of that form (a damaged part file)."""
     fh.seek(offset)
     entry = fh.read(length)
@@ -206,7 +209,8 @@ def read_entry(fh, offset: int, length: int, num_tokens: int) -> PackEntry:
     if not (isinstance(media, list) and all(
             isinstance(m, list) and len(m) == 3 and all(isinstance(x, str) for x in m) for m in media)):
         raise ValueError(f"the records part file holds no sample and media line at byte {offset}")
-    return PackEntry(entry, num_tokens, tuple(tuple(m) for m in media))
+    extra = fh.readline().rstrip(b"\n") if fields else b""
+    return PackEntry(entry, num_tokens, tuple(tuple(m) for m in media), extra)
 
 
 def record_lines(sample: Sample, sha256: list[str], special_tokens: str = "reject") -> tuple[bytes, bytes]:
@@ -364,6 +368,9 @@ def run_task(task: MeasureTask) -> MeasureResult:
         blobs += [entry, b"\n", media, b"\n"]
         rec_offset[i], rec_len[i] = pos, len(entry)
         pos += len(entry) + len(media) + 2
+        if (fields := sink.entry_fields(s)) is not None:  # the layout's own fields: a third line
+            blobs += [fields, b"\n"]
+            pos += len(fields) + 1
     part = b"".join(blobs)
     atomic_write(part_path(task.records_dir, task.index), part)
     media_files = sorted((fps[p] for p in {m.path for s in counted for m in s.media}), key=lambda fp: fp.ref)

@@ -251,7 +251,7 @@ def write_shard(task: ShardTask) -> ShardResult:
                     for part, off, length, tokens in task.pack_members(j):
                         if part not in handles:
                             handles[part] = open(part_path(task.records_dir, part), "rb")  # noqa: SIM115
-                        samples.append(read_entry(handles[part], off, length, tokens))
+                        samples.append(read_entry(handles[part], off, length, tokens, fields=sink.fields_line))
                     key = sink.pack_key(task.first_pack + j, samples)
                     _check_capacity(task, key, sum(e.num_tokens for e in samples))
                     entries, pack_tokens, kept = _pack_entries(task, sink, key, samples, rejected)

@@ -48,11 +48,14 @@ def _dumps(obj) -> bytes:
 class PackEntry:
     """One counted sample as the writer reads it back (:func:`vlmpack.pack.count_task.read_entry`):
     ``entry`` its :func:`sample_entry` bytes, ``num_tokens`` (tokens, as planned), ``media`` one
-    ``(sha256 hex of the bytes counted, part name within the sample, reference)`` per item."""
+    ``(sha256 hex of the bytes counted, part name within the sample, reference)`` per item,
+    ``fields`` the output layout's own per-sample fields as the count stage serialized them
+    (``b""`` for a layout without any: :meth:`vlmpack.sinks.base.Sink.entry_fields`)."""
 
     entry: bytes
     num_tokens: int
     media: tuple[tuple[str, str, str], ...]
+    fields: bytes = b""
 
     def sample(self) -> dict:
         """The entry as an object (media named within the sample), for what needs its fields: an

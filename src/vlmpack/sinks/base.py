@@ -33,6 +33,8 @@ class Sink(Protocol):
     default_prefix: str
     #: whether ``--pretokenize`` (an ``input_ids.npy`` part per pack) exists in this layout
     pretokenize: bool
+    #: whether the count stage stores :meth:`entry_fields` (a third line per sample in its records)
+    fields_line: bool
     #: whether the layout's trainer needs packs of one sample kind (text / image / video:
     #: ``--group-by-kind``)
     one_kind_per_pack: bool
@@ -47,6 +49,11 @@ class Sink(Protocol):
     def sample_problem(self, sample: Sample) -> tuple[str, str] | None:
         """``(reason code, detail)`` when the layout cannot hold ``sample`` as counted (the count
         stage rejects it), else None."""
+
+    def entry_fields(self, sample: Sample) -> bytes | None:
+        """The layout's own fields of a counted ``sample``, serialized once by the count stage (no
+        newline; :attr:`vlmpack.packfmt.PackEntry.fields` to the writer), or None for a layout that
+        has none (:attr:`fields_line` False)."""
 
     def pack_members(self, key: str, samples: list[PackEntry], seq_len: int, read_media: MediaReader, *,
                      model_dir: str | None = None) -> tuple[list[tuple[str, bytes]], int]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 
-from vlmpack.packfmt import PackEntry, join_pack, loads_json, parse_pack
+from vlmpack.packfmt import PackEntry, join_pack, loads_json, media_part, parse_pack
 from vlmpack.records import Sample
 from vlmpack.sinks.base import MediaReader
 from vlmpack.sinks.qwen2_vl_turns import conversation_problem, model_problem
@@ -73,6 +73,7 @@ class EmbeddedSink:
     pretokenize = False
     videos = False  # whether the layout holds video samples
     one_kind_per_pack = False
+    fields_line = True
     sample_class = ""
     #: :meth:`member` as a Python expression of ``i``, ``j``, ``part`` (for :data:`CHECK_LOADER_TEMPLATE`)
     member_expr = ""
@@ -82,9 +83,32 @@ class EmbeddedSink:
         """The part name of media item ``j`` (the object's part ``part``) of sample ``i`` of a pack."""
         raise NotImplementedError
 
-    def fields(self, samples: list[dict]) -> dict:
-        """The trainer's json fields of a pack from its samples (entries of the pack object)."""
+    @staticmethod
+    def sample_values(messages: list[dict], exts: list[str], sid: str) -> list:
+        """The per-sample values the trainer's fields are made of (JSON values), from a sample's
+        canonical messages, its media's file extensions and its id: the one definition both
+        :meth:`entry_fields` (count time) and :meth:`fields` (read time) use."""
         raise NotImplementedError
+
+    def fields(self, samples: list[dict]) -> dict:
+        """The trainer's json fields of a pack from its samples (entries of the pack object): the
+        object form of what :meth:`join_fields` writes."""
+        raise NotImplementedError
+
+    def join_fields(self, samples: list[PackEntry]) -> bytes:
+        """The trainer's json fields of a pack as compact JSON bytes (an object), joined from the
+        samples' :attr:`~vlmpack.packfmt.PackEntry.fields` lines without parsing them."""
+        raise NotImplementedError
+
+    def entry_fields(self, sample: Sample) -> bytes | None:
+        """:meth:`sample_values` of the sample, each compact JSON, joined by tabs (compact JSON holds
+        none: a control character in a string is escaped), so :meth:`join_fields` splits them unparsed."""
+        exts = [media_part(m.kind, m.format, i).rsplit(".", 1)[-1] for i, m in enumerate(sample.media)]
+        return b"\t".join(dumps(v) for v in self.sample_values(sample.messages, exts, str(sample.id)))
+
+    def object_values(self, s: dict) -> list:
+        """:meth:`sample_values` of a sample of a pack object as read."""
+        return self.sample_values(s["messages"], [m["part"].rsplit(".", 1)[-1] for m in s["media"]], str(s["id"]))
 
     @staticmethod
     def model_problem(model_type: str) -> str | None:
@@ -102,11 +126,10 @@ class EmbeddedSink:
         :meth:`member`."""
         tokens = sum(s.num_tokens for s in samples)
         pack_json = join_pack([s.entry for s in samples], [len(s.media) for s in samples], tokens, seq_len)
-        obj_samples = json.loads(pack_json)["samples"]
-        entries = [(f"{key}.json", dumps(self.fields(obj_samples))[:-1] + b',"vlmpack":' + pack_json + b"}")]
-        for i, (s, o) in enumerate(zip(samples, obj_samples, strict=True)):
-            entries += [(f"{key}.{self.member(i, j, m['part'])}", read_media(ref))
-                        for j, ((_sha, _part, ref), m) in enumerate(zip(s.media, o["media"], strict=True))]
+        entries = [(f"{key}.json", self.join_fields(samples)[:-1] + b',"vlmpack":' + pack_json + b"}")]
+        for i, s in enumerate(samples):
+            entries += [(f"{key}.{self.member(i, j, part)}", read_media(ref))
+                        for j, (_sha, part, ref) in enumerate(s.media)]
         return entries, tokens
 
     def read_pack(self, parts: dict[str, bytes | None]) -> tuple[dict, dict[str, bytes | None]]:

@@ -26,17 +26,17 @@ What that rendering cannot hold is rejected ``layout_unsupported``
 from __future__ import annotations
 
 from vlmpack.packfmt import PackEntry
-from vlmpack.sinks.embedded import EmbeddedSink, typed_dataset_yaml
+from vlmpack.sinks.embedded import EmbeddedSink, dumps, typed_dataset_yaml
 from vlmpack.sinks.qwen2_vl_turns import turns
 
 
-def captioning_fields(samples: list[dict]) -> dict:
-    """The ``PackedCaptioningSample`` fields of a pack's json from its samples (entries of the pack
-    object), in the key order of their writer."""
-    prompts, captions = zip(*(turns(s["messages"]) for s in samples), strict=True) if samples else ((), ())
-    return {"images": [[f"img{i:03d}_sub{j:03d}.jpg" for j in range(len(s["media"]))] for i, s in enumerate(samples)],
-            "prompts": list(prompts), "captions": list(captions), "sample_count": len(samples),
-            "patch_positions": [[""] * len(s["media"]) for s in samples], "timestamp_decimal": [1] * len(samples)}
+def _head(n_media: list[int]) -> dict:
+    return {"images": [[f"img{i:03d}_sub{j:03d}.jpg" for j in range(n)] for i, n in enumerate(n_media)]}
+
+
+def _tail(n_media: list[int]) -> dict:
+    return {"sample_count": len(n_media), "patch_positions": [[""] * n for n in n_media],
+            "timestamp_decimal": [1] * len(n_media)}
 
 
 SAMPLE_LOADER_SOURCE = '''"""LLaVA-OneVision-2 PackedCaptioningSample loader (written by vlmpack).
@@ -100,9 +100,27 @@ class LlavaOv2CaptioningSink(EmbeddedSink):
         it by its content)."""
         return f"img{i}_{j}.jpg"
 
+    @staticmethod
+    def sample_values(messages: list[dict], exts: list[str], sid: str) -> list:  # noqa: ARG004
+        """``[prompts, captions]``: the user and the assistant turn texts
+        (:func:`vlmpack.sinks.qwen2_vl_turns.turns`)."""
+        return list(turns(messages))
+
     def fields(self, samples: list[dict]) -> dict:
-        """:func:`captioning_fields`."""
-        return captioning_fields(samples)
+        """``images`` (per sample, the names ``img<iii>_sub<jjj>.jpg``), ``prompts``, ``captions``,
+        ``sample_count``, ``patch_positions`` (``""`` per image), ``timestamp_decimal`` (1 per sample),
+        in the key order of their writer."""
+        n_media = [len(s["media"]) for s in samples]
+        values = [self.object_values(s) for s in samples]
+        return {**_head(n_media), "prompts": [v[0] for v in values], "captions": [v[1] for v in values],
+                **_tail(n_media)}
+
+    def join_fields(self, samples: list[PackEntry]) -> bytes:
+        """:meth:`fields` as bytes, the turn texts joined from the count stage's lines."""
+        n_media = [len(s.media) for s in samples]
+        values = [s.fields.split(b"\t") for s in samples]
+        return (dumps(_head(n_media))[:-1] + b',"prompts":[' + b",".join(v[0] for v in values) + b'],"captions":['
+                + b",".join(v[1] for v in values) + b"]," + dumps(_tail(n_media))[1:])
 
     def dataset_files(self) -> dict[str, bytes]:
         """``dataset.yaml`` (sample type ``aiak_training_llm.data.multimodal.PackedCaptioningSample``,
@@ -111,4 +129,4 @@ class LlavaOv2CaptioningSink(EmbeddedSink):
                 "sample_loader.py": SAMPLE_LOADER_SOURCE.encode()}
 
 
-__all__ = ["LlavaOv2CaptioningSink", "captioning_fields"]
+__all__ = ["LlavaOv2CaptioningSink"]

@@ -34,8 +34,10 @@ images as counted. Video is not written (``layout_unsupported``). Packs hold one
 
 from __future__ import annotations
 
+import json
+
 from vlmpack.packfmt import PackEntry
-from vlmpack.sinks.embedded import EmbeddedSink
+from vlmpack.sinks.embedded import EmbeddedSink, dumps
 from vlmpack.sinks.qwen2_vl_turns import turns
 
 #: ``.nv-meta/dataset.yaml`` as their ``write_config`` writes it (``yaml.dump``, ``sort_keys=False``).
@@ -46,9 +48,9 @@ subflavors:
 """
 
 
-def media_type(samples: list[dict]) -> str:
-    """``image`` when a sample of the pack has media, else ``text`` (video is not written)."""
-    return "image" if any(s["media"] for s in samples) else "text"
+def _tail(names: list[list[str]], ids: list[str], tokens: list[int]) -> dict:
+    return {"media_files": names, "media_type": "image" if any(names) else "text",  # video is not written
+            "_meta": {"sample_ids": ids, "token_lens": tokens, "total_token_len": sum(tokens)}}
 
 
 class LoongForgeMixQASink(EmbeddedSink):
@@ -71,18 +73,30 @@ class LoongForgeMixQASink(EmbeddedSink):
         """``s<iii>_img<j>.<ext>`` (``ext``: the extension of the object's part name)."""
         return f"s{i:03d}_img{j}.{part.rsplit('.', 1)[1]}"
 
+    @staticmethod
+    def sample_values(messages: list[dict], exts: list[str], sid: str) -> list:
+        """``[prompts, captions, media extensions, id]`` (:func:`vlmpack.sinks.qwen2_vl_turns.turns`)."""
+        return [*turns(messages), exts, sid]
+
+    def _names(self, exts: list[list[str]]) -> list[list[str]]:
+        return [[self.member(i, j, f"x.{e}") for j, e in enumerate(x)] for i, x in enumerate(exts)]
+
     def fields(self, samples: list[dict]) -> dict:
         """``texts``, ``media_files``, ``media_type`` and ``_meta`` (module docstring: their
         ``pack_id`` left out, the key says it; token counts as the object records them)."""
-        prompts, captions = zip(*(turns(s["messages"]) for s in samples), strict=True) if samples else ((), ())
-        kind = media_type(samples)
-        return {"texts": {"prompts": list(prompts), "captions": list(captions)},
-                "media_files": [[self.member(i, j, m["part"]) for j, m in enumerate(s["media"])]
-                                for i, s in enumerate(samples)],
-                "media_type": kind,
-                "_meta": {"sample_ids": [str(s["id"]) for s in samples],
-                          "token_lens": [s["num_tokens"] for s in samples],
-                          "total_token_len": sum(s["num_tokens"] for s in samples)}}
+        values = [self.object_values(s) for s in samples]
+        return {"texts": {"prompts": [v[0] for v in values], "captions": [v[1] for v in values]},
+                **_tail(self._names([v[2] for v in values]), [v[3] for v in values],
+                        [s["num_tokens"] for s in samples])}
+
+    def join_fields(self, samples: list[PackEntry]) -> bytes:
+        """:meth:`fields` as bytes, the turn texts joined from the count stage's lines."""
+        values = [s.fields.split(b"\t") for s in samples]
+        exts = [json.loads(v[2]) for v in values]
+        ids = [json.loads(v[3]) for v in values]
+        return (b'{"texts":{"prompts":[' + b",".join(v[0] for v in values) + b'],"captions":['
+                + b",".join(v[1] for v in values) + b"]}," +
+                dumps(_tail(self._names(exts), ids, [s.num_tokens for s in samples]))[1:])
 
     @staticmethod
     def dataset_files() -> dict[str, bytes]:

@@ -65,6 +65,7 @@ class VlmpackSink:
     default_prefix = "shard"
     pretokenize = True
     one_kind_per_pack = False
+    fields_line = False
 
     @staticmethod
     def pack_key(global_pack: int, samples: list[PackEntry]) -> str:  # noqa: ARG004 - one form for every pack
@@ -79,6 +80,11 @@ class VlmpackSink:
     @staticmethod
     def sample_problem(sample: Sample) -> tuple[str, str] | None:  # noqa: ARG004 - the format holds any sample
         """None: the format holds every sample the count stage accepts."""
+        return None
+
+    @staticmethod
+    def entry_fields(sample: Sample) -> bytes | None:  # noqa: ARG004 - the entry is the whole sample
+        """None: the pack object is made of the entries alone."""
         return None
 
     @staticmethod
