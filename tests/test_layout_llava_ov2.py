@@ -87,7 +87,7 @@ def test_the_dataset_yaml_is_the_one_their_writer_writes(ov2_out):
 def test_their_trainer_reads_every_sample_with_its_texts_media_and_a_count_within_l(ov2_out, real_data, model_dir,
                                                                                      tmp_path, monkeypatch):
     from image_memo import shape_only_pixels
-    from megatron.energon import WorkerConfig, get_loader, get_train_dataset
+    from megatron.energon import DefaultTaskEncoder, SampleDecoder, WorkerConfig, get_loader, get_train_dataset
     from PIL import Image
     from transformers import AutoTokenizer
     from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil
@@ -95,10 +95,13 @@ def test_their_trainer_reads_every_sample_with_its_texts_media_and_a_count_withi
     monkeypatch.syspath_prepend(str(TRAINERS))
     from aiak_training_llm.data.multimodal import PackedCaptioningSample
 
+    class TrainerDecoding(DefaultTaskEncoder):  # their dataloader_provider's image_decode="pil"
+        decoder = SampleDecoder(image_decode="pil")
+
     view = _trainer_view(ov2_out, tmp_path / "view")
     ds = get_train_dataset(str(view), batch_size=None, shuffle_buffer_size=None, max_samples_per_sequence=None,
                            worker_config=WorkerConfig.default_worker_config(num_workers=0), repeat=False,
-                           image_decode="pil")
+                           task_encoder=TrainerDecoding())
     records, pack_ids = _records(ov2_out), _pack_ids(ov2_out)
     report = json.loads((ov2_out / "report.json").read_text())
     recorded = {}
