@@ -238,3 +238,22 @@ def test_a_planted_loader_is_refused_before_anything_is_imported(ov2_out, tmp_pa
     res = check_output(out, num_workers=0)
     assert any("dataset.yaml differs" in p and "Planted" in p for p in res["problems"]), res["problems"]
     assert not marker.exists()
+
+
+def test_export_gives_the_pack_objects_of_the_layout(ov2_out, tmp_path):
+    """``vlmpack export`` reads the output through its layout: each row's samples are the pack
+    object the trainer's json carries, its media the members' bytes."""
+    import pyarrow.parquet as pq
+
+    from vlmpack.export import export_parquet
+
+    res = export_parquet(ov2_out, tmp_path / "hf", check=False)
+    rows = pq.read_table(tmp_path / "hf" / "pretrain-000000.parquet").to_pylist()
+    ids = _pack_ids(ov2_out)
+    assert res["packs"] == len(rows) == len(ids) and [r["key"] for r in rows] == list(ids)
+    assert all([s["id"] for s in json.loads(r["samples"])] == ids[r["key"]] for r in rows)
+    with tarfile.open(ov2_out / "pretrain-000000.tar") as tf:
+        first = rows[1]
+        images = [tf.extractfile(f"{first['key']}.img{i}_{j}.jpg").read()
+                  for i, s in enumerate(json.loads(first["samples"])) for j in range(len(s["media"]))]
+    assert first["media"] == images and images

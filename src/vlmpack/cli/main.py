@@ -23,6 +23,7 @@ from rich.console import Console
 
 from vlmpack import signals
 from vlmpack.cli.check import check_command
+from vlmpack.cli.export import export_command
 from vlmpack.cli.inspect import inspect_command
 from vlmpack.cli.metadataset import metadataset_command
 from vlmpack.cli.pack import pack_command
@@ -55,6 +56,7 @@ app.command("plan")(plan_command)
 app.command("verify")(verify_command)
 app.command("inspect")(inspect_command)
 app.command("metadataset")(metadataset_command)
+app.command("export")(export_command)
 
 
 #: Exit codes of every command (also in the README).
