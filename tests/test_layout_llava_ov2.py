@@ -151,7 +151,7 @@ def test_check_verify_and_inspect_read_the_layout(ov2_out, model_dir):
     res = check_output(ov2_out)
     report = json.loads((ov2_out / "report.json").read_text())
     assert res["problems"] == [] and res["samples"] == report["samples_packed"]
-    res = verify_output(ov2_out, model=str(model_dir), workers=1)
+    res = verify_output(ov2_out, model=str(model_dir), workers=1, decode=True)  # + every pack through the collator
     assert res["problems"] == [] and res["recounted_shards"] == 1
     sid = _pack_ids(ov2_out)["ps_00000001"][-1]
     [(shard, key, parts)] = find_packs(ov2_out, sample=sid)

@@ -137,3 +137,17 @@ def test_packs_of_one_kind_are_required(real_data, model_dir, tmp_path):
         run_pack(cfg)
     with pytest.raises(ConfigError, match="--pretokenize: layout loongforge-mix-qa has no input_ids part"):
         run_pack(cfg.model_copy(update={"group_by_kind": True, "pretokenize": True}))
+
+
+def test_a_blend_holds_one_layout(lf_out, real_data, model_dir):
+    """``vlmpack metadataset`` refuses outputs of two layouts (one trainer reads one sample class)."""
+    from demo_data.packs import demo_packs
+
+    from vlmpack.energon.metadataset import blend_problems, load_output
+
+    other = demo_packs(real_data, model_dir, seq_len=SEQ_LEN, n_lines=400, group_by_kind=True)
+    outputs = [(p, rep) for p, rep, _ in map(load_output, (lf_out, other))]
+    assert json.loads((lf_out / "report.json").read_text())["layout"] == LAYOUT
+    problems = blend_problems(outputs)
+    assert any("disagree on the output layout" in p and "loongforge-mix-qa in" in p and "vlmpack in" in p
+               for p in problems), problems

@@ -84,8 +84,8 @@ class PackConfig(BaseModel):
     max_shard_bytes: int = Field(512 << 20, gt=0)
     shard_prefix: str = Field("shard", pattern=r"^[A-Za-z0-9_-]+$", description="shard names <prefix>-NNNNNN.tar "
                               "(default: shard; the layout's own, e.g. pretrain, when the layout has one)")
-    layout: str = Field("vlmpack", pattern=r"^[a-z0-9-]+$", description="output layout (vlmpack.sinks): vlmpack, "
-                        "llava-ov2-captioning, llava-ov2-mix-qa, loongforge-mix-qa, parquet")
+    layout: str = Field("vlmpack", pattern=r"^[a-z0-9-]+$", description="output layout (vlmpack.sinks.SINKS): "
+                        "vlmpack, llava-ov2-captioning, loongforge-mix-qa")
     num_nodes: int = Field(1, gt=0, description="split the input tasks over this many independent runs "
                            "(vlmpack.pack.nodes)")
     node_rank: int = Field(0, ge=0, description="which of the num_nodes slices this run packs (0-based)")

@@ -197,7 +197,7 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False) -> list[str]
                 problems.append(f"{where}: media parts {media_parts} but the samples reference {sorted(referenced)}")
             if encoder is not None:
                 try:
-                    encoder.encode({**parts, "__key__": key})
+                    encoder.encode({**parts, "json": obj, "__key__": key})  # the pack object, whatever the layout
                 except VlmpackError as e:
                     problems.append(f"{where}: decoded pixels: {e}")
     except (OSError, tarfile.TarError, EOFError, MemberTooLarge) as e:

@@ -78,8 +78,8 @@ def pack_command(
                                        default="the layout's (shard; pretrain for LLaVA-OneVision-2), or the "
                                        "dataset's name for one NeMo / dataset_info dataset"),
     layout: Optional[str] = _opt("layout", "--layout", help="output layout: vlmpack (vlmpack's TaskEncoder), "
-                                 "llava-ov2-captioning / llava-ov2-mix-qa (LLaVA-OneVision-2), loongforge-mix-qa "
-                                 "(LoongForge), parquet (Hugging Face datasets)", default="vlmpack"),
+                                 "llava-ov2-captioning (LLaVA-OneVision-2 PackedCaptioningSample), loongforge-mix-qa "
+                                 "(LoongForge packed_multi_mix_qa; with --group-by-kind)", default="vlmpack"),
     workers: Optional[int] = _opt("workers", "--workers", "-j", help="processes", default="CPU cores"),
     num_nodes: Optional[int] = _opt("num_nodes", "--num-nodes", help="split the input tasks over this many "
                                     "independent runs, one output each (blend them with vlmpack metadataset)"),

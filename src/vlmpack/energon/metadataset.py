@@ -19,7 +19,8 @@ Weights are relative: Energon draws each pack from dataset i with probability ``
 reader casts unquoted ``yes``, ``1e5`` or ``0123`` to bool / float / int.
 
 Rules of a blend (:func:`blend_problems`, pure; ``vlmpack metadataset`` refuses, ``vlmpack check
-BLEND.yaml`` reports): every output has a finished report (``status: ok``); all share ``seq_len``
+BLEND.yaml`` reports): every output has a finished report (``status: ok``); all share the output
+layout (``report.json`` ``layout``, ``vlmpack`` when absent), ``seq_len``
 and the model fingerprint (same tokenizer, template, processor, config); no output is given twice
 and no shard is in two outputs byte for byte (shard names may repeat: each output is read by its
 own path); outputs of one per-node split (same ``nodes.split_id``,
@@ -144,6 +145,13 @@ def blend_problems(outputs: list[tuple[str, dict]], ids: dict[str, set[tuple[int
             desc = "; ".join(f"{str(v)[:12]} in {_eg(ps, 2)}" for v, ps in values.items())
             problems.append(f"the outputs disagree on {what} ({desc}): packs of another capacity or model cannot be "
                             "blended; pack them with the same --seq-len and --model")
+    layouts = defaultdict(list)
+    for p, r in outputs:
+        layouts[r.get("layout", "vlmpack")].append(p)
+    if len(layouts) > 1:
+        desc = "; ".join(f"{v} in {_eg(ps, 2)}" for v, ps in layouts.items())
+        problems.append(f"the outputs disagree on the output layout ({desc}): one trainer reads one sample class; "
+                        "pack them with the same --layout")
     # Energon reads each output by its own path, so equal shard names are no problem; equal bytes are
     owner: dict[str, tuple[str, str]] = {}  # shard sha256 -> (output, shard name)
     clash = []

@@ -7,8 +7,9 @@ samples and media tokens per pack p50/p99/max, per input file the records read, 
 dropped overlong and tokens packed (``sources``; the identity holds per file), the tar members that
 belong to no sample (``members_without_key``: e.g. a ``README``; ``members_not_files``: symbolic
 links, devices; never records, so outside the identity), the sha256 of each shard, the config
-fingerprint and the versions of vlmpack/transformers/tokenizers; ``sample_ratio`` when the config's is not 1
-(a NeMo meta file's, :mod:`vlmpack.sources.nemo_meta`).
+fingerprint and the versions of vlmpack/transformers/tokenizers; ``sample_ratio`` when the config's
+is not 1 (a NeMo meta file's, :mod:`vlmpack.sources.nemo_meta`); ``layout`` when it is not
+``vlmpack`` (``--layout``).
 
 ``report.html`` is what a person reads (issue 12): one self-contained file (PNG figures embedded as
 base64, see :mod:`vlmpack.pack.figures`) with the key numbers, the sources table and the figures,
@@ -147,6 +148,8 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
     }
     if cfg.sample_ratio != 1.0:  # a NeMo meta file's sample_ratio: vlmpack metadataset multiplies the weight
         report["sample_ratio"] = cfg.sample_ratio
+    if cfg.layout != "vlmpack":  # --layout: a blend holds one layout (vlmpack metadataset)
+        report["layout"] = cfg.layout
     if records_by_file is not None:
         report["sources"] = source_counts(cfg, manifest, plan, rejections, records_by_file, left_out)
     return report
