@@ -79,7 +79,8 @@ def test_stage_keys_follow_their_own_inputs(small, real_data, model_dir, tmp_pat
     ck, pk = count_key(base, payload), plan_key(base, "m")
     wk = write_key(base, ck, pk, "media")
     for change in ({"seq_len": 8192}, {"algorithm": "ffd"}, {"max_media_per_pack": 3}, {"group_by_kind": True},
-                   {"max_packs_per_shard": 7}, {"pretokenize": True}, {"workers": 2}, {"output": str(tmp_path / "x")}):
+                   {"max_packs_per_shard": 7}, {"pretokenize": True}, {"workers": 2}, {"output": str(tmp_path / "x")},
+                   {"split": {"train": 0.9, "val": 0.1}}):
         other = base.model_copy(update=change)
         assert count_key(other, other.fingerprint_payload()) == ck, change
     for change in ({"media_check": "decode"}, {"special_tokens": "split"}, {"input_schema": "llava"},
@@ -89,7 +90,7 @@ def test_stage_keys_follow_their_own_inputs(small, real_data, model_dir, tmp_pat
                      **kw)
         assert count_key(other, other.fingerprint_payload()) != ck, change
     for change, plan_same in (({"seq_len": 8192}, False), ({"seed": 3}, False), ({"max_shard_bytes": 1 << 20}, True),
-                              ({"shard_prefix": "x"}, True)):
+                              ({"shard_prefix": "x"}, True), ({"split": {"train": 0.9, "val": 0.1}}, False)):
         other = base.model_copy(update=change)
         assert (plan_key(other, "m") == pk) == plan_same, change
         assert write_key(other, ck, plan_key(other, "m"), "media") != wk, change

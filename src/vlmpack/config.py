@@ -31,7 +31,7 @@ _NOT_FINGERPRINTED = {"workers", "overwrite", "progress", "output", "executor", 
 #: Options left out of the fingerprint at their defaults, so that runs made before they existed keep
 #: theirs (see ``fingerprint_payload``): the input size caps, the blend weight factor, the record mapping,
 #: the output layout.
-_CAPS = ("max_member_bytes", "max_media_bytes", "sample_ratio", "record_map", "layout")
+_CAPS = ("max_member_bytes", "max_media_bytes", "sample_ratio", "record_map", "layout", "split")
 
 
 class PackConfig(BaseModel):
@@ -75,6 +75,8 @@ class PackConfig(BaseModel):
     group_by_kind: bool = False
     pad_to_multiple_of: int | None = Field(None, gt=0)
     seed: int = 0
+    split: dict[str, float] | None = Field(None, description="train / val / test shares: each sample's split by a "
+                                           "hash of its id (vlmpack.pack.splits); None: every pack in train")
     pretokenize: bool = Field(False, description="also write each pack's input_ids (int32 .npy part)")
     special_tokens: Literal["reject", "split"] = Field(
         "reject", description="text holding a tokenizer special token: reject the sample, or split it as plain text")
@@ -115,6 +117,28 @@ class PackConfig(BaseModel):
                 out[name] = path
             return out
         return v
+
+    @field_validator("split", mode="before")
+    @classmethod
+    def _shares(cls, v: Any) -> Any:
+        """``"train=0.99,val=0.01"`` (``--split``) or a mapping; names train / val / test, shares > 0
+        summing to 1."""
+        if v is None:
+            return v
+        if isinstance(v, str):
+            out = {}
+            for item in v.split(","):
+                name, sep, share = item.strip().partition("=")
+                try:
+                    out[name] = float(share) if sep else float("nan")
+                except ValueError:
+                    raise ValueError(f"--split {v!r}: expected NAME=SHARE,... (e.g. train=0.99,val=0.01)") from None
+            v = out
+        if not isinstance(v, dict) or not v or set(v) - {"train", "val", "test"}:
+            raise ValueError(f"--split {v!r}: the splits are train, val and test")
+        if not all(isinstance(x, (int, float)) and 0 < x <= 1 for x in v.values()) or abs(sum(v.values()) - 1) > 1e-9:
+            raise ValueError(f"--split {v!r}: each share in (0, 1], summing to 1")
+        return {k: float(x) for k, x in v.items()}
 
     @field_validator("node_rank")
     @classmethod
@@ -185,6 +209,13 @@ def load_config(yaml_path: str | Path | None = None, **overrides: Any) -> PackCo
             raise ConfigError(f"{yaml_path}: the config must be a mapping of option: value")
         data = {k.replace("-", "_"): v for k, v in loaded.items()}
     data.update({k.replace("-", "_"): v for k, v in overrides.items() if v is not None})
+    vf = data.pop("val_fraction", None)
+    if vf is not None:  # --val-fraction F: train 1-F, val F
+        if not isinstance(vf, (int, float)) or not 0 < vf < 1:
+            raise ConfigError(f"invalid option 'val_fraction': {vf!r} is not a share in (0, 1)")
+        if data.get("split") is not None:
+            raise ConfigError("give --val-fraction or --split, not both")
+        data["split"] = {"train": 1 - float(vf), "val": float(vf)}
     if isinstance(data.get("input"), (str, list)):
         _apply_registries(data, [data["input"]] if isinstance(data["input"], str) else data["input"])
         data["input"] = expand_inputs([data["input"]] if isinstance(data["input"], str) else data["input"],

@@ -28,12 +28,28 @@ META = ".nv-meta"
 REQUIRED = (".info.json", "split.yaml", "dataset.yaml")
 
 
-def expected_files(counts: dict[str, int] | None, sink: Sink | None = None) -> dict[str, bytes]:
+def expected_files(counts: dict[str, int] | None, sink: Sink | None = None,
+                   shard_splits: dict[str, str] | None = None) -> dict[str, bytes]:
     """The files vlmpack writes into ``.nv-meta`` (name -> bytes) for the shard ``counts``
-    (shard -> packs) in the layout of ``sink`` (default: ``vlmpack``); without counts, the layout's
-    own files only (``.info.json`` and ``split.yaml`` cannot be known)."""
+    (shard -> packs) in the layout of ``sink`` (default: ``vlmpack``), each shard in the split part
+    ``shard_splits`` gives it (default ``train``); without counts, the layout's own files only
+    (``.info.json`` and ``split.yaml`` cannot be known)."""
     files = (sink or get_sink()).dataset_files()
-    return metadata_files(counts, files) if counts is not None else dict(files)
+    return metadata_files(counts, files, shard_splits) if counts is not None else dict(files)
+
+
+def report_splits(report: dict | None) -> dict[str, str] | None:
+    """Shard -> split part, from ``report.json`` ``splits`` (``--split``); None without (every shard
+    in ``train``) or when the record is no mapping of split names to shard lists."""
+    splits = (report or {}).get("splits")
+    if not isinstance(splits, dict):
+        return None
+    out = {}
+    for name, row in splits.items():
+        if name not in ("train", "val", "test") or not isinstance(row, dict) or not isinstance(row.get("shards"), list):
+            return None
+        out.update({str(s): name for s in row["shards"]})
+    return out
 
 
 def check_meta(f: Findings) -> None:
@@ -62,7 +78,7 @@ def check_meta(f: Findings) -> None:
         f.add(str(e))
     except (OSError, ValueError, KeyError, TypeError) as e:
         f.add(f"{meta / '.info.json'} is corrupt ({one_line(e)})")
-    want = expected_files(f.counts, f.sink)
+    want = expected_files(f.counts, f.sink, report_splits(f.report))
     names = sorted(os.listdir(meta))
     need = list(dict.fromkeys((*REQUIRED, *want)))
     missing = [n for n in need if n not in names]

@@ -64,6 +64,11 @@ def pack_command(
     pad_to_multiple_of: Optional[int] = _opt("pad_to_multiple_of", "--pad-to-multiple-of",
                                              help="plan each sample's length rounded up to this many tokens"),
     seed: Optional[int] = _opt("seed", "--seed", help="seed of the pack order shuffle"),
+    split: Optional[str] = _opt("split", "--split", help="train / val / test shares, e.g. "
+                                "train=0.98,val=0.01,test=0.01: each sample's split by a hash of its id; packs and "
+                                "shards never mix splits; Energon split parts", default="off"),
+    val_fraction: Optional[float] = typer.Option(None, "--val-fraction", help="shorthand of --split "
+                                                 "train=1-F,val=F (YAML val_fraction; default: off)"),
     pretokenize: Optional[bool] = _opt("pretokenize", "--pretokenize/--no-pretokenize",
                                        help="also write each pack's input_ids as an int32 .npy part"),
     special_tokens: Optional[str] = _opt(
@@ -105,7 +110,8 @@ def pack_command(
                       overlong=overlong, algorithm=algorithm,
                       max_samples_per_pack=max_samples_per_pack, max_media_per_pack=max_media_per_pack,
                       max_media_tokens_per_pack=max_media_tokens_per_pack, group_by_kind=group_by_kind,
-                      pad_to_multiple_of=pad_to_multiple_of, seed=seed, pretokenize=pretokenize,
+                      pad_to_multiple_of=pad_to_multiple_of, seed=seed, split=split, val_fraction=val_fraction,
+                      pretokenize=pretokenize,
                       special_tokens=special_tokens, max_reject_fraction=max_reject_fraction,
                       max_packs_per_shard=max_packs_per_shard, max_shard_bytes=max_shard_bytes,
                       shard_prefix=shard_prefix, layout=layout, workers=workers, num_nodes=num_nodes,

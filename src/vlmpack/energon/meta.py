@@ -6,7 +6,8 @@ Formats follow ``shared/docs/energon_format.md`` (verified against megatron-ener
   header block, entry N = offset of the end-of-archive zero blocks (not the file size).
 - ``.nv-meta/.info.json``: ``{"energon_version": ..., "shard_counts": {shard: N}}`` (indent 2,
   no trailing newline, shards sorted).
-- ``.nv-meta/split.yaml``: every shard in ``train``, ``val``/``test`` empty, ``exclude: []``.
+- ``.nv-meta/split.yaml``: every shard in ``train``, ``val``/``test`` empty, ``exclude: []``; with
+  ``--split`` / ``--val-fraction`` each shard under its split (:mod:`vlmpack.pack.splits`).
 - ``.nv-meta/dataset.yaml``: the typed form with ``sample_type`` = :class:`vlmpack.energon.sample.VlmpackPack`,
   ``sample_loader: sample_loader.py:sample_loader`` and ``part_filter: sample_loader.py:part_filter``.
 - ``.nv-meta/sample_loader.py``: :data:`SAMPLE_LOADER_SOURCE` (no decoding: an image that does not
@@ -94,24 +95,31 @@ def read_tar_idx(path: str | Path) -> np.ndarray:
     return np.fromfile(path, dtype="<u8")
 
 
-def metadata_files(shard_counts: dict[str, int], dataset_files: dict[str, bytes] | None = None) -> dict[str, bytes]:
+def metadata_files(shard_counts: dict[str, int], dataset_files: dict[str, bytes] | None = None,
+                   shard_splits: dict[str, str] | None = None) -> dict[str, bytes]:
     """The files of ``.nv-meta/`` (file name -> bytes, in the order written) for the shards
-    ``shard_counts`` (relative path -> number of packs): ``.info.json``, ``split.yaml`` and the
-    output layout's ``dataset_files`` (default: :data:`DATASET_YAML` + :data:`SAMPLE_LOADER_SOURCE`,
-    the ``vlmpack.pack/1`` layout). Pure: ``vlmpack check`` compares an output's files with these."""
+    ``shard_counts`` (relative path -> number of packs): ``.info.json``, ``split.yaml`` (each shard
+    under its split part, ``shard_splits``: shard -> ``train`` / ``val`` / ``test``; default every
+    shard in ``train``) and the output layout's ``dataset_files`` (default: :data:`DATASET_YAML` +
+    :data:`SAMPLE_LOADER_SOURCE`, the ``vlmpack.pack/1`` layout). Pure: ``vlmpack check`` compares an
+    output's files with these."""
     shards = sorted(shard_counts)
     info = {"energon_version": ENERGON_VERSION, "shard_counts": {s: int(shard_counts[s]) for s in shards}}
-    split = "split_parts:\n  train:" + ("".join(f"\n  - {json.dumps(s)}" for s in shards) or " []") + "\n"
-    split += "  val: []\n  test: []\nexclude: []\n"
+    split = "split_parts:\n"
+    for part in ("train", "val", "test"):
+        names = [s for s in shards if (shard_splits or {}).get(s, "train") == part]
+        split += f"  {part}:" + ("".join(f"\n  - {json.dumps(s)}" for s in names) or " []") + "\n"
+    split += "exclude: []\n"
     if dataset_files is None:
         dataset_files = {"dataset.yaml": DATASET_YAML.encode(), "sample_loader.py": SAMPLE_LOADER_SOURCE.encode()}
     return {".info.json": json.dumps(info, indent=2).encode(), "split.yaml": split.encode(), **dataset_files}
 
 
-def write_metadata(root: str | Path, shard_counts: dict[str, int], dataset_files: dict[str, bytes] | None = None
-                   ) -> None:
+def write_metadata(root: str | Path, shard_counts: dict[str, int], dataset_files: dict[str, bytes] | None = None,
+                   shard_splits: dict[str, str] | None = None) -> None:
     """Write ``.nv-meta/`` (:func:`metadata_files`) for the shards ``shard_counts`` (relative path
-    -> number of packs) and the output layout's ``dataset_files`` (file name -> bytes).
+    -> number of packs), the output layout's ``dataset_files`` (file name -> bytes) and the shards'
+    split parts (``shard_splits``).
 
     Raises ``ValueError`` for an empty shard (Energon asserts against those) and
     :class:`vlmpack.errors.RunDirError` when ``.nv-meta`` is a symbolic link (never written through).
@@ -122,5 +130,5 @@ def write_metadata(root: str | Path, shard_counts: dict[str, int], dataset_files
     if meta.is_symlink():
         raise RunDirError(f"{meta} is a symbolic link; vlmpack writes none and follows none: remove it")
     meta.mkdir(parents=True, exist_ok=True)
-    for name, data in metadata_files(shard_counts, dataset_files).items():
+    for name, data in metadata_files(shard_counts, dataset_files, shard_splits).items():
         _atomic_write(meta / name, data)

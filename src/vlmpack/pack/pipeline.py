@@ -60,6 +60,7 @@ from vlmpack.pack.nodes import InputRange, check_node_output, model_fingerprint,
 from vlmpack.pack.report import build_report, write_report_html
 from vlmpack.pack.rundir import RUN_DIR, prepare_output, unlock_output
 from vlmpack.pack.seal import write_hashes
+from vlmpack.pack.splits import SPLIT_NAMES, join_plans, split_of_ids
 from vlmpack.pack.stages import (
     CountOptions,
     PlanOptions,
@@ -82,11 +83,17 @@ __all__ = ["RUN_DIR", "build_manifest", "make_plan", "manifest_digest", "run_pac
 
 
 # ---------------------------------------------------------------------------------------- plan
-def make_plan(opts: PlanOptions, manifest: pa.Table) -> PackPlan:
+def make_plan(opts: PlanOptions, manifest: pa.Table, split: np.ndarray | None = None) -> PackPlan:
     """Bin-pack the manifest's samples (columns ``num_tokens``, ``num_media``, ``media_tokens``,
     ``kind``: one row per sample) with the algorithm and constraints of ``opts`` (the plan stage;
-    a plain table of those columns is enough). Raises :class:`vlmpack.errors.ConfigError` for an
-    unknown algorithm or a bad constraint."""
+    a plain table of those columns is enough); with ``split`` (int8 ``[n]``, each row's split,
+    :func:`vlmpack.pack.splits.split_of_ids`) each split is planned on its own and its packs follow
+    the previous split's (:func:`vlmpack.pack.splits.join_plans`). Raises
+    :class:`vlmpack.errors.ConfigError` for an unknown algorithm or a bad constraint."""
+    if split is not None:
+        parts = [(rows, make_plan(opts, manifest.take(pa.array(rows))))
+                 for rows in (np.flatnonzero(split == s) for s in np.unique(split))]
+        return join_plans(parts, manifest.num_rows)
     col = lambda name: manifest.column(name).to_numpy()  # noqa: E731
     return plan_packs(col("num_tokens").astype(np.int64), opts.seq_len, algorithm=opts.algorithm,
                       max_samples_per_pack=opts.max_samples_per_pack, media_counts=col("num_media").astype(np.int64),
@@ -152,12 +159,15 @@ def _overlong_gate(cfg: PackConfig, rejections: list[Rejection]) -> None:
 
 
 # ---------------------------------------------------------------------------------------- write
-def _shard_tasks(opts: WriteOptions, run: Path, manifest: pa.Table, plan: PackPlan) -> list[ShardTask]:
-    """The write tasks of ``plan``: packs cut into shards (:func:`assign_shards`), each task with its
-    samples' record locations (part, offset, length in bytes) and token counts in pack order and its pack offsets."""
+def _shard_tasks(opts: WriteOptions, run: Path, manifest: pa.Table, plan: PackPlan,
+                 pack_split: np.ndarray | None = None) -> list[ShardTask]:
+    """The write tasks of ``plan``: packs cut into shards (:func:`assign_shards`; a new shard where
+    ``pack_split``, each pack's split, changes), each task with its samples' record locations
+    (part, offset, length in bytes) and token counts in pack order and its pack offsets."""
     col = lambda name: manifest.column(name).to_numpy()  # noqa: E731
     pack_bytes = estimate_pack_bytes(plan.offsets, plan.order, col("rec_len"), col("media_bytes"), col("num_media"))
-    bounds = assign_shards(pack_bytes, opts.max_packs_per_shard, opts.max_shard_bytes)
+    breaks = () if pack_split is None else np.flatnonzero(np.diff(pack_split)) + 1
+    bounds = assign_shards(pack_bytes, opts.max_packs_per_shard, opts.max_shard_bytes, breaks)
     order = np.asarray(plan.order)
     rows = member_rows(manifest, order)
     offsets = np.asarray(plan.offsets, dtype=np.int64)
@@ -222,32 +232,38 @@ def _left_out_ok(result: dict) -> bool:
         for x in rows)
 
 
-def _plan(opts: PlanOptions, run: Path, manifest: pa.Table, key: str, reuse: dict) -> tuple[pa.Table, PackPlan]:
+def _plan(opts: PlanOptions, run: Path, manifest: pa.Table, key: str, reuse: dict
+          ) -> tuple[pa.Table, PackPlan, np.ndarray | None]:
     """The plan of ``manifest`` (``key``: its plan key, :func:`vlmpack.pack.stages.plan_key`), reused
     from the run dir when it was made for the same key (and ``manifest.parquet`` is there), else
     made and saved (manifest, plan, then the stage record). Returns the manifest without its id
-    column (the ids stay in ``manifest.parquet``: :func:`_ids_at`) and the plan, so the driver does
-    not hold the ids while planning."""
+    column (the ids stay in ``manifest.parquet``: :func:`_ids_at`), the plan, so the driver does
+    not hold the ids while planning, and with ``--split`` each pack's split (int8 ``[P]``, an index
+    of :data:`vlmpack.pack.splits.SPLIT_NAMES`; else None)."""
+    split = None
+    if opts.split is not None:
+        split = split_of_ids(manifest.column("id"), manifest.column("id_kind").to_numpy(), dict(opts.split))
+    pack_split = lambda plan: None if split is None else split[plan.order[plan.offsets[:-1]]]  # noqa: E731
     stages = read_sealed_json(run / "stages.json")
     if stages is not None and stages.get("plan") == key and _files_match(run, stages.get("files")):
         try:
             plan = PackPlan.from_npz(run / "plan.npz")
             reuse["plan_reused"] = True
-            return manifest.drop_columns(["id"]), plan
+            return manifest.drop_columns(["id"]), plan, pack_split(plan)
         except Exception:  # noqa: BLE001 - a damaged plan file is made again
             log.warning("plan.npz in %s cannot be read; planning again", run)
     elif stages is not None and stages.get("plan") == key:
         log.warning("manifest.parquet / plan.npz in %s do not match their checksums; planning again", run)
     atomic_write_parquet(run / "manifest.parquet", manifest)
     manifest = manifest.drop_columns(["id"])
-    plan = make_plan(opts, manifest)
+    plan = make_plan(opts, manifest, split)
     reuse["plan_reused"] = False
     npz = io.BytesIO()
     plan.to_npz(npz)
     atomic_write(run / "plan.npz", npz.getvalue())
     files = {name: dict(zip(("sha256", "size"), file_sha256(run / name))) for name in _PLAN_FILES}
     atomic_write(run / "stages.json", sealed_json_bytes({"plan": key, "files": files}))
-    return manifest, plan
+    return manifest, plan, pack_split(plan)
 
 
 _PLAN_FILES = ("manifest.parquet", "plan.npz")
@@ -306,6 +322,22 @@ def _reject_gate(cfg: PackConfig, fingerprint: str, results: list[MeasureResult]
 
 
 # ---------------------------------------------------------------------------------------- main
+def split_report(shares: dict[str, float], shards: list[ShardResult], shard_splits: dict[str, str]) -> dict:
+    """``report.json`` ``splits``: per split its ``share`` (asked), ``packs``, ``samples``, ``tokens``
+    and ``shards`` (sorted names) as written; ``vlmpack check`` rebuilds ``split.yaml`` from it."""
+    out = {name: {"share": shares[name], "packs": 0, "samples": 0, "tokens": 0, "shards": []}
+           for name in SPLIT_NAMES if name in shares}
+    for s in shards:
+        row = out[shard_splits[s.name]]
+        row["packs"] += s.num_packs
+        row["samples"] += s.num_samples
+        row["tokens"] += s.num_tokens
+        row["shards"].append(s.name)
+    for row in out.values():
+        row["shards"].sort()
+    return out
+
+
 def _check_layout(cfg: PackConfig) -> None:
     """:class:`ConfigError` (one line) for an unknown ``--layout``, ``--pretokenize`` with a layout
     that has no ids part, a layout of one kind per pack without ``--group-by-kind``, or a model
@@ -363,21 +395,23 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
     _overlong_gate(cfg, rejections)
     _reject_gate(cfg, fingerprint, results, rejections)
     keys["plan"] = plan_key(plan_opts, manifest_digest(manifest))
-    manifest, plan = _plan(plan_opts, run, manifest, keys["plan"], reuse)  # the ids stay on disk from here
+    manifest, plan, pack_split = _plan(plan_opts, run, manifest, keys["plan"], reuse)  # the ids stay on disk from here
     rejections += _overlong_rejections(plan_opts, inputs, run, manifest, plan)
     manifest = manifest.drop_columns(["line", "offset", "id_kind"])  # only locators needed them (done)
     timings["plan"] = time.perf_counter() - t
     t = time.perf_counter()
     keys["write"] = write_key(cfg, keys["count"], keys["plan"], media_digest(results))
     write_opts = WriteOptions.of(cfg, shard_prefix(cfg))
-    tasks = _shard_tasks(write_opts, run, manifest, plan)
+    tasks = _shard_tasks(write_opts, run, manifest, plan, pack_split)
+    shard_splits = None if pack_split is None else {t.name: SPLIT_NAMES[pack_split[t.first_pack]] for t in tasks}
     atomic_write(run / "outputs.json", sealed_json_bytes({"shards": [x.name for x in tasks]}))
     shards = _write(write_opts, workers, run, tasks, keys["write"], reuse)
     left_out = _write_rejections(inputs, shards)
     rejections += [r for r, _, _ in left_out]
     timings["write"] = time.perf_counter() - t
     if shards:
-        write_metadata(cfg.output, {s.name: s.num_packs for s in shards}, get_sink(cfg.layout).dataset_files())
+        write_metadata(cfg.output, {s.name: s.num_packs for s in shards}, get_sink(cfg.layout).dataset_files(),
+                       shard_splits)
     _write_rejects(cfg, rejections)
     stats = read_stats(results)
     timings["worker_read_validate"] = sum(r.seconds_read for r in results)
@@ -387,6 +421,8 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
     report = build_report(cfg, fingerprint, stats, manifest, plan, rejections, shards, timings, records_by_file,
                           left_out=[(f, n) for _, f, n in left_out])
     report["status"] = "ok" if report["samples_packed"] else "failed"
+    if shard_splits is not None:
+        report["splits"] = split_report(cfg.split, shards, shard_splits)
     report["reused"] = reuse
     report["model_fingerprint"] = model_fingerprint(payload)
     report["nodes"] = node_record(cfg, payload, tasks_total, len(ranges))

@@ -178,6 +178,9 @@ def summary_lines(report: dict) -> list[tuple[str, str]]:
         ("shards", f"{r['shards']} ({r['shard_bytes'] / 1e6:,.1f} MB)"),
         ("seconds", ", ".join(f"{k} {v:g}" for k, v in r["seconds"].items())),
     ]
+    if r.get("splits"):  # --split: samples / packs / shards per split part
+        rows.insert(-1, ("splits", "; ".join(f"{name} {v['samples']:,} samples, {v['packs']:,} packs, "
+                                             f"{len(v['shards'])} shards" for name, v in r["splits"].items())))
     u = r.get("reused") or {}
     if u.get("count_tasks_reused") or u.get("plan_reused") or u.get("shards_reused"):
         rows.insert(0, ("resumed", f"reused {u.get('count_tasks_reused', 0)}/{u.get('count_tasks', 0)} counting "

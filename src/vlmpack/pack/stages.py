@@ -98,12 +98,13 @@ class Workers:
 
 #: Options that decide the plan, given the counts (the plan stage; ``overlong``: drop or stop).
 PLAN_OPTIONS = ("seq_len", "algorithm", "max_samples_per_pack", "max_media_per_pack", "max_media_tokens_per_pack",
-                "group_by_kind", "pad_to_multiple_of", "seed", "overlong")
+                "group_by_kind", "pad_to_multiple_of", "seed", "overlong", "split")
 @dataclass(frozen=True)
 class PlanOptions:
     """What the plan stage uses (:data:`PLAN_OPTIONS`, nothing else): capacity ``seq_len`` and the
     per-pack budgets in tokens, the algorithm name (:data:`vlmpack.packing.ALGORITHMS`), the
-    constraints, the pack-order ``seed`` and the ``overlong`` policy (``"drop"`` | ``"error"``).
+    constraints, the pack-order ``seed``, the ``overlong`` policy (``"drop"`` | ``"error"``) and the
+    ``split`` shares (:mod:`vlmpack.pack.splits`; None: one split).
     Built from a config with :meth:`of`; the plan key and the plan are functions of it alone."""
 
     seq_len: int
@@ -115,11 +116,12 @@ class PlanOptions:
     pad_to_multiple_of: int | None = None
     seed: int = 0
     overlong: str = "drop"
+    split: tuple[tuple[str, float], ...] | None = None
 
     @classmethod
     def of(cls, cfg: PackConfig) -> PlanOptions:
         """The plan options of ``cfg``."""
-        return cls(**{k: getattr(cfg, k) for k in PLAN_OPTIONS})
+        return cls(**{k: getattr(cfg, k) for k in PLAN_OPTIONS if k != "split"}, split=split_items(cfg.split))
 
 
 #: Options that decide the shard bytes and names, given the plan (the write stage).
@@ -228,11 +230,24 @@ def count_key(cfg: PackConfig, payload: dict) -> str:
     return _digest(count_payload(cfg, payload))
 
 
+def split_items(split) -> tuple[tuple[str, float], ...] | None:
+    """``--split`` shares as ``((name, share), ...)`` in train / val / test order (from the config's
+    mapping or a :class:`PlanOptions`' pairs), None without."""
+    if split is None:
+        return None
+    shares = dict(split)
+    return tuple((name, float(shares[name])) for name in ("train", "val", "test") if name in shares)
+
+
 def plan_key(opts: PlanOptions | PackConfig, manifest_digest: str) -> str:
     """sha256 (hex) of the manifest digest (:func:`vlmpack.pack.manifest.manifest_digest`) and
     :data:`PLAN_OPTIONS` (of a :class:`PlanOptions`, or of a config: the same key): the key of
     ``plan.npz``."""
-    return _digest({"manifest": manifest_digest, "options": {k: getattr(opts, k) for k in PLAN_OPTIONS}})
+    options = {k: getattr(opts, k) for k in PLAN_OPTIONS}
+    options["split"] = split_items(options["split"])
+    if options["split"] is None:  # no split: the key plans made before --split existed had
+        del options["split"]
+    return _digest({"manifest": manifest_digest, "options": options})
 
 
 def write_key(cfg: PackConfig, count: str, plan: str, media_files: list) -> str:

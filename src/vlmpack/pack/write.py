@@ -115,18 +115,20 @@ def member_rows(manifest, order: np.ndarray) -> np.ndarray:
     return rows
 
 
-def assign_shards(pack_bytes: np.ndarray, max_packs: int, max_bytes: int) -> np.ndarray:
+def assign_shards(pack_bytes: np.ndarray, max_packs: int, max_bytes: int, breaks=()) -> np.ndarray:
     """Shard boundaries over packs in plan order.
 
     pack_bytes: int64 ``[P]`` estimated tar bytes of each pack. A shard is closed before a pack
     that would make it exceed ``max_packs`` packs or ``max_bytes`` bytes (a single pack larger
-    than ``max_bytes`` gets a shard of its own; no shard is empty). Returns int64
-    ``[S+1]`` offsets: shard s holds packs ``[bounds[s], bounds[s+1])``.
+    than ``max_bytes`` gets a shard of its own; no shard is empty), and before each pack index of
+    ``breaks`` (where a split starts: no shard mixes splits). Returns int64 ``[S+1]`` offsets:
+    shard s holds packs ``[bounds[s], bounds[s+1])``.
     """
     bounds = [0]
     count, size = 0, 0
+    breaks = set(int(b) for b in breaks)
     for p, b in enumerate(pack_bytes.tolist()):
-        if count and (count >= max_packs or size + b > max_bytes):
+        if count and (count >= max_packs or size + b > max_bytes or p in breaks):
             bounds.append(p)
             count, size = 0, 0
         count += 1
