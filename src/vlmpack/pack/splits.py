@@ -28,8 +28,13 @@ def split_of_ids(ids: pa.Array | pa.ChunkedArray | list[str], id_kinds: np.ndarr
     ``shares``: split name -> share (each in (0, 1], summing to 1)."""
     names = [s for s in SPLIT_NAMES if s in shares]
     bounds = np.cumsum([shares[s] for s in names])
-    ids = ids.to_pylist() if isinstance(ids, (pa.Array, pa.ChunkedArray)) else list(ids)
-    h = id_key_hashes(ids, [int(k) for k in id_kinds]).astype(np.float64) / 2.0**64
+    chunks = ids.chunks if isinstance(ids, pa.ChunkedArray) else [ids]  # one Python list of ids at a time
+    kinds, hashes, pos = np.asarray(id_kinds), [], 0
+    for chunk in chunks:
+        part = chunk.to_pylist() if isinstance(chunk, pa.Array) else list(chunk)
+        hashes.append(id_key_hashes(part, kinds[pos:pos + len(part)].tolist()))
+        pos += len(part)
+    h = (np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)).astype(np.float64) / 2.0**64
     idx = np.minimum(np.searchsorted(bounds, h, side="right"), len(names) - 1)
     return np.asarray([SPLIT_NAMES.index(n) for n in names], np.int8)[idx]
 
