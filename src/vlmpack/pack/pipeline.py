@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 
 from vlmpack.config import PackConfig
 from vlmpack.energon.meta import write_metadata
-from vlmpack.errors import ConfigError, OverlongError, RunFailedError
+from vlmpack.errors import OverlongError, RunFailedError
 from vlmpack.fsio import (
     atomic_write,
     atomic_write_parquet,
@@ -60,7 +60,7 @@ from vlmpack.pack.nodes import InputRange, check_node_output, model_fingerprint,
 from vlmpack.pack.report import build_report, write_report_html
 from vlmpack.pack.rundir import RUN_DIR, prepare_output, unlock_output
 from vlmpack.pack.seal import write_hashes
-from vlmpack.pack.splits import SPLIT_NAMES, join_plans, split_of_ids
+from vlmpack.pack.splits import SPLIT_NAMES, join_plans, split_of_ids, split_report
 from vlmpack.pack.stages import (
     CountOptions,
     PlanOptions,
@@ -75,7 +75,7 @@ from vlmpack.pack.stages import (
 from vlmpack.pack.write import ShardResult, ShardTask, assign_shards, estimate_pack_bytes, member_rows, write_shard
 from vlmpack.packing import PackPlan, plan_packs
 from vlmpack.records import Locator, Rejection, display_path
-from vlmpack.sinks import get_sink
+from vlmpack.sinks import check_layout, get_sink
 
 log = logging.getLogger(__name__)
 
@@ -322,39 +322,6 @@ def _reject_gate(cfg: PackConfig, fingerprint: str, results: list[MeasureResult]
 
 
 # ---------------------------------------------------------------------------------------- main
-def split_report(shares: dict[str, float], shards: list[ShardResult], shard_splits: dict[str, str]) -> dict:
-    """``report.json`` ``splits``: per split its ``share`` (asked), ``packs``, ``samples``, ``tokens``
-    and ``shards`` (sorted names) as written; ``vlmpack check`` rebuilds ``split.yaml`` from it."""
-    out = {name: {"share": shares[name], "packs": 0, "samples": 0, "tokens": 0, "shards": []}
-           for name in SPLIT_NAMES if name in shares}
-    for s in shards:
-        row = out[shard_splits[s.name]]
-        row["packs"] += s.num_packs
-        row["samples"] += s.num_samples
-        row["tokens"] += s.num_tokens
-        row["shards"].append(s.name)
-    for row in out.values():
-        row["shards"].sort()
-    return out
-
-
-def _check_layout(cfg: PackConfig) -> None:
-    """:class:`ConfigError` (one line) for an unknown ``--layout``, ``--pretokenize`` with a layout
-    that has no ids part, a layout of one kind per pack without ``--group-by-kind``, or a model
-    whose family the layout's trainer does not render alike."""
-    from vlmpack.models import model_type
-
-    sink = get_sink(cfg.layout)
-    if cfg.pretokenize and not sink.pretokenize:
-        raise ConfigError(f"--pretokenize: layout {cfg.layout} has no input_ids part (its trainer tokenizes)")
-    if sink.one_kind_per_pack and not cfg.group_by_kind:
-        raise ConfigError(f"--layout {cfg.layout}: its trainer reads packs of one kind (text or image), "
-                          "add --group-by-kind")
-    problem = sink.model_problem(model_type(cfg.model))
-    if problem is not None:
-        raise ConfigError(f"--layout {cfg.layout}: {problem}")
-
-
 def run_pack(cfg: PackConfig) -> dict:
     """Run the whole job for ``cfg`` and return the report (also written to ``OUT/report.json``).
 
@@ -366,7 +333,7 @@ def run_pack(cfg: PackConfig) -> dict:
     records never raise: they are rejected with a reason and listed in ``OUT/rejects.jsonl``.
     A run stopped at any point (signal, kill, error) resumes with the same command.
     """
-    _check_layout(cfg)
+    check_layout(cfg)
     payload = cfg.fingerprint_payload()  # hashes the model's counting files: once
     fingerprint = cfg.fingerprint(payload)
     out = Path(cfg.output)

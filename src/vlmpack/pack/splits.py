@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from vlmpack.pack.count_task import id_key_hashes
+from vlmpack.pack.write import ShardResult
 from vlmpack.packing import PackPlan
 
 #: Energon's split parts, in the order packs and shards are written.
@@ -60,3 +61,18 @@ def join_plans(parts: list[tuple[np.ndarray, PackPlan]], n: int) -> PackPlan:
     return PackPlan(pack_ids, np.concatenate(offsets), cat(order), np.sort(cat(overlong)), cat(tokens),
                     capacity, algorithm)
 
+
+def split_report(shares: dict[str, float], shards: list[ShardResult], shard_splits: dict[str, str]) -> dict:
+    """``report.json`` ``splits``: per split its ``share`` (asked), ``packs``, ``samples``, ``tokens``
+    and ``shards`` (sorted names) as written; ``vlmpack check`` rebuilds ``split.yaml`` from it."""
+    out = {name: {"share": shares[name], "packs": 0, "samples": 0, "tokens": 0, "shards": []}
+           for name in SPLIT_NAMES if name in shares}
+    for s in shards:
+        row = out[shard_splits[s.name]]
+        row["packs"] += s.num_packs
+        row["samples"] += s.num_samples
+        row["tokens"] += s.num_tokens
+        row["shards"].append(s.name)
+    for row in out.values():
+        row["shards"].sort()
+    return out

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vlmpack.config import PackConfig
 from vlmpack.errors import ConfigError
 from vlmpack.fsio import read_inside
 from vlmpack.sinks.base import Sink
@@ -42,6 +43,23 @@ def get_sink(name: str = DEFAULT_LAYOUT) -> Sink:
         raise ConfigError(f"unknown output layout {name!r}; use one of {', '.join(SINKS)}") from None
 
 
+def check_layout(cfg: PackConfig) -> None:
+    """:class:`ConfigError` (one line) for an unknown ``--layout``, ``--pretokenize`` with a layout
+    that has no ids part, a layout of one kind per pack without ``--group-by-kind``, or a model
+    whose family the layout's trainer does not render alike (``vlmpack pack`` checks it first)."""
+    from vlmpack.models import model_type
+
+    sink = get_sink(cfg.layout)
+    if cfg.pretokenize and not sink.pretokenize:
+        raise ConfigError(f"--pretokenize: layout {cfg.layout} has no input_ids part (its trainer tokenizes)")
+    if sink.one_kind_per_pack and not cfg.group_by_kind:
+        raise ConfigError(f"--layout {cfg.layout}: its trainer reads packs of one kind (text or image), "
+                          "add --group-by-kind")
+    problem = sink.model_problem(model_type(cfg.model))
+    if problem is not None:
+        raise ConfigError(f"--layout {cfg.layout}: {problem}")
+
+
 def sink_of(out_dir: str | Path) -> Sink:
     """The layout of the output folder ``out_dir``: the sink whose ``dataset.yaml`` equals
     ``out_dir/.nv-meta/dataset.yaml`` byte for byte (compared, never imported or parsed); the
@@ -57,4 +75,4 @@ def sink_of(out_dir: str | Path) -> Sink:
     return SINKS[DEFAULT_LAYOUT]
 
 
-__all__ = ["DEFAULT_LAYOUT", "SINKS", "Sink", "get_sink", "sink_of"]
+__all__ = ["DEFAULT_LAYOUT", "SINKS", "Sink", "check_layout", "get_sink", "sink_of"]
