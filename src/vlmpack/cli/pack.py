@@ -68,7 +68,7 @@ def pack_command(
                                 "train=0.98,val=0.01,test=0.01: each sample's split by a hash of its id; packs and "
                                 "shards never mix splits; Energon split parts", default="off"),
     val_fraction: Optional[float] = typer.Option(None, "--val-fraction", help="shorthand of --split "
-                                                 "train=1-F,val=F (YAML val_fraction; default: off)"),
+                                                 "train=1-F,val=F; YAML val_fraction (default: off)"),
     pretokenize: Optional[bool] = _opt("pretokenize", "--pretokenize/--no-pretokenize",
                                        help="also write each pack's input_ids as an int32 .npy part"),
     special_tokens: Optional[str] = _opt(
