@@ -35,6 +35,7 @@ pytest.importorskip("megatron.energon")
 TRAINERS = Path(__file__).parent / "trainers"
 sys.path.insert(0, str(TRAINERS))
 from llava_ov2 import SAMPLE_LOADER, image_seqlens, sample_messages, template_ids  # noqa: E402
+from shards import pack_objects  # noqa: E402
 
 LAYOUT = "llava-ov2-captioning"
 SEQ_LEN = 4096
@@ -63,16 +64,8 @@ def _records(out: Path) -> dict[str, dict]:
 
 
 def _pack_ids(out: Path) -> dict[str, list[str]]:
-    """Pack key -> its samples' ids, from the ``vlmpack`` object of each json member (the tar read
-    with tarfile, not vlmpack)."""
-    ids = {}
-    for shard in sorted(out.glob("*.tar")):
-        with tarfile.open(shard) as tf:
-            for m in tf:
-                if m.name.endswith(".json"):
-                    obj = json.load(tf.extractfile(m))["vlmpack"]
-                    ids[m.name.split(".")[0]] = [s["id"] for s in obj["samples"]]
-    return ids
+    """Pack key -> its samples' ids (tests/trainers/shards.py)."""
+    return {k: [s["id"] for s in obj["samples"]] for k, obj in pack_objects(out).items()}
 
 
 def test_the_dataset_yaml_is_the_one_their_writer_writes(ov2_out):
@@ -104,13 +97,7 @@ def test_their_trainer_reads_every_sample_with_its_texts_media_and_a_count_withi
                            task_encoder=TrainerDecoding())
     records, pack_ids = _records(ov2_out), _pack_ids(ov2_out)
     report = json.loads((ov2_out / "report.json").read_text())
-    recorded = {}
-    for shard in sorted(ov2_out.glob("*.tar")):
-        with tarfile.open(shard) as tf:
-            for m in tf:
-                if m.name.endswith(".json"):
-                    obj = json.load(tf.extractfile(m))["vlmpack"]
-                    recorded.update({s["id"]: s["num_tokens"] for s in obj["samples"]})
+    recorded = {s["id"]: s["num_tokens"] for obj in pack_objects(ov2_out).values() for s in obj["samples"]}
     tok = AutoTokenizer.from_pretrained(model_dir)
     proc = Qwen2VLImageProcessorPil.from_pretrained(model_dir)
     seen: dict[str, int] = defaultdict(int)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tarfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from loongforge import (  # noqa: E402
     image_seqlens,
     template_ids,
 )
+from shards import pack_objects  # noqa: E402
 
 LAYOUT = "loongforge-mix-qa"
 SEQ_LEN = 4096
@@ -47,17 +47,6 @@ def lf_out(real_data, model_dir):
     return demo_packs(real_data, model_dir, seq_len=SEQ_LEN, n_lines=400, group_by_kind=True, layout=LAYOUT)
 
 
-def _objects(out: Path) -> dict[str, dict]:
-    """Pack key -> the ``vlmpack`` object of its json (the tar read with tarfile, not vlmpack)."""
-    objs = {}
-    for shard in sorted(out.glob("*.tar")):
-        with tarfile.open(shard) as tf:
-            for m in tf:
-                if m.name.endswith(".json"):
-                    objs[m.name.split(".")[0]] = json.load(tf.extractfile(m))["vlmpack"]
-    return objs
-
-
 def test_the_meta_is_their_writers(lf_out):
     assert yaml.safe_load((lf_out / ".nv-meta" / "dataset.yaml").read_text()) == {
         "__module__": "megatron.energon", "__class__": "CrudeWebdataset",
@@ -65,7 +54,7 @@ def test_the_meta_is_their_writers(lf_out):
     assert not (lf_out / ".nv-meta" / "sample_loader.py").exists()
     assert sorted(p.name for p in lf_out.glob("*.tar"))[0] == "pretrain-000000.tar"
     assert sink_of(lf_out) is SINKS[LAYOUT]
-    keys = list(_objects(lf_out))
+    keys = list(pack_objects(lf_out))
     assert {k.split("_pack_")[0] for k in keys} == {"text", "image"}
 
 
@@ -84,7 +73,7 @@ def test_their_trainer_reads_every_sample_with_its_turns_images_and_a_count_with
                            worker_config=WorkerConfig.default_worker_config(num_workers=0), repeat=False,
                            task_encoder=TrainerEncoder())
     records = {r["id"]: r for r in map(json.loads, (lf_out.parent / "input.jsonl").read_text().splitlines())}
-    objs = _objects(lf_out)
+    objs = pack_objects(lf_out)
     report = json.loads((lf_out / "report.json").read_text())
     tok = AutoTokenizer.from_pretrained(model_dir)
     proc = Qwen2VLImageProcessorPil.from_pretrained(model_dir)

@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from qwen2_vl_template import template_ids  # noqa: F401 - re-exported: its qwen2-vl template
+from qwen2_vl_template import grid_seqlens, plugin_resize, template_ids  # noqa: F401 - template_ids re-exported
 
 SAMPLE_LOADER = '''
 import io
@@ -76,23 +76,9 @@ def sample_messages(sample, idx: int) -> list[dict]:
 
 def preprocess_image(image):
     """``Qwen2VLPlugin._preprocess_image`` (after ``MMPlugin._preprocess_image``: RGB)."""
-    from PIL import Image
-
-    if image.mode != "RGB":
-        image = image.convert("RGB")
-    if min(image.width, image.height) < 28:
-        image = image.resize((max(image.width, 28), max(image.height, 28)), resample=Image.NEAREST)
-    if image.width / image.height > 200:
-        image = image.resize((image.height * 180, image.height), resample=Image.NEAREST)
-    if image.height / image.width > 200:
-        image = image.resize((image.width, image.width * 180), resample=Image.NEAREST)
-    return image
+    return plugin_resize(image if image.mode == "RGB" else image.convert("RGB"))
 
 
 def image_seqlens(image_processor, images) -> list[int]:
-    """Tokens per image: ``image_grid_thw.prod() // merge_size**2`` of the processor's output."""
-    if not images:
-        return []
-    grids = image_processor(images=[preprocess_image(im) for im in images])["image_grid_thw"]
-    merge = image_processor.merge_size
-    return [int(g[0] * g[1] * g[2]) // (merge * merge) for g in grids.tolist()]
+    """Tokens per image (:func:`preprocess_image`, then the processor's grids)."""
+    return grid_seqlens(image_processor, [preprocess_image(im) for im in images])

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from megatron.energon.flavors.base_dataset import Sample
 from megatron.energon.task_encoder.base import stateless
-from qwen2_vl_template import template_ids  # noqa: F401 - re-exported: its qwen2-vl template
+from qwen2_vl_template import grid_seqlens, plugin_resize, template_ids  # noqa: F401 - template_ids re-exported
 
 #: The trainer's ``--min-pixels`` / ``--max-pixels`` defaults (``loongforge/train/arguments.py``).
 MIN_PIXELS, MAX_PIXELS = 3136, 16384 * 28 * 28
@@ -88,19 +88,9 @@ def preprocess_image(image, image_resolution: int):
         image = image.resize((int(image.width * f), int(image.height * f)), resample=Image.NEAREST)
     if image.mode != "RGB":
         image = image.convert("RGB")
-    if min(image.width, image.height) < 28:
-        image = image.resize((max(image.width, 28), max(image.height, 28)), resample=Image.NEAREST)
-    if image.width / image.height > 200:
-        image = image.resize((image.height * 180, image.height), resample=Image.NEAREST)
-    if image.height / image.width > 200:
-        image = image.resize((image.width, image.width * 180), resample=Image.NEAREST)
-    return image
+    return plugin_resize(image)
 
 
 def image_seqlens(image_processor, images, image_resolution: int = 512) -> list[int]:
     """Tokens per image (module docstring; ``image_resolution``: the plugin's, 512 by default)."""
-    if not images:
-        return []
-    grids = image_processor(images=[preprocess_image(im, image_resolution) for im in images])["image_grid_thw"]
-    merge = image_processor.merge_size
-    return [int(g[0] * g[1] * g[2]) // (merge * merge) for g in grids.tolist()]
+    return grid_seqlens(image_processor, [preprocess_image(im, image_resolution) for im in images])

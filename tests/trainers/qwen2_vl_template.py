@@ -14,6 +14,29 @@ from __future__ import annotations
 DEFAULT_SYSTEM = "You are a helpful assistant."
 
 
+def plugin_resize(image):
+    """``Qwen2VLPlugin._preprocess_image``'s own step (both trainers' ``mm_plugin.py``): at least 28
+    pixels a side, at most 200:1 (clamped to 180:1), NEAREST."""
+    from PIL import Image
+
+    if min(image.width, image.height) < 28:
+        image = image.resize((max(image.width, 28), max(image.height, 28)), resample=Image.NEAREST)
+    if image.width / image.height > 200:
+        image = image.resize((image.height * 180, image.height), resample=Image.NEAREST)
+    if image.height / image.width > 200:
+        image = image.resize((image.width, image.width * 180), resample=Image.NEAREST)
+    return image
+
+
+def grid_seqlens(image_processor, images) -> list[int]:
+    """Tokens per image: ``image_grid_thw.prod() // merge_size**2`` of the processor's output."""
+    if not images:
+        return []
+    grids = image_processor(images=images)["image_grid_thw"]
+    merge = image_processor.merge_size
+    return [int(g[0] * g[1] * g[2]) // (merge * merge) for g in grids.tolist()]
+
+
 def template_ids(tokenizer, messages: list[dict], seqlens: list[int]) -> list[int]:
     """The ids of ``messages`` by the ``qwen2-vl`` template, ``<image>`` expanded with ``seqlens``
     in order (``Qwen2VLPlugin.process_messages``: a count mismatch is a ``ValueError``)."""
