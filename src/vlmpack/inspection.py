@@ -25,7 +25,7 @@ import numpy as np
 
 from vlmpack.errors import ConfigError, InputError
 from vlmpack.fsio import LinkRefused, read_inside
-from vlmpack.packfmt import ShardPacks, loads_json, parse_pack, shard_paths
+from vlmpack.packfmt import ShardPacks, compact_json, loads_json, parse_pack, shard_paths
 from vlmpack.sinks import DEFAULT_LAYOUT, Sink, get_sink, sink_of
 
 __all__ = ["InspectedSample", "find_packs", "inspect_pack", "render_html", "render_terminal"]
@@ -63,8 +63,7 @@ def _canonical(sink: Sink, parts: dict[str, bytes | None]) -> dict[str, bytes | 
         obj, named = sink.read_pack(parts)
     except (KeyError, ValueError, TypeError):
         return parts
-    body = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
-    return {**named, "json": body}
+    return {**named, "json": compact_json(obj)}
 
 
 def _shard_packs(path: Path, want=None):

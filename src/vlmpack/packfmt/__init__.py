@@ -18,7 +18,7 @@ A shard holds one tar sample per pack: members ``<key>.<part>`` that share the p
   samples follow webdataset's own member rules.
 - Reading what may be crafted (``check``, ``verify``, ``inspect`` read outputs they did not
   write): :func:`loads_json` (no file deeper than :data:`MAX_JSON_DEPTH`, never a
-  ``RecursionError``), :func:`parse_pack` (a pack object whose every field has its type, or
+  ``RecursionError``), :func:`parse_pack` / :func:`pack_object` (a pack object whose every field has its type, or
   ``ValueError``), :func:`parse_input_ids` (the ids of ``input_ids.npy``, header checked before
   any allocation), and :class:`ShardPacks` reads no member over :func:`part_limit` (nor a tar
   header over :data:`MAX_HEADER_BYTES`), so memory stays bounded whatever a shard claims.
@@ -26,7 +26,15 @@ A shard holds one tar sample per pack: members ``<key>.<part>`` that share the p
 
 from __future__ import annotations
 
-from vlmpack.packfmt.entries import PackEntry, entry_digest, join_pack, sample_digest, sample_entry, shift_part
+from vlmpack.packfmt.entries import (
+    PackEntry,
+    compact_json,
+    entry_digest,
+    join_pack,
+    sample_digest,
+    sample_entry,
+    shift_part,
+)
 from vlmpack.packfmt.names import (
     EXT_BY_FORMAT,
     EXTRA_PARTS,
@@ -48,6 +56,7 @@ from vlmpack.packfmt.shards import (
     ShardPacks,
     group_by_key,
     loads_json,
+    pack_object,
     parse_input_ids,
     parse_pack,
     read_packs,
@@ -56,7 +65,8 @@ from vlmpack.packfmt.shards import (
 
 __all__ = [
     "EXTRA_PARTS", "EXT_BY_FORMAT", "FORMAT", "MAX_HEADER_BYTES", "MAX_JSON_DEPTH", "MAX_PART_BYTES", "ROLES",
-    "TAG_BY_KIND", "MemberTooLarge", "PackEntry", "RawPack", "ShardPacks", "entry_digest", "group_by_key",
-    "join_pack", "loads_json", "media_part", "pack_key", "parse_input_ids", "parse_pack", "part_limit", "read_packs",
+    "TAG_BY_KIND", "MemberTooLarge", "PackEntry", "RawPack", "ShardPacks", "compact_json", "entry_digest",
+    "group_by_key", "join_pack", "loads_json", "media_part", "pack_key", "pack_object", "parse_input_ids",
+    "parse_pack", "part_limit", "read_packs",
     "sample_digest", "sample_entry", "shard_paths", "shift_part", "split_member", "tarinfo",
 ]

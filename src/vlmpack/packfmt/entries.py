@@ -35,10 +35,10 @@ def sample_entry(sample: Sample, special_tokens: str = "reject") -> tuple[bytes,
                      for n, m in zip(names, sample.media)]}
     if special_tokens == "split":
         obj["special_tokens"] = "split"
-    return _dumps(obj), names
+    return compact_json(obj), names
 
 
-def _dumps(obj) -> bytes:
+def compact_json(obj) -> bytes:
     """Compact UTF-8 JSON, the form of every ``<key>.json`` (a lone surrogate a crafted object may
     hold is kept as its bytes, never an error)."""
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
@@ -81,7 +81,7 @@ def join_pack(entries: list[bytes], media_counts: list[int], num_tokens: int, se
     order (a sample's ``img0`` becomes ``img<media before it>``), as byte-equal to
     ``json.dumps(obj, ensure_ascii=False, separators=(",", ":"))`` of that object; nothing is parsed
     or serialized again."""
-    head = _dumps({"format": FORMAT, "seq_len": seq_len, "num_tokens": num_tokens})[:-1] + b',"samples":['
+    head = compact_json({"format": FORMAT, "seq_len": seq_len, "num_tokens": num_tokens})[:-1] + b',"samples":['
     out, base = [], 0
     for entry, n in zip(entries, media_counts, strict=True):
         out.append(_PART_VALUE.sub(lambda g, base=base: g.group(1) + str(int(g.group(2)) + base).encode(), entry)
@@ -121,4 +121,4 @@ def sample_digest(sample: dict, media_sha256: list[str]) -> str:
             "media": [{**m, "part": names[m["part"]]} for m in sample["media"]],
             "messages": [{**msg, "content": [{**c, "part": names.get(c["part"], c["part"])} if "part" in c else c
                                              for c in msg["content"]]} for msg in sample["messages"]]}
-    return entry_digest(_dumps(body), media_sha256)
+    return entry_digest(compact_json(body), media_sha256)

@@ -92,11 +92,17 @@ def _content_ok(c, parts: set[str]) -> bool:
 
 
 def parse_pack(data: bytes | str) -> dict:
-    """The pack object of a ``<key>.json`` member (docs/format.md): :func:`loads_json`, then every
-    field the readers use has its type (counts are ints >= 0, each content ``part`` names one of
-    its sample's media). Raises ``ValueError`` (one line: which field of which sample) otherwise;
-    the counts' sums and ``seq_len`` are the caller's to compare."""
-    obj = loads_json(data)
+    """The pack object of a ``<key>.json`` member (docs/format.md): :func:`loads_json`, then
+    :func:`pack_object`. Raises ``ValueError`` (one line) for bytes that hold none."""
+    return pack_object(loads_json(data))
+
+
+def pack_object(obj) -> dict:
+    """``obj`` (JSON already read, e.g. the ``vlmpack`` value of another layout's json) when it is a
+    pack object (docs/format.md) whose every field the readers use has its type (counts are ints
+    >= 0, each content ``part`` names one of its sample's media). Raises ``ValueError`` (one line:
+    which field of which sample) otherwise; the counts' sums and ``seq_len`` are the caller's to
+    compare."""
     if not isinstance(obj, dict):
         raise ValueError(f"a JSON {type(obj).__name__}, not a pack object")
     if obj.get("format") != FORMAT:

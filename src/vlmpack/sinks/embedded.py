@@ -13,9 +13,8 @@ reads. The conversation rules of the trainers' ``qwen2-vl`` template are
 
 from __future__ import annotations
 
-import json
-
-from vlmpack.packfmt import PackEntry, join_pack, loads_json, media_part, parse_pack
+from vlmpack.energon.meta import DATASET_YAML
+from vlmpack.packfmt import PackEntry, compact_json, join_pack, loads_json, media_part, pack_object
 from vlmpack.records import Sample
 from vlmpack.sinks.base import MediaReader
 from vlmpack.sinks.qwen2_vl_turns import conversation_problem, model_problem
@@ -49,18 +48,6 @@ def sample_loader(raw: dict) -> dict:
 def part_filter(part: str) -> bool:
     return True
 '''
-
-
-def dumps(obj) -> bytes:
-    """Compact UTF-8 JSON (the form of the pack object beside it)."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
-
-
-def typed_dataset_yaml(module: str, cls: str) -> bytes:
-    """A ``dataset.yaml`` of the typed form: ``sample_type`` ``module.cls``, loader and part filter in
-    ``sample_loader.py`` (the key order of LLaVA-OneVision-2's ``write_energon_config``)."""
-    return (f"sample_type:\n  __module__: {module}\n  __class__: {cls}\n"
-            "part_filter: sample_loader.py:part_filter\nsample_loader: sample_loader.py:sample_loader\n").encode()
 
 
 class EmbeddedSink:
@@ -104,7 +91,7 @@ class EmbeddedSink:
         """:meth:`sample_values` of the sample, each compact JSON, joined by tabs (compact JSON holds
         none: a control character in a string is escaped), so :meth:`join_fields` splits them unparsed."""
         exts = [media_part(m.kind, m.format, i).rsplit(".", 1)[-1] for i, m in enumerate(sample.media)]
-        return b"\t".join(dumps(v) for v in self.sample_values(sample.messages, exts, str(sample.id)))
+        return b"\t".join(compact_json(v) for v in self.sample_values(sample.messages, exts, str(sample.id)))
 
     def object_values(self, s: dict) -> list:
         """:meth:`sample_values` of a sample of a pack object as read."""
@@ -133,13 +120,13 @@ class EmbeddedSink:
         return entries, tokens
 
     def read_pack(self, parts: dict[str, bytes | None]) -> tuple[dict, dict[str, bytes | None]]:
-        """The ``vlmpack`` pack object of ``<key>.json`` (:func:`vlmpack.packfmt.parse_pack`), checked
+        """The ``vlmpack`` pack object of ``<key>.json`` (:func:`vlmpack.packfmt.pack_object`), checked
         to say what the trainer's fields say (``ValueError`` otherwise), and the parts under its
         names (:meth:`member` -> the object's part of that media item)."""
         payload = loads_json(parts["json"])
         if not isinstance(payload, dict) or not isinstance(payload.get("vlmpack"), dict):
             raise ValueError("the json holds no vlmpack pack object")
-        obj = parse_pack(dumps(payload["vlmpack"]))
+        obj = pack_object(payload["vlmpack"])
         want = self.fields(obj["samples"])
         if set(payload) - {"vlmpack"} != set(want) or any(payload[k] != v for k, v in want.items()):
             raise ValueError(f"its {self.sample_class} fields differ from its pack object")
@@ -154,5 +141,5 @@ class EmbeddedSink:
 
     def check_files(self) -> dict[str, bytes]:
         """``VlmpackPack`` fields from the ``vlmpack`` object (:data:`CHECK_LOADER_TEMPLATE`)."""
-        return {"dataset.yaml": typed_dataset_yaml("vlmpack.energon.sample", "VlmpackPack"),
+        return {"dataset.yaml": DATASET_YAML.encode(),  # the vlmpack layout's: sample type VlmpackPack
                 "sample_loader.py": CHECK_LOADER_TEMPLATE.replace("@MEMBER@", self.member_expr).encode()}

@@ -25,8 +25,8 @@ What that rendering cannot hold is rejected ``layout_unsupported``
 
 from __future__ import annotations
 
-from vlmpack.packfmt import PackEntry
-from vlmpack.sinks.embedded import EmbeddedSink, dumps, typed_dataset_yaml
+from vlmpack.packfmt import PackEntry, compact_json
+from vlmpack.sinks.embedded import EmbeddedSink
 from vlmpack.sinks.qwen2_vl_turns import turns
 
 
@@ -38,6 +38,14 @@ def _tail(n_media: list[int]) -> dict:
     return {"sample_count": len(n_media), "patch_positions": [[""] * n for n in n_media],
             "timestamp_decimal": [1] * len(n_media)}
 
+
+#: ``.nv-meta/dataset.yaml`` as their ``write_energon_config`` writes it (``yaml.dump``, ``sort_keys=False``).
+DATASET_YAML = """sample_type:
+  __module__: aiak_training_llm.data.multimodal
+  __class__: PackedCaptioningSample
+part_filter: sample_loader.py:part_filter
+sample_loader: sample_loader.py:sample_loader
+"""
 
 SAMPLE_LOADER_SOURCE = '''"""LLaVA-OneVision-2 PackedCaptioningSample loader (written by vlmpack).
 
@@ -81,6 +89,7 @@ def part_filter(part: str) -> bool:
     return True
 '''
 
+
 class LlavaOv2CaptioningSink(EmbeddedSink):
     """``llava-ov2-captioning``: LLaVA-OneVision-2's ``PackedCaptioningSample`` (module docstring;
     a :class:`vlmpack.sinks.base.Sink` of the :class:`~vlmpack.sinks.embedded.EmbeddedSink` shape)."""
@@ -119,13 +128,13 @@ class LlavaOv2CaptioningSink(EmbeddedSink):
         """:meth:`fields` as bytes, the turn texts joined from the count stage's lines."""
         n_media = [len(s.media) for s in samples]
         values = [s.fields.split(b"\t") for s in samples]
-        return (dumps(_head(n_media))[:-1] + b',"prompts":[' + b",".join(v[0] for v in values) + b'],"captions":['
-                + b",".join(v[1] for v in values) + b"]," + dumps(_tail(n_media))[1:])
+        return (compact_json(_head(n_media))[:-1] + b',"prompts":[' + b",".join(v[0] for v in values)
+                + b'],"captions":[' + b",".join(v[1] for v in values) + b"]," + compact_json(_tail(n_media))[1:])
 
     def dataset_files(self) -> dict[str, bytes]:
         """``dataset.yaml`` (sample type ``aiak_training_llm.data.multimodal.PackedCaptioningSample``,
         as their ``write_energon_config`` writes it) and the restated ``sample_loader.py``."""
-        return {"dataset.yaml": typed_dataset_yaml("aiak_training_llm.data.multimodal", self.sample_class),
+        return {"dataset.yaml": DATASET_YAML.encode(),
                 "sample_loader.py": SAMPLE_LOADER_SOURCE.encode()}
 
 

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import json
 
-from vlmpack.packfmt import PackEntry
-from vlmpack.sinks.embedded import EmbeddedSink, dumps
+from vlmpack.packfmt import PackEntry, compact_json
+from vlmpack.sinks.embedded import EmbeddedSink
 from vlmpack.sinks.qwen2_vl_turns import turns
 
 #: ``.nv-meta/dataset.yaml`` as their ``write_config`` writes it (``yaml.dump``, ``sort_keys=False``).
@@ -96,7 +96,7 @@ class LoongForgeMixQASink(EmbeddedSink):
         ids = [json.loads(v[3]) for v in values]
         return (b'{"texts":{"prompts":[' + b",".join(v[0] for v in values) + b'],"captions":['
                 + b",".join(v[1] for v in values) + b"]}," +
-                dumps(_tail(self._names(exts), ids, [s.num_tokens for s in samples]))[1:])
+                compact_json(_tail(self._names(exts), ids, [s.num_tokens for s in samples]))[1:])
 
     @staticmethod
     def dataset_files() -> dict[str, bytes]:
