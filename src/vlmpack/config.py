@@ -32,6 +32,9 @@ _NOT_FINGERPRINTED = {"workers", "overwrite", "progress", "output", "executor", 
 #: theirs (see ``fingerprint_payload``): the input size caps, the blend weight factor, the record mapping,
 #: the output layout.
 _CAPS = ("max_member_bytes", "max_media_bytes", "sample_ratio", "record_map", "layout", "split")
+#: The processor options (:mod:`vlmpack.models.options`): left out of the fingerprint when unset, like the caps.
+PROCESSOR_FIELDS = ("min_pixels", "max_pixels", "patch_size", "merge_size", "fps", "min_frames", "max_frames",
+                    "video_max_pixels", "total_pixels", "processor_kwargs")
 
 
 class PackConfig(BaseModel):
@@ -77,6 +80,24 @@ class PackConfig(BaseModel):
     seed: int = 0
     split: dict[str, float] | None = Field(None, description="train / val / test shares: each sample's split by a "
                                            "hash of its id (vlmpack.pack.splits); None: every pack in train")
+    min_pixels: int | None = Field(None, gt=0, description="smallest image after resize, in pixels (the image "
+                                   "processor's min_pixels; default: the model directory's)")
+    max_pixels: int | None = Field(None, gt=0, description="largest image after resize, in pixels (the image "
+                                   "processor's max_pixels; default: the model directory's)")
+    patch_size: int | None = Field(None, gt=0, description="vision patch side in pixels, image and video processors "
+                                   "(the seed pipeline's --factor is patch x merge)")
+    merge_size: int | None = Field(None, gt=0, description="patches merged per side into one token, image and video "
+                                   "processors")
+    fps: float | None = Field(None, gt=0, allow_inf_nan=False, description="video frames sampled per second (the "
+                              "video processor's fps, frame sampling on)")
+    min_frames: int | None = Field(None, gt=0, description="fewest frames sampled of a video")
+    max_frames: int | None = Field(None, gt=0, description="most frames sampled of a video")
+    video_max_pixels: int | None = Field(None, gt=0, description="largest video frame after resize, in pixels "
+                                         "(Qwen2/2.5-VL's video max_pixels)")
+    total_pixels: int | None = Field(None, gt=0, description="largest video after resize, its frames together, in "
+                                     "pixels (Qwen3-VL's video size.longest_edge)")
+    processor_kwargs: dict[str, Any] = Field(default_factory=dict, description="further settings for the "
+                                             "processors, as AutoProcessor.from_pretrained(dir, **kwargs) takes them")
     pretokenize: bool = Field(False, description="also write each pack's input_ids (int32 .npy part)")
     special_tokens: Literal["reject", "split"] = Field(
         "reject", description="text holding a tokenizer special token: reject the sample, or split it as plain text")
@@ -140,6 +161,25 @@ class PackConfig(BaseModel):
             raise ValueError(f"--split {v!r}: each share in (0, 1], summing to 1")
         return {k: float(x) for k, x in v.items()}
 
+    @field_validator("processor_kwargs", mode="before")
+    @classmethod
+    def _json_object(cls, v: Any) -> Any:
+        """``--processor-kwargs '{"max_patches": 6}'`` (a JSON object) or a mapping."""
+        if isinstance(v, str):
+            try:
+                v = json.loads(v)
+            except ValueError as e:
+                raise ValueError(f"--processor-kwargs {v!r}: not JSON ({e})") from None
+        if v is not None and not isinstance(v, dict):
+            raise ValueError(f"--processor-kwargs {v!r}: expected a JSON object")
+        return v
+
+    @property
+    def processor(self) -> dict:
+        """The processor options set, canonical (:func:`vlmpack.models.options.canonical`); ``{}``: the
+        model directory's processors as they are."""
+        return processor_options(self.model_dump())
+
     @field_validator("node_rank")
     @classmethod
     def _rank_below_nodes(cls, v: int, info) -> int:
@@ -162,7 +202,7 @@ class PackConfig(BaseModel):
         # with the default input caps the one it had before the caps existed
         opts = self.model_dump(by_alias=True, exclude=_NOT_FINGERPRINTED | (
             {"num_nodes", "node_rank"} if self.num_nodes == 1 else set()) | {
-            k for k in _CAPS if getattr(self, k) == type(self).model_fields[k].default})
+            k for k in (*_CAPS, *PROCESSOR_FIELDS) if getattr(self, k) == type(self).model_fields[k].default})
         opts["input"] = [os.path.abspath(p) for p in self.input]
         opts["media_root"] = os.path.abspath(str(self.media_root))
         opts["model"] = os.path.abspath(self.model)
@@ -188,6 +228,15 @@ class PackConfig(BaseModel):
         blob = json.dumps(payload if payload is not None else self.fingerprint_payload(), sort_keys=True,
                           separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def processor_options(options: dict) -> dict:
+    """The canonical processor options (:func:`vlmpack.models.options.canonical`) of a config's
+    options (a :class:`PackConfig` dump, or the ``options`` of a run's saved fingerprint payload,
+    where unset ones are absent). Raises :class:`ConfigError` for bad values."""
+    from vlmpack.models.options import canonical
+
+    return canonical({k: options.get(k) for k in PROCESSOR_FIELDS[:-1]}, options.get("processor_kwargs") or None)
 
 
 def load_config(yaml_path: str | Path | None = None, **overrides: Any) -> PackConfig:

@@ -109,11 +109,12 @@ def _compare_ids(stored, want, where: str) -> str | None:
             f"{len(want):,} encoded; first at token {at}: {got} stored, {exp} encoded)")
 
 
-def recount_shard(shard: str, model_dir: str, decode: bool = False) -> list[str]:
+def recount_shard(shard: str, model_dir: str, decode: bool = False, processor: str = "") -> list[str]:
     """Problem lines for one shard (see the module docstring); ``[]`` when every count holds.
 
     ``shard``: path of a ``vlmpack.pack/1`` tar; ``model_dir``: the model directory the output
-    was packed with. Never raises for bad shard content (an unreadable shard is one problem line).
+    was packed with, ``processor`` its processor options (canonical JSON, :func:`processor_of`).
+    Never raises for bad shard content (an unreadable shard is one problem line).
     A pretokenized pack's ``input_ids.npy`` is compared with its samples encoded again (module
     docstring).
     """
@@ -121,7 +122,7 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False) -> list[str]
     from vlmpack.media.probe import probe_bytes
     from vlmpack.models import MediaSize, load_model
 
-    family = load_model(str(model_dir))
+    family = load_model(str(model_dir), processor)
     vocab = len(family.tokenizer)  # ids 0 .. len - 1, added tokens included (PackEncoder's rule)
     encoder = None
     if decode:
@@ -215,11 +216,27 @@ def _model_of(out: Path) -> str | None:
     return model if isinstance(model, str) else None
 
 
+def processor_of(out: Path) -> str:
+    """The processor options of the run (:attr:`vlmpack.config.PackConfig.processor`, as the
+    canonical JSON :func:`vlmpack.models.load_model` takes) recorded in ``out/.vlmpack/config.json``;
+    ``""`` when none are recorded or the file cannot be read (the check then names it). Raises
+    :class:`ConfigError` for recorded options that are not valid ones."""
+    from vlmpack.config import processor_options
+    from vlmpack.pack.stages import processor_json
+
+    try:
+        options = loads_json(read_inside(out, f"{RUN_DIR}/config.json", 64 << 20))["options"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    return processor_json(processor_options(options)) if isinstance(options, dict) else ""
+
+
 def verify_output(out_dir: str | Path, *, model: str | None = None, decode: bool = False, workers: int = 2,
                   run_dir: bool = True) -> dict:
     """:func:`vlmpack.check.check_output` plus the recount of every shard (module docstring).
 
-    ``model``: the model directory (default: the one recorded in ``OUT/.vlmpack/config.json``);
+    ``model``: the model directory (default: the one recorded in ``OUT/.vlmpack/config.json``; its
+    processors are built with the processor options recorded there, :func:`processor_of`);
     ``workers``: processes for the recount and Energon loader workers. Returns check's dict with
     ``recounted_shards`` added; ``problems`` holds every finding. Raises :class:`ConfigError` only
     when no model directory is given or recorded.
@@ -233,13 +250,15 @@ def verify_output(out_dir: str | Path, *, model: str | None = None, decode: bool
     if not model:
         raise ConfigError(f"{out}: no model directory recorded in {RUN_DIR}/config.json; pass --model DIR "
                           "(the one given to vlmpack pack)")
+    processor = processor_of(out)
     res = check_output(out, num_workers=workers, run_dir=run_dir)
     shards = [str(p) for p in shard_paths(out)]  # regular files only: a link is never followed
     if workers > 1 and len(shards) > 1:
         with ProcessPoolExecutor(max_workers=min(workers, len(shards))) as pool:
-            found = list(pool.map(recount_shard, shards, [model] * len(shards), [decode] * len(shards)))
+            found = list(pool.map(recount_shard, shards, [model] * len(shards), [decode] * len(shards),
+                                  [processor] * len(shards)))
     else:
-        found = [recount_shard(s, model, decode) for s in shards]
+        found = [recount_shard(s, model, decode, processor) for s in shards]
     for lines in found:
         res["problems"].extend(lines)
     res["recounted_shards"] = len(shards)

@@ -69,6 +69,27 @@ def pack_command(
                                 "shards never mix splits; Energon split parts", default="off"),
     val_fraction: Optional[float] = typer.Option(None, "--val-fraction", help="shorthand of --split "
                                                  "train=1-F,val=F; YAML val_fraction (default: off)"),
+    min_pixels: Optional[int] = _opt("min_pixels", "--min-pixels", help="pixels: smallest image after resize (the "
+                                     "image processor's min_pixels)", default="the model directory's"),
+    max_pixels: Optional[int] = _opt("max_pixels", "--max-pixels", help="pixels: largest image after resize (the "
+                                     "image processor's max_pixels)", default="the model directory's"),
+    patch_size: Optional[int] = _opt("patch_size", "--patch-size", help="pixels: vision patch side, image and video "
+                                     "processors (a seed --factor is patch x merge)", default="the model directory's"),
+    merge_size: Optional[int] = _opt("merge_size", "--merge-size", help="patches merged per side into one token",
+                                     default="the model directory's"),
+    fps: Optional[float] = _opt("fps", "--fps", help="video frames sampled per second (frame sampling on)",
+                                default="the model directory's"),
+    min_frames: Optional[int] = _opt("min_frames", "--min-frames", help="fewest frames sampled of a video",
+                                     default="the model directory's"),
+    max_frames: Optional[int] = _opt("max_frames", "--max-frames", help="most frames sampled of a video",
+                                     default="the model directory's"),
+    video_max_pixels: Optional[int] = _opt("video_max_pixels", "--video-max-pixels", help="pixels: largest video "
+                                           "frame after resize (Qwen2/2.5-VL)", default="the model directory's"),
+    total_pixels: Optional[int] = _opt("total_pixels", "--total-pixels", help="pixels: largest video after resize, "
+                                       "its frames together (Qwen3-VL)", default="the model directory's"),
+    processor_kwargs: Optional[str] = _opt("processor_kwargs", "--processor-kwargs", help="JSON object: further "
+                                           "processor settings as AutoProcessor.from_pretrained(dir, **kwargs) takes "
+                                           "them, e.g. '{\"max_patches\": 6}'", default="none"),
     pretokenize: Optional[bool] = _opt("pretokenize", "--pretokenize/--no-pretokenize",
                                        help="also write each pack's input_ids as an int32 .npy part"),
     special_tokens: Optional[str] = _opt(
@@ -111,7 +132,9 @@ def pack_command(
                       max_samples_per_pack=max_samples_per_pack, max_media_per_pack=max_media_per_pack,
                       max_media_tokens_per_pack=max_media_tokens_per_pack, group_by_kind=group_by_kind,
                       pad_to_multiple_of=pad_to_multiple_of, seed=seed, split=split, val_fraction=val_fraction,
-                      pretokenize=pretokenize,
+                      min_pixels=min_pixels, max_pixels=max_pixels, patch_size=patch_size, merge_size=merge_size,
+                      fps=fps, min_frames=min_frames, max_frames=max_frames, video_max_pixels=video_max_pixels,
+                      total_pixels=total_pixels, processor_kwargs=processor_kwargs, pretokenize=pretokenize,
                       special_tokens=special_tokens, max_reject_fraction=max_reject_fraction,
                       max_packs_per_shard=max_packs_per_shard, max_shard_bytes=max_shard_bytes,
                       shard_prefix=shard_prefix, layout=layout, workers=workers, num_nodes=num_nodes,

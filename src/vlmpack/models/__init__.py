@@ -10,8 +10,10 @@ module plus one line here.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from vlmpack.errors import ConfigError
 from vlmpack.models.base import COUNTING_FILES, MediaSize, ModelFamily, ProcessedImages
@@ -21,7 +23,7 @@ from vlmpack.models.qwen2_vl import Qwen2VLFamily
 from vlmpack.models.qwen3_vl import Qwen3_5Family, Qwen3VLFamily
 
 __all__ = ["COUNTING_FILES", "FAMILIES", "MediaSize", "ModelFamily", "ProcessedImages",
-           "load_model", "model_type"]
+           "check_processor", "load_model", "model_type"]
 
 #: ``model_type`` of ``config.json`` -> family class (one line per supported type).
 FAMILIES: dict[str, type] = {
@@ -47,13 +49,41 @@ def model_type(model_dir: str | Path) -> str:
         raise ConfigError(f"{cfg}: cannot read model_type ({e})") from None
 
 
-@lru_cache(maxsize=4)
-def load_model(model_dir: str) -> ModelFamily:
+def load_model(model_dir: str | Path, processor: Mapping[str, Any] | str | None = None) -> ModelFamily:
     """The family object for ``model_dir`` (cached per process; pool workers load it once).
 
-    Raises :class:`ConfigError` for an unsupported ``model_type`` or a broken directory.
+    ``processor``: processor options (:func:`vlmpack.models.options.canonical`, or its JSON; the
+    config's ``processor``): the family's processors are built with them
+    (:func:`vlmpack.models.options.apply_options`). Raises :class:`ConfigError` for an
+    unsupported ``model_type``, a broken directory or an option the family does not have.
     """
+    if isinstance(processor, str):
+        processor = json.loads(processor) if processor else None
+    key = json.dumps(dict(processor), sort_keys=True, separators=(",", ":")) if processor else ""
+    return _load(str(model_dir), key)
+
+
+def check_processor(model_dir: str | Path, processor: Mapping[str, Any]) -> None:
+    """:class:`ConfigError` (one line) when ``model_dir``'s family does not have one of the
+    ``processor`` options (:func:`vlmpack.models.options.component_settings`); loads no tokenizer
+    (``vlmpack pack`` checks it before reading any input)."""
+    if not processor:
+        return
+    from vlmpack.models.options import component_settings
+
+    cls = FAMILIES.get(model_type(model_dir))
+    if cls is not None:  # an unsupported model_type is refused by load_model
+        component_settings(cls, processor)
+
+
+@lru_cache(maxsize=4)
+def _load(model_dir: str, processor: str) -> ModelFamily:
     mt = model_type(model_dir)
     if mt not in FAMILIES:
         raise ConfigError(f"{model_dir}: model_type {mt!r} is not supported yet; supported: {sorted(FAMILIES)}")
-    return FAMILIES[mt](model_dir)
+    cls = FAMILIES[mt]
+    if processor:
+        from vlmpack.models.options import apply_options
+
+        model_dir = apply_options(model_dir, cls, json.loads(processor))
+    return cls(model_dir)

@@ -54,20 +54,11 @@ import torch
 
 from vlmpack.errors import ConfigError, MediaDecodeError, MediaRuleError
 from vlmpack.models.base import MediaSize, ProcessedImages, ProcessedVideos, cat_rows
+from vlmpack.models.frames_rule import PIXEL_DEFAULTS
 from vlmpack.models.qwen_video import _probe, _source_and_label, decode_sampled, normalize_frames, resize_frames
 
 __all__ = ["PIXEL_DEFAULTS", "frame_pixel_settings", "interleave_frames", "process_frame_videos",
            "stack_frame_videos"]
-
-#: transformers' ``OPENAI_CLIP_MEAN`` / ``OPENAI_CLIP_STD``.
-_CLIP = ([0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711])
-#: The pixel settings' class attributes of ``InternVLVideoProcessor`` and
-#: ``LlavaOnevisionVideoProcessor`` (identical: bicubic, 384 x 384, CLIP mean / std, rescale
-#: 1/255 from ``VideoProcessorMixin``, no center crop).
-PIXEL_DEFAULTS = {"do_resize": True, "size": {"height": 384, "width": 384}, "resample": 3, "do_center_crop": None,
-                  "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
-                  "image_mean": _CLIP[0], "image_std": _CLIP[1]}
-
 
 def frame_pixel_settings(family, tile: tuple[int, int]) -> dict:
     """The video processor's pixel settings of ``family.model_dir`` (see the module docstring),

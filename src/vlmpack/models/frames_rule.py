@@ -37,12 +37,22 @@ import numpy as np
 
 from vlmpack.errors import MediaRuleError
 
-__all__ = ["default_frame_indices", "frame_settings", "internvl_frame_indices"]
+__all__ = ["PIXEL_DEFAULTS", "default_frame_indices", "frame_settings", "internvl_frame_indices"]
 
 #: The ``BaseVideoProcessor`` sampling settings and their class defaults (``VideosKwargs``:
 #: ``num_frames`` / ``fps`` None; ``do_sample_frames`` False in ``InternVLVideoProcessor`` and
 #: ``LlavaOnevisionVideoProcessor``; ``initial_shift`` True in ``InternVLVideoProcessor``).
 SAMPLING_DEFAULTS = {"do_sample_frames": False, "num_frames": None, "fps": None}
+
+
+#: transformers' ``OPENAI_CLIP_MEAN`` / ``OPENAI_CLIP_STD``.
+_CLIP = ([0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711])
+#: The pixel settings' class attributes of ``InternVLVideoProcessor`` and
+#: ``LlavaOnevisionVideoProcessor`` (identical: bicubic, 384 x 384, CLIP mean / std, rescale
+#: 1/255 from ``VideoProcessorMixin``, no center crop).
+PIXEL_DEFAULTS = {"do_resize": True, "size": {"height": 384, "width": 384}, "resample": 3, "do_center_crop": None,
+                  "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
+                  "image_mean": _CLIP[0], "image_std": _CLIP[1]}
 
 
 def frame_settings(model_dir: str | Path, defaults: dict) -> dict:

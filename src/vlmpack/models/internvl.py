@@ -55,7 +55,8 @@ import numpy as np
 from vlmpack.errors import ConfigError, MediaRuleError
 from vlmpack.models.base import COUNTING_FILES, MediaSize, ProcessedImages, cat_rows
 from vlmpack.models.chat_tokenizer import load_chat_tokenizer
-from vlmpack.models.internvl_video import InternVLVideos
+from vlmpack.models.frames_rule import PIXEL_DEFAULTS
+from vlmpack.models.internvl_video import VIDEO_DEFAULTS, InternVLVideos
 from vlmpack.models.qwen2_vl import Qwen2VLFamily
 from vlmpack.models.special_tokens import special_token_pattern, special_token_strings
 
@@ -87,6 +88,18 @@ class InternVLFamily(InternVLVideos, Qwen2VLFamily):
     name = "internvl"
     counting_files = (*COUNTING_FILES, "processor_config.json")
     mrope = False
+    #: named processor options (:mod:`vlmpack.models.options`): tiles are set with
+    #: ``--processor-kwargs`` (``max_patches``, ``min_patches``, ``crop_to_patches``)
+    processor_options = {"fps": (("video", "fps"), ("video", "do_sample_frames", True), ("video", "num_frames", None))}
+    video_option_keys = (*VIDEO_DEFAULTS, *PIXEL_DEFAULTS)
+    processor_option_keys = ("image_seq_length",)
+
+    @classmethod
+    def image_processor_class(cls) -> type:
+        """``GotOcr2ImageProcessorPil`` (see :meth:`Qwen2VLFamily.image_processor_class`)."""
+        from transformers.models.got_ocr2 import GotOcr2ImageProcessorPil
+
+        return GotOcr2ImageProcessorPil
 
     def __init__(self, model_dir: str | Path):  # noqa: D107 - documented on the class
         from transformers.models.got_ocr2 import GotOcr2ImageProcessorPil

@@ -69,7 +69,7 @@ import numpy as np
 from vlmpack.errors import ConfigError, MediaRuleError
 from vlmpack.models.base import COUNTING_FILES, MediaSize, ProcessedImages, ProcessedVideos, cat_rows
 from vlmpack.models.chat_tokenizer import load_chat_tokenizer
-from vlmpack.models.frames_rule import SAMPLING_DEFAULTS, default_frame_indices, frame_settings
+from vlmpack.models.frames_rule import PIXEL_DEFAULTS, SAMPLING_DEFAULTS, default_frame_indices, frame_settings
 from vlmpack.models.qwen2_vl import Qwen2VLFamily
 from vlmpack.models.special_tokens import special_token_pattern, special_token_strings
 
@@ -118,6 +118,20 @@ class LlavaOnevisionFamily(Qwen2VLFamily):
     name = "llava_onevision"
     counting_files = (*COUNTING_FILES, "processor_config.json")
     mrope = False
+    #: named processor options (:mod:`vlmpack.models.options`); crops with ``--processor-kwargs``
+    #: (``image_grid_pinpoints``, ``vision_aspect_ratio``, ...)
+    processor_options = {"fps": (("video", "fps"), ("video", "do_sample_frames", True), ("video", "num_frames", None))}
+    video_option_keys = (*SAMPLING_DEFAULTS, *PIXEL_DEFAULTS)
+    processor_option_keys = ("num_image_tokens", "vision_feature_select_strategy", "vision_aspect_ratio")
+
+    @classmethod
+    def image_processor_class(cls) -> type:
+        """``LlavaOnevisionImageProcessorPil`` (see :meth:`Qwen2VLFamily.image_processor_class`)."""
+        from transformers.models.llava_onevision.image_processing_pil_llava_onevision import (
+            LlavaOnevisionImageProcessorPil,
+        )
+
+        return LlavaOnevisionImageProcessorPil
 
     def __init__(self, model_dir: str | Path):
         from transformers.models.llava_onevision.image_processing_pil_llava_onevision import (

@@ -43,7 +43,7 @@ from vlmpack.errors import ConfigError, MediaRuleError
 from vlmpack.models.base import COUNTING_FILES, MediaSize, ProcessedImages, ProcessedVideos, cat_rows
 from vlmpack.models.chat_tokenizer import load_chat_tokenizer
 from vlmpack.models.chatml import assistant_label_mask
-from vlmpack.models.qwen_video_rule import QwenVideoRule
+from vlmpack.models.qwen_video_rule import VIDEO_PIXEL_KEYS, QwenVideoRule
 from vlmpack.models.special_tokens import (
     cut_turns,
     find_joined_special_token,
@@ -88,6 +88,26 @@ class Qwen2VLFamily(QwenVideoRule):
     counting_files = COUNTING_FILES
     mrope = True
     max_aspect_ratio = MAX_ASPECT_RATIO
+    #: the named processor options this family takes and the settings each sets
+    #: (:mod:`vlmpack.models.options`; ``--fps`` turns frame sampling on, as its number alone does not)
+    processor_options = {
+        "min_pixels": (("image", "min_pixels"),), "max_pixels": (("image", "max_pixels"),),
+        "patch_size": (("image", "patch_size"), ("video", "patch_size")),
+        "merge_size": (("image", "merge_size"), ("video", "merge_size")),
+        "fps": (("video", "fps"), ("video", "do_sample_frames", True), ("video", "num_frames", None)),
+        "min_frames": (("video", "min_frames"),), "max_frames": (("video", "max_frames"),),
+        "video_max_pixels": (("video", "max_pixels"),),
+    }
+    #: the video processor settings the family reads (``--processor-kwargs`` may set them)
+    video_option_keys = (*QwenVideoRule.video_defaults, "min_pixels", "max_pixels", *VIDEO_PIXEL_KEYS)
+
+    @classmethod
+    def image_processor_class(cls) -> type:
+        """The transformers image processor class the family builds (its ``valid_kwargs`` are the
+        image settings ``--processor-kwargs`` may set)."""
+        from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil
+
+        return Qwen2VLImageProcessorPil
 
     def __init__(self, model_dir: str | Path):
         from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil

@@ -54,6 +54,7 @@ import numpy as np
 from vlmpack.errors import MediaRuleError
 from vlmpack.models.base import MediaSize
 from vlmpack.models.qwen2_vl import Qwen2VLFamily
+from vlmpack.models.qwen_video_rule import VIDEO_PIXEL_KEYS
 from vlmpack.models.video_config import video_size_edges
 
 
@@ -68,6 +69,11 @@ class Qwen3VLFamily(Qwen2VLFamily):
                       "temporal_patch_size": 2, "merge_size": 2, "min_frames": 4, "max_frames": 768,
                       "do_sample_frames": True, "fps": 2, "num_frames": None,
                       "cap_pixels_per_frame": None, "max_video_tokens": 768}
+    #: :attr:`Qwen2VLFamily.processor_options` but for videos: ``size.longest_edge`` bounds a whole
+    #: video (``t * h * w`` pixels, ``Qwen3VLVideoProcessor``'s ``smart_resize``), not one frame
+    processor_options = {**{k: v for k, v in Qwen2VLFamily.processor_options.items() if k != "video_max_pixels"},
+                         "total_pixels": (("video", "size.longest_edge"),)}
+    video_option_keys = (*video_defaults, *VIDEO_PIXEL_KEYS)
 
     def video_indices(self, frames: int, fps: float | None) -> np.ndarray:
         """int ``[n]``: the frame indices ``Qwen3VLVideoProcessor.sample_frames`` keeps (all frames

@@ -19,6 +19,9 @@ from vlmpack.errors import MediaRuleError
 from vlmpack.models.base import MediaSize
 from vlmpack.models.video_config import video_settings, video_size_edges
 
+#: The pixel settings of the Qwen-VL video processors (:func:`vlmpack.models.qwen_video.video_pixel_settings`).
+VIDEO_PIXEL_KEYS = ("resample", "do_resize", "do_rescale", "rescale_factor", "do_normalize", "image_mean", "image_std")
+
 
 class QwenVideoRule:
     """Mixin of :class:`vlmpack.models.qwen2_vl.Qwen2VLFamily`: the video rule. Needs the family's

@@ -44,6 +44,7 @@ import pyarrow as pa
 from vlmpack import signals
 from vlmpack.config import PackConfig
 from vlmpack.fsio import atomic_write, fsync_dir, read_sealed_json, sealed_json_bytes
+from vlmpack.models import check_processor
 from vlmpack.pack import count_task as count_mod
 from vlmpack.pack import stages
 from vlmpack.pack.count_task import (
@@ -159,7 +160,7 @@ def _tasks(opts: CountOptions, store: Path, ranges: list[InputRange]) -> list[Me
                         opts.allow_absolute_media, opts.media_check, opts.model, str(store), opts.special_tokens,
                         fmt, opts.media_lmdb, opts.text_key, token_limit=opts.token_limit,
                         max_member_bytes=opts.max_member_bytes, max_media_bytes=opts.max_media_bytes,
-                        record_map=opts.record_map, layout=opts.layout)
+                        record_map=opts.record_map, layout=opts.layout, processor=opts.processor)
             for i, (fi, path, fmt, start, end, first, _) in enumerate(ranges)]
 
 
@@ -229,7 +230,8 @@ def count_stage(opts: CountOptions, store: Path, ranges: list[InputRange], key: 
 
         if todo:
             weights = [r.nbytes for r in ranges]
-            with guarded_executor(workers.executor, workers.workers, opts.model, workers.ray_address) as pool:
+            with guarded_executor(workers.executor, workers.workers, opts.model, workers.ray_address,
+                                  processor=opts.processor) as pool:
                 run_tasks(pool, count_mod.run_task, todo, done=save, desc="count",
                           weights=[weights[t.index] for t in todo], unit="B", show=workers.progress)
         for t in tasks:  # counted before the cache existed, or while it was busy
@@ -276,7 +278,9 @@ def count_inputs(cfg: PackConfig) -> Counted:
     counts go to (and come from) the cache store ``<cache root>/<count key>/`` under its lock, or
     to a temporary folder when the cache is off or cannot be created. The pre-flight of
     ``vlmpack plan --input``; a later ``vlmpack pack`` with the same count options reuses them.
-    Raises :class:`vlmpack.errors.ConfigError` / :class:`vlmpack.errors.InputError` (model, inputs)."""
+    Raises :class:`vlmpack.errors.ConfigError` / :class:`vlmpack.errors.InputError` (model, processor
+    options, inputs)."""
+    check_processor(cfg.model, cfg.processor)
     payload = cfg.fingerprint_payload()
     ranges, _ = node_ranges(cfg, stages.TASK_BYTES)
     key = count_key(cfg, payload)

@@ -76,6 +76,7 @@ class MeasureTask:
     max_member_bytes: int = MAX_MEMBER_BYTES  # --max-member-bytes: the largest WDS json member read
     max_media_bytes: int = MAX_MEDIA_BYTES  # --max-media-bytes: the largest media item probed and packed
     layout: str = DEFAULT_LAYOUT  # --layout: a sample the output layout cannot hold is rejected (vlmpack.sinks)
+    processor: str = ""  # processor options, canonical JSON (vlmpack.models.options); "": none
 
 
 @dataclass
@@ -330,7 +331,7 @@ def count_samples(family, samples: list[Sample], special_tokens: str = "reject"
 
 def run_task(task: MeasureTask) -> MeasureResult:
     """Read, validate and count one range; write its records part file (atomically)."""
-    family = load_model(task.model_dir)
+    family = load_model(task.model_dir, task.processor)
     t0 = time.perf_counter()
     stats = ReadStats()
     valid: list[Sample] = []

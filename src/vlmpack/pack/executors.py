@@ -72,17 +72,19 @@ class RayExecutor(Executor):
 
 
 def make_executor(kind: str, workers: int, model_dir: str, ray_address: str | None = None, *,
-                  preload: bool = True, created: Callable[[Executor], object] | None = None) -> Executor:
+                  preload: bool = True, created: Callable[[Executor], object] | None = None,
+                  processor: str = "") -> Executor:
     """The executor for a run.
 
     ``kind="local"``: in-process for ``workers <= 1``, else a pool of ``workers`` processes; on
-    Linux with ``preload`` the model is loaded once here and the workers are forked with it
-    (tokenizer parallelism is off, so forking is safe; ``preload=False`` for tasks that need no
-    model, e.g. writing shards without ``--pretokenize``), elsewhere they spawn. Pool workers ignore SIGINT (the parent
-    stops them) and, on Linux, die with their parent (``PR_SET_PDEATHSIG``), so killing the
-    parent, even with SIGKILL, leaves no worker behind. ``kind="ray"``: :class:`RayExecutor`.
-    ``created`` is called with the executor as soon as it exists (before any worker starts), so a
-    caller can stop it whatever is raised meanwhile (:func:`guarded_executor`).
+    Linux with ``preload`` the model (with its ``processor`` options) is loaded once here and the
+    workers are forked with it (tokenizer parallelism is off, so forking is safe; ``preload=False``
+    for tasks that need no model, e.g. writing shards without ``--pretokenize``), elsewhere they
+    spawn. Pool workers ignore SIGINT (the parent stops them) and, on Linux, die with their parent
+    (``PR_SET_PDEATHSIG``), so killing the parent, even with SIGKILL, leaves no worker behind.
+    ``kind="ray"``: :class:`RayExecutor`. ``created`` is called with the executor as soon as it
+    exists (before any worker starts), so a caller can stop it whatever is raised meanwhile
+    (:func:`guarded_executor`).
     """
     if kind == "ray":
         ray_pool = RayExecutor(ray_address, num_cpus=workers)
@@ -93,7 +95,7 @@ def make_executor(kind: str, workers: int, model_dir: str, ray_address: str | No
         return InlineExecutor()
     if sys.platform.startswith("linux"):
         if preload:
-            load_model(model_dir)
+            load_model(model_dir, processor)
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"), initializer=_worker_init)
     else:
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_worker_init)
@@ -167,7 +169,7 @@ def abort_executor(pool: Executor) -> None:
 
 @contextmanager
 def guarded_executor(kind: str, workers: int, model_dir: str, ray_address: str | None = None, *,
-                     preload: bool = True):
+                     preload: bool = True, processor: str = ""):
     """:func:`make_executor` as a context manager that waits for the pool on success and kills it
     (:func:`abort_executor`) on any exception, ``KeyboardInterrupt`` and SIGTERM included.
 
@@ -179,7 +181,8 @@ def guarded_executor(kind: str, workers: int, model_dir: str, ray_address: str |
     find the output's lock (a ``flock`` the forked workers share) still held by a dying worker."""
     made: list[Executor] = []
     try:
-        pool = make_executor(kind, workers, model_dir, ray_address, preload=preload, created=made.append)
+        pool = make_executor(kind, workers, model_dir, ray_address, preload=preload, created=made.append,
+                             processor=processor)
         yield pool
     except BaseException:
         for p in made:

@@ -51,6 +51,7 @@ from vlmpack.fsio import (
     read_sealed_json,
     sealed_json_bytes,
 )
+from vlmpack.models import check_processor
 from vlmpack.pack import stages
 from vlmpack.pack.count_stage import count_stage, media_digest, read_stats
 from vlmpack.pack.count_task import MeasureResult
@@ -178,7 +179,7 @@ def _shard_tasks(opts: WriteOptions, run: Path, manifest: pa.Table, plan: PackPl
                                offsets[bounds[s]:bounds[s + 1] + 1] - a, opts.seq_len, opts.output,
                                str(run / "records"), opts.pretokenize_model,
                                media_root=opts.media_root, allow_absolute_media=opts.allow_absolute_media,
-                               layout=opts.layout))
+                               layout=opts.layout, processor=opts.processor))
     return tasks
 
 
@@ -216,7 +217,7 @@ def _write(opts: WriteOptions, workers: Workers, run: Path, tasks: list[ShardTas
 
     if todo:
         with guarded_executor(workers.executor, workers.workers, opts.pretokenize_model or "", workers.ray_address,
-                              preload=opts.pretokenize_model is not None) as pool:
+                              preload=opts.pretokenize_model is not None, processor=opts.processor) as pool:
             run_tasks(pool, write_shard, todo, done=save, desc="write", weights=[t.num_packs for t in todo],
                       unit="pack", show=workers.progress)
     return results  # type: ignore[return-value]
@@ -334,6 +335,7 @@ def run_pack(cfg: PackConfig) -> dict:
     A run stopped at any point (signal, kill, error) resumes with the same command.
     """
     check_layout(cfg)
+    check_processor(cfg.model, cfg.processor)
     payload = cfg.fingerprint_payload()  # hashes the model's counting files: once
     fingerprint = cfg.fingerprint(payload)
     out = Path(cfg.output)

@@ -9,7 +9,7 @@ belong to no sample (``members_without_key``: e.g. a ``README``; ``members_not_f
 links, devices; never records, so outside the identity), the sha256 of each shard, the config
 fingerprint and the versions of vlmpack/transformers/tokenizers; ``sample_ratio`` when the config's
 is not 1 (a NeMo meta file's, :mod:`vlmpack.sources.nemo_meta`); ``layout`` when it is not
-``vlmpack`` (``--layout``).
+``vlmpack`` (``--layout``); ``processor``, the processor options, when any is set.
 
 ``report.html`` is what a person reads (issue 12): one self-contained file (PNG figures embedded as
 base64, see :mod:`vlmpack.pack.figures`) with the key numbers, the sources table and the figures,
@@ -150,6 +150,8 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
         report["sample_ratio"] = cfg.sample_ratio
     if cfg.layout != "vlmpack":  # --layout: a blend holds one layout (vlmpack metadataset)
         report["layout"] = cfg.layout
+    if cfg.processor:  # --min-pixels, ..., --processor-kwargs: the collator needs the same (PackCollator(processor=))
+        report["processor"] = cfg.processor
     if records_by_file is not None:
         report["sources"] = source_counts(cfg, manifest, plan, rejections, records_by_file, left_out)
     return report

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vlmpack import __version__
-from vlmpack.config import PackConfig
+from vlmpack.config import PackConfig, processor_options
 from vlmpack.records import MAX_MEDIA_BYTES, MAX_MEMBER_BYTES
 
 #: Input bytes per count task (fixed: the output must not depend on workers; part of the count key).
@@ -50,7 +50,8 @@ class CountOptions:
     ``(name, env path)`` pairs, ``media_check`` ``"header"`` | ``"verify"`` | ``"decode"``), the record
     layout (``input_schema``, ``text_key``, ``record_map``: a registry's column and tag mapping) and the
     ``special_tokens`` policy (``"reject"`` | ``"split"``), the output ``layout`` (a sample it cannot
-    hold is rejected) and the input caps in bytes (``max_member_bytes``: a WebDataset ``json`` member,
+    hold is rejected), the ``processor`` options (canonical JSON, :mod:`vlmpack.models.options`; ``""``:
+    none) and the input caps in bytes (``max_member_bytes``: a WebDataset ``json`` member,
     ``max_media_bytes``: a media item; larger ones are rejected unread). ``token_limit`` (tokens,
     ``--seq-len``): a sample whose text alone needs more under any tokenization is rejected
     ``overlong`` before tokenizing (:func:`vlmpack.pack.validate.skip_overlong_texts`); not part of
@@ -70,13 +71,14 @@ class CountOptions:
     token_limit: int = 2**31 - 1
     record_map: str | None = None
     layout: str = "vlmpack"
+    processor: str = ""
 
     @classmethod
     def of(cls, cfg: PackConfig) -> CountOptions:
         """The count options of ``cfg``."""
         return cls(str(cfg.model), str(cfg.media_root), cfg.input_schema, cfg.text_key, cfg.allow_absolute_media,
                    tuple(sorted(cfg.media_lmdb.items())), cfg.media_check, cfg.special_tokens, cfg.max_member_bytes,
-                   cfg.max_media_bytes, cfg.seq_len, cfg.record_map, cfg.layout)
+                   cfg.max_media_bytes, cfg.seq_len, cfg.record_map, cfg.layout, processor_json(cfg.processor))
 
 
 @dataclass(frozen=True)
@@ -134,9 +136,9 @@ class WriteOptions:
     hold more), the shard bounds of :data:`WRITE_OPTIONS` (``max_packs_per_shard`` packs,
     ``max_shard_bytes`` bytes, names ``<prefix>-NNNNNN.tar`` where ``prefix`` already holds the node
     slice, :func:`vlmpack.pack.nodes.shard_prefix`), the model directory when each pack also gets its
-    ``input_ids`` (``pretokenize``; else ``None``) and the media rules the writer checks again
-    (``media_root``, ``allow_absolute_media``), and the output ``layout`` that makes each pack's
-    members. Built from a config with :meth:`of`."""
+    ``input_ids`` (``pretokenize``; else ``None``) with its ``processor`` options, and the media
+    rules the writer checks again (``media_root``, ``allow_absolute_media``), and the output
+    ``layout`` that makes each pack's members. Built from a config with :meth:`of`."""
 
     output: str
     seq_len: int
@@ -147,13 +149,14 @@ class WriteOptions:
     media_root: str = "."
     allow_absolute_media: bool = False
     layout: str = "vlmpack"
+    processor: str = ""
 
     @classmethod
     def of(cls, cfg: PackConfig, prefix: str) -> WriteOptions:
         """The write options of ``cfg``, shards named with ``prefix``."""
         return cls(str(Path(cfg.output)), cfg.seq_len, prefix, cfg.max_packs_per_shard, cfg.max_shard_bytes,
                    str(cfg.model) if cfg.pretokenize else None, str(cfg.media_root), cfg.allow_absolute_media,
-                   cfg.layout)
+                   cfg.layout, processor_json(cfg.processor))
 
 
 #: Options that change no output byte (where to write, how fast, when to stop, where the cache is;
@@ -218,6 +221,8 @@ def count_payload(cfg: PackConfig, payload: dict) -> dict:
     count_opts = {k: opts.get("schema" if k == "input_schema" else k) for k in COUNT_OPTIONS}
     if count_opts["layout"] is None:  # the default layout: the key runs made before --layout existed had
         del count_opts["layout"]
+    if processor := processor_options(opts):  # none set: the key runs made before they existed had
+        count_opts["processor"] = processor
     if cfg.num_nodes > 1:
         count_opts.update(num_nodes=cfg.num_nodes, node_rank=cfg.node_rank)
     return {"vlmpack": __version__, "code": counting_code_digest(), "stage": "count", "task_bytes": TASK_BYTES,
@@ -228,6 +233,12 @@ def count_payload(cfg: PackConfig, payload: dict) -> dict:
 def count_key(cfg: PackConfig, payload: dict) -> str:
     """sha256 (hex) of :func:`count_payload`."""
     return _digest(count_payload(cfg, payload))
+
+
+def processor_json(processor: dict) -> str:
+    """Processor options (:attr:`PackConfig.processor`) as the canonical JSON the stages and their
+    tasks carry (hashable, and what :func:`vlmpack.models.load_model` takes); ``""`` for none."""
+    return json.dumps(processor, sort_keys=True, separators=(",", ":")) if processor else ""
 
 
 def split_items(split) -> tuple[tuple[str, float], ...] | None:

@@ -72,6 +72,7 @@ class ShardTask:
     layout: str = DEFAULT_LAYOUT  # the output layout (vlmpack.sinks) that makes each pack's members
     media_root: str | None = None  # --media-root: loose media files must still resolve inside it
     allow_absolute_media: bool = False  # --allow-absolute-media: no media-root rule
+    processor: str = ""  # with model_dir: its processor options, canonical JSON (vlmpack.models.options)
 
     @property
     def num_packs(self) -> int:
@@ -206,7 +207,8 @@ def _pack_entries(task: ShardTask, sink, key: str, samples: list[PackEntry],
         else:
             reader = _MediaReader(task, expected)
             try:
-                entries, tokens = sink.pack_members(key, samples, task.seq_len, reader, model_dir=task.model_dir)
+                entries, tokens = sink.pack_members(key, samples, task.seq_len, reader, model_dir=task.model_dir,
+                                                   processor=task.processor)
                 return entries, tokens, samples
             except MediaError as e:
                 if reader.failed is None:

@@ -56,12 +56,13 @@ class Sink(Protocol):
         has none (:attr:`fields_line` False)."""
 
     def pack_members(self, key: str, samples: list[PackEntry], seq_len: int, read_media: MediaReader, *,
-                     model_dir: str | None = None) -> tuple[list[tuple[str, bytes]], int]:
+                     model_dir: str | None = None, processor: str = "") -> tuple[list[tuple[str, bytes]], int]:
         """The tar members ``[(member name, bytes)]`` of the pack ``key`` (any order: the writer
         sorts them) from its samples as the count stage serialized them
         (:class:`vlmpack.packfmt.PackEntry`: entry bytes, tokens, media references; a layout of
         another form reads the fields with ``PackEntry.sample()``) and the number of tokens it
-        holds. ``model_dir`` set: also the pretokenized ids, where the layout has them. Raises
+        holds. ``model_dir`` set: also the pretokenized ids, where the layout has them (the model loaded with
+        its ``processor`` options, :func:`vlmpack.models.load_model`). Raises
         what ``read_media`` raises (:class:`vlmpack.errors.MediaError`: a media item that changed
         since it was counted; the writer leaves that sample out)."""
 

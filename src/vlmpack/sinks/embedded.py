@@ -107,7 +107,8 @@ class EmbeddedSink:
         return conversation_problem(sample.messages, sample.tools, videos=self.videos)
 
     def pack_members(self, key: str, samples: list[PackEntry], seq_len: int, read_media: MediaReader, *,
-                     model_dir: str | None = None) -> tuple[list[tuple[str, bytes]], int]:  # noqa: ARG002
+                     model_dir: str | None = None, processor: str = ""  # noqa: ARG002
+                     ) -> tuple[list[tuple[str, bytes]], int]:
         """``<key>.json`` (the trainer's fields, then ``"vlmpack"``: the pack object as
         :func:`vlmpack.packfmt.join_pack` writes it) and each media item's original bytes under
         :meth:`member`."""

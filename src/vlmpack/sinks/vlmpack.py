@@ -42,13 +42,14 @@ def _sample_input_ids(family, sample: dict, parts: dict[str, bytes]) -> np.ndarr
                                 kinds=[m["kind"] for m in sample["media"]])
 
 
-def pack_input_ids(model_dir: str, pack_json: bytes, key: str, parts: dict[str, bytes] | None = None) -> bytes:
+def pack_input_ids(model_dir: str, pack_json: bytes, key: str, parts: dict[str, bytes] | None = None,
+                   processor: str = "") -> bytes:
     """The ``input_ids.npy`` part of a pack (``pack_json``: its ``<key>.json``): int32 ``[T]``, the
     samples' ids concatenated in order, each equal to the family's ``encode`` (what the collator
     would tokenize; a sample with videos: ``expand_videos`` with the layouts read from the video
     ``parts`` being written, part name -> bytes). Raises ``RuntimeError`` when T differs from the
-    counted ``num_tokens``."""
-    family = load_model(model_dir)
+    counted ``num_tokens``. ``processor``: the run's processor options (:func:`vlmpack.models.load_model`)."""
+    family = load_model(model_dir, processor)
     obj = json.loads(pack_json)
     ids = np.concatenate([_sample_input_ids(family, s, parts or {}) for s in obj["samples"]])
     if len(ids) != obj["num_tokens"]:
@@ -89,7 +90,7 @@ class VlmpackSink:
 
     @staticmethod
     def pack_members(key: str, samples: list[PackEntry], seq_len: int, read_media: MediaReader, *,
-                     model_dir: str | None = None) -> tuple[list[tuple[str, bytes]], int]:
+                     model_dir: str | None = None, processor: str = "") -> tuple[list[tuple[str, bytes]], int]:
         """``<key>.json`` (:func:`vlmpack.packfmt.join_pack` of the samples' entry bytes as the count
         stage serialized them) + the media parts, numbered over the pack in sample order (+
         ``input_ids.npy`` with ``model_dir``: :func:`pack_input_ids`)."""
@@ -102,7 +103,7 @@ class VlmpackSink:
         pack_json = join_pack([s.entry for s in samples], [len(s.media) for s in samples], tokens, seq_len)
         entries = [(f"{key}.json", pack_json), *((f"{key}.{name}", data) for name, data in parts.items())]
         if model_dir is not None:
-            entries.append((f"{key}.input_ids.npy", pack_input_ids(model_dir, pack_json, key, parts)))
+            entries.append((f"{key}.input_ids.npy", pack_input_ids(model_dir, pack_json, key, parts, processor)))
         return entries, tokens
 
     @staticmethod

@@ -40,7 +40,7 @@ isolated by their segment boundaries). Output keys (all torch tensors unless not
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -91,6 +91,10 @@ class PackCollator:
         passes ``cu_seq_lens_q`` to its varlen kernel); transformers' torch fallback carries the
         recurrent and conv state across samples (a packed row then trains unlike its samples).
 
+      processor: the processor options the packs were counted with (``report.json``'s
+        ``processor``: ``{"max_pixels": ..., "kwargs": {...}}``, :mod:`vlmpack.models.options`;
+        default none): the pixels are made by the processors built with them.
+
     Raises :class:`ConfigError` for inconsistent options (``seq_len`` not an int >= 1) and for a
     model with linear-attention layers that would mix packed samples (see
     ``allow_linear_attention_leak``).
@@ -102,11 +106,11 @@ class PackCollator:
                  pad_to_multiple_of: int | None = None, position_start: int = 0,
                  loss_weighting: LossWeighting | None = None, placeholder_image: bool = False,
                  check_num_tokens: bool = True, allow_linear_attention_leak: bool = False,
-                 seq_len: int | None = None):
+                 seq_len: int | None = None, processor: Mapping[str, Any] | str | None = None):
         from vlmpack.models import load_model
 
         self.model_dir = str(model_dir)
-        self.family = load_model(self.model_dir)
+        self.family = load_model(self.model_dir, processor)
         self.encoder = PackEncoder(self.family, check_num_tokens=check_num_tokens, seq_len=seq_len)
         self.mrope = bool(self.family.mrope) if mrope is None else bool(mrope)
         if position_layout not in (3, 4):
