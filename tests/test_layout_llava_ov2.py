@@ -207,6 +207,9 @@ def test_a_model_of_another_template_is_refused_in_one_line(real_data, qwen3_vl_
         run_pack(cfg)
     with pytest.raises(ConfigError, match="unknown output layout 'nope'"):
         run_pack(cfg.model_copy(update={"layout": "nope"}))
+    # the MultiMixQASample name: told which layout their trainer reads QA packs as
+    with pytest.raises(ConfigError, match="llava-ov2-mix-qa: .*MultiMixQASample.*use --layout llava-ov2-captioning"):
+        run_pack(cfg.model_copy(update={"layout": "llava-ov2-mix-qa"}))
 
 
 def test_a_planted_loader_is_refused_before_anything_is_imported(ov2_out, tmp_path):

@@ -75,7 +75,7 @@ class _CaptionSink(VlmpackSink):
     name = "toy-captions"
 
     @staticmethod
-    def pack_members(key, samples, seq_len, read_media, *, model_dir=None):
+    def pack_members(key, samples, seq_len, read_media, *, model_dir=None, processor=""):
         meta = {"ids": [], "texts": [], "images": []}
         members = []
         for i, e in enumerate(samples):

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vlmpack import __version__
-from vlmpack.config import PackConfig, processor_options
+from vlmpack.config import PROCESSOR_FIELDS, PackConfig, processor_options
 from vlmpack.records import MAX_MEDIA_BYTES, MAX_MEMBER_BYTES
 
 #: Input bytes per count task (fixed: the output must not depend on workers; part of the count key).
@@ -39,7 +39,7 @@ TASK_BYTES = 2 << 20
 #: Options that decide the counts and the samples' serialized entries (the count stage).
 COUNT_OPTIONS = ("input", "input_format", "input_schema", "text_key", "record_map", "media_root",
                  "allow_absolute_media", "media_lmdb", "media_check", "special_tokens", "model", "max_member_bytes",
-                 "max_media_bytes", "layout")
+                 "max_media_bytes", "layout", *PROCESSOR_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -218,7 +218,8 @@ def count_payload(cfg: PackConfig, payload: dict) -> dict:
     ``num_nodes > 1`` (task indices are the node's own) and :data:`TASK_BYTES`. Raises ``OSError``
     when an input cannot be read."""
     opts = payload["options"]
-    count_opts = {k: opts.get("schema" if k == "input_schema" else k) for k in COUNT_OPTIONS}
+    count_opts = {k: opts.get("schema" if k == "input_schema" else k) for k in COUNT_OPTIONS
+                  if k not in PROCESSOR_FIELDS}  # those as one canonical entry, below
     if count_opts["layout"] is None:  # the default layout: the key runs made before --layout existed had
         del count_opts["layout"]
     if processor := processor_options(opts):  # none set: the key runs made before they existed had

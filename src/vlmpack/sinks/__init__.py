@@ -35,11 +35,23 @@ SINKS: dict[str, Sink] = {s.name: s for s in (VlmpackSink(), LlavaOv2CaptioningS
 DEFAULT_LAYOUT = "vlmpack"
 
 
+#: Layout names users ask for that no trainer reads as packs, and what to use instead.
+NOT_LAYOUTS = {
+    "llava-ov2-mix-qa": "LLaVA-OneVision-2's trainer reads offline-packed QA as a PackedCaptioningSample whose "
+                        "samples it turns into MultiMixQASample conversations (OFFLINE_PACKING_BMR=1): use "
+                        "--layout llava-ov2-captioning (their s4 writer's MultiMixQASample shards hold "
+                        "PackedCaptioningSample fields, which that class cannot take)",
+}
+
+
 def get_sink(name: str = DEFAULT_LAYOUT) -> Sink:
-    """The sink of layout ``name``; :class:`ConfigError` for an unknown name."""
+    """The sink of layout ``name``; :class:`ConfigError` for an unknown name (with what to use
+    instead for a name of :data:`NOT_LAYOUTS`)."""
     try:
         return SINKS[name]
     except KeyError:
+        if name in NOT_LAYOUTS:
+            raise ConfigError(f"--layout {name}: {NOT_LAYOUTS[name]}") from None
         raise ConfigError(f"unknown output layout {name!r}; use one of {', '.join(SINKS)}") from None
 
 
