@@ -128,8 +128,11 @@ def test_every_image_sample_equals_internvl_processor(tmp_path_factory, real_dat
     from transformers.models.got_ocr2 import GotOcr2ImageProcessorPil
 
     out = tmp_path_factory.mktemp("ivlcount") / "packs"
+    # text and image samples in packs of their own: the image packs go through the collator and the
+    # processor, the text samples are compared with the tokenizer's own chat template, batched, below
     run_pack(load_config(input=[str(real_data / "real_sft.jsonl")], media_root=str(real_data),
-                         model=str(internvl_dir), output=str(out), seq_len=SWEEP_SEQ_LEN, workers=2, progress=False))
+                         model=str(internvl_dir), output=str(out), seq_len=SWEEP_SEQ_LEN, workers=2, progress=False,
+                         group_by_kind=True))
     proc = _processor(internvl_dir)
     fam = load_model(str(internvl_dir))
     collator = PackCollator(internvl_dir)
@@ -138,17 +141,19 @@ def test_every_image_sample_equals_internvl_processor(tmp_path_factory, real_dat
     rejected = {r["line"]: r for x in (out / "rejects.jsonl").read_text().splitlines()
                 if (r := json.loads(x))["line"] in image_lines}
     compared = n_media = n_samples = n_image_packs = 0
+    text_samples = []
     with shared_preprocess(GotOcr2ImageProcessorPil) as memo:
         for raw in read_packs(out):
             meta = json.loads(raw["json"])
+            if not any(s["media"] for s in meta["samples"]):
+                text_samples += meta["samples"]
+                continue
             batch = collator(raw)  # re-encodes with the processor's pixels; raises on any count mismatch
             cu = batch["cu_seqlens"].tolist()
             lengths = np.diff(cu).tolist()
             assert lengths == [s["num_tokens"] for s in meta["samples"]], raw["__key__"]
             n_samples += len(lengths)
             at = [(s, a, z) for s, a, z in zip(meta["samples"], cu[:-1], cu[1:]) if s["media"]]
-            if not at:
-                continue
             # the reference: the processor on the pack's image samples as one batch (the same images, in
             # the same order, as the collator's image-processor call: one pixel computation, see image_memo)
             images, _, wants = pack_reference(proc, raw, [s for s, _, _ in at])
@@ -171,6 +176,11 @@ def test_every_image_sample_equals_internvl_processor(tmp_path_factory, real_dat
     # every image sample of the set is either compared or rejected for a reason that is not a count
     assert compared + len(rejected) == len(image_lines) == 2937
     assert compared >= 2900 and not {r["reason"] for r in rejected.values()} & {"overlong", "template_error"}
+    # every text sample: its count is the tokenizer's on its own chat template (what the processor does)
+    assert len(text_samples) >= 2800 and n_samples + len(text_samples) + len((out / "rejects.jsonl").read_text(
+        ).splitlines()) == len(lines)
+    rendered = [fam.tokenizer.apply_chat_template(s["messages"], tokenize=False) for s in text_samples]
+    assert [len(x) for x in fam.tokenizer(rendered)["input_ids"]] == [s["num_tokens"] for s in text_samples]
 
 
 # ------------------------------------------------------------------------------------ packed == alone

@@ -75,8 +75,12 @@ def test_every_image_sample_equals_qwen3_vl_processor(request, tmp_path_factory,
 
     qwen3_vl_dir = request.getfixturevalue(model_fixture)
     out = tmp_path_factory.mktemp("q3count") / "packs"
+    # text and image samples in packs of their own: the image packs go through the collator and the
+    # processor, the text samples (whose counts a mixed pack's collator call would check) are compared
+    # with the tokenizer's own chat template, batched, below
     run_pack(load_config(input=[str(real_data / "real_sft.jsonl")], media_root=str(real_data),
-                         model=str(qwen3_vl_dir), output=str(out), seq_len=SWEEP_SEQ_LEN, workers=2, progress=False))
+                         model=str(qwen3_vl_dir), output=str(out), seq_len=SWEEP_SEQ_LEN, workers=2, progress=False,
+                         group_by_kind=True))
     proc = _processor(qwen3_vl_dir)
     fam = load_model(str(qwen3_vl_dir))
     # lengths only: the Gated DeltaNet layers of Qwen3.5 do not matter here (see test_models_qwen3_5.py)
@@ -86,10 +90,12 @@ def test_every_image_sample_equals_qwen3_vl_processor(request, tmp_path_factory,
     rejected = {r["line"]: r for x in (out / "rejects.jsonl").read_text().splitlines()
                 if (r := json.loads(x))["line"] in image_lines}
     compared = n_media = n_image_packs = 0
+    text_samples = []
     with shared_preprocess(Qwen2VLImageProcessorPil) as memo:
         for raw in read_packs(out):
             meta = json.loads(raw["json"])
             if not any(s["media"] for s in meta["samples"]):
+                text_samples += meta["samples"]
                 continue
             batch = collator(raw)  # re-encodes with the processor's pixels; raises on any count mismatch
             cu = batch["cu_seqlens"].tolist()
@@ -114,6 +120,10 @@ def test_every_image_sample_equals_qwen3_vl_processor(request, tmp_path_factory,
     # every image sample of the set is either compared or rejected for a reason that is not a count
     assert compared + len(rejected) == len(image_lines) == 2937
     assert compared >= 2900 and not {r["reason"] for r in rejected.values()} & {"overlong", "template_error"}
+    # every text sample: its count is the tokenizer's on its own chat template (what the processor does)
+    assert len(text_samples) >= 2800
+    rendered = [fam.tokenizer.apply_chat_template(s["messages"], tokenize=False) for s in text_samples]
+    assert [len(x) for x in fam.tokenizer(rendered)["input_ids"]] == [s["num_tokens"] for s in text_samples]
     if model_fixture == "qwen3_vl_dir":  # a qwen3_5 output: tests/test_models_qwen3_5.py (the same family code)
         from vlmpack.verify import verify_output
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import yaml
 from cli_runner import run_cli
+from demo_data.packs import demo_packs
 from PIL import Image
 
 from vlmpack.config import load_config
@@ -126,26 +127,43 @@ def _video_reference(model_dir: Path, kwargs: dict, defaults: dict, pixels_keys:
     return {k: cfg[k] for k in defaults}
 
 
+def _class_defaults(fixture: str) -> dict:
+    """The video processor class defaults the family's rule reads (transformers' class attributes)."""
+    from vlmpack.models.frames_rule import SAMPLING_DEFAULTS
+    from vlmpack.models.internvl_video import VIDEO_DEFAULTS
+    from vlmpack.models.qwen3_vl import Qwen3VLFamily
+    from vlmpack.models.qwen_video_rule import QwenVideoRule
+
+    return {"model_dir": QwenVideoRule.video_defaults, "qwen3_vl_dir": Qwen3VLFamily.video_defaults,
+            "internvl_dir": VIDEO_DEFAULTS, "llava_ov_dir": SAMPLING_DEFAULTS}[fixture]
+
+
 @pytest.mark.parametrize(("fixture", "named", "kwargs"), [
     ("model_dir", {"fps": 1.0, "max_frames": 8, "video_max_pixels": 100_000},
      {"fps": 1.0, "do_sample_frames": True, "num_frames": None, "max_frames": 8, "max_pixels": 100_000}),
     ("qwen3_vl_dir", {"fps": 0.5, "min_frames": 2, "total_pixels": 2_000_000},
      {"fps": 0.5, "do_sample_frames": True, "num_frames": None, "min_frames": 2}),
+    ("internvl_dir", {"fps": 1.0}, {"fps": 1.0, "do_sample_frames": True, "num_frames": None}),
+    ("llava_ov_dir", {"fps": 1.0}, {"fps": 1.0, "do_sample_frames": True, "num_frames": None}),
 ])
 def test_video_settings_equal_transformers_with_the_same_kwargs(request, video_corpus, fixture, named, kwargs):
     from vlmpack.media.video import probe_video
 
     model_dir = Path(request.getfixturevalue(fixture))
     fam, base = load_model(str(model_dir), canonical(named)), load_model(str(model_dir))
-    want = _video_reference(model_dir, kwargs, type(fam).video_defaults, pixels_keys=fam.name == "qwen2_vl")
+    defaults = _class_defaults(fixture)
+    want = _video_reference(model_dir, kwargs, {**defaults, "size": defaults.get("size", {})},
+                            pixels_keys=fam.name == "qwen2_vl")
     if "total_pixels" in named:  # Qwen3-VL: size={... "longest_edge": total} (the whole dict as a kwarg)
         want["size"] = {**want["size"], "longest_edge": named["total_pixels"]}
-    assert fam.video_config == want
+    if "size" not in defaults:  # the frame-sampling families: the rule reads no size (their frames are tiles)
+        want.pop("size")
+    assert {k: fam.video_config[k] for k in want} == want
     changed = 0
     for path in video_corpus[:6]:
         h = probe_video(str(path), path.name)
         media = MediaSize("video", h.width, h.height, h.duration_s, h.fps, h.frames)
-        changed += fam.video_tokens(media) != base.video_tokens(media)
+        changed += fam.media_tokens(media) != base.media_tokens(media)
     assert changed  # the options reach the counts
 
 
@@ -186,17 +204,15 @@ def test_yaml_keys_and_flags_make_one_canonical_set(real_data, model_dir, tmp_pa
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory, real_data, model_dir):
-    """300 demo records packed with --min-pixels 3136 --max-pixels 200000, and without."""
+    """300 demo records packed with --min-pixels 3136 --max-pixels 200000 (the CLI), and without."""
     root = tmp_path_factory.mktemp("procopts")
     src = root / "in.jsonl"
     src.write_text("".join((real_data / "real_sft.jsonl").read_text().splitlines(keepends=True)[:300]))
-    outs = {}
-    for name, extra in (("opts", ["--min-pixels", "3136", "--max-pixels", "200000"]), ("plain", [])):
-        r = run_cli(["pack", "-i", str(src), "--media-root", str(real_data), "-o", str(root / name), "--model",
-                     str(model_dir), "--seq-len", "4096", "--no-progress", "--cache-dir", "off", "-j", "1", *extra])
-        assert r.returncode == 0, r.stderr
-        outs[name] = root / name
-    return outs
+    r = run_cli(["pack", "-i", str(src), "--media-root", str(real_data), "-o", str(root / "opts"), "--model",
+                 str(model_dir), "--seq-len", "4096", "--no-progress", "--cache-dir", "off", "-j", "1",
+                 "--min-pixels", "3136", "--max-pixels", "200000"])
+    assert r.returncode == 0, r.stderr
+    return {"opts": root / "opts", "plain": demo_packs(real_data, model_dir, seq_len=4096, n_lines=300)}
 
 
 def test_pack_records_the_options_and_verify_and_collator_use_them(packed, model_dir):
