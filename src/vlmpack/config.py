@@ -202,7 +202,8 @@ class PackConfig(BaseModel):
         # with the default input caps the one it had before the caps existed
         opts = self.model_dump(by_alias=True, exclude=_NOT_FINGERPRINTED | (
             {"num_nodes", "node_rank"} if self.num_nodes == 1 else set()) | {
-            k for k in (*_CAPS, *PROCESSOR_FIELDS) if getattr(self, k) == type(self).model_fields[k].default})
+            k for k in (*_CAPS, *PROCESSOR_FIELDS)
+            if getattr(self, k) == type(self).model_fields[k].get_default(call_default_factory=True)})
         opts["input"] = [os.path.abspath(p) for p in self.input]
         opts["media_root"] = os.path.abspath(str(self.media_root))
         opts["model"] = os.path.abspath(self.model)
