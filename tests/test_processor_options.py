@@ -240,3 +240,15 @@ def test_pack_records_the_options_and_verify_and_collator_use_them(packed, model
     with pytest.raises(PackMismatchError):
         for p in with_images:
             PackCollator(model_dir, rope_impl="numpy")(p)
+
+
+def test_plan_counts_with_the_same_options(packed, real_data, model_dir, tmp_path):
+    """``vlmpack plan --input ... --max-pixels ...`` counts as the pack run with those options did."""
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join((real_data / "real_sft.jsonl").read_text().splitlines(keepends=True)[:300]))
+    r = run_cli(["plan", "--input", str(src), "--media-root", str(real_data), "--model", str(model_dir), "-L", "4096",
+                 "--json", "--cache-dir", "off", "--no-progress", "--min-pixels", "3136", "--max-pixels", "200000"])
+    assert r.returncode == 0, r.stderr
+    row = json.loads(r.stdout)[0]
+    report = json.loads((packed["opts"] / "report.json").read_text())
+    assert (row["tokens"], row["samples"]) == (report["tokens"], report["samples_packed"])

@@ -158,8 +158,10 @@ def find_packs(out_dir: str | Path, *, pack: str | None = None, sample: str | No
     raise InputError(f"{out}: no {what} in its shards")
 
 
-def inspect_pack(parts: dict[str, bytes], model_dir: str, where: str = "pack") -> list[InspectedSample]:
-    """Encode every sample of one pack (``parts``: the pack's tar parts) with the model family.
+def inspect_pack(parts: dict[str, bytes], model_dir: str, where: str = "pack", processor: str = ""
+                 ) -> list[InspectedSample]:
+    """Encode every sample of one pack (``parts``: the pack's tar parts) with the model family
+    (built with the run's ``processor`` options, :func:`vlmpack.verify.processor_of`).
     Raises :class:`ConfigError` for a model directory that cannot be loaded and
     :class:`InputError` (naming ``where``) for parts that hold no pack object
     (:func:`vlmpack.packfmt.parse_pack`) or whose recorded counts do not add up within ``seq_len``
@@ -177,7 +179,7 @@ def inspect_pack(parts: dict[str, bytes], model_dir: str, where: str = "pack") -
             sum(m["num_tokens"] for m in s["media"]) > s["num_tokens"] for s in obj["samples"]):
         raise InputError(f"{where}: its recorded token counts do not add up within seq_len {obj['seq_len']} "
                          f"(at most {MAX_INSPECT_TOKENS:,}); run vlmpack check on the output")
-    family = load_model(str(model_dir))
+    family = load_model(str(model_dir), processor)
     tok = family.tokenizer
     out = []
     for s in obj["samples"]:

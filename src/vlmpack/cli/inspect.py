@@ -22,12 +22,14 @@ def inspect_command(
     """Show packs as the model sees them: samples, sources, token counts and shares, media, and the
     rendered text with the trained (label) tokens highlighted."""
     from vlmpack.inspection import find_packs, inspect_pack, model_of, render_html, render_terminal
+    from vlmpack.verify import processor_of
 
     model_dir = model_of(output, model)
+    processor = processor_of(output)
     found = find_packs(output, pack=pack, sample=sample, random_n=random_n, seed=seed)
     done = []
     for shard, key, parts in found:
-        samples = inspect_pack(parts, model_dir, where=f"{output / shard} {key}")
+        samples = inspect_pack(parts, model_dir, where=f"{output / shard} {key}", processor=processor)
         render_terminal(shard, key, samples)
         done.append((shard, key, parts, samples))
     if html is not None:

@@ -55,6 +55,16 @@ def plan_command(
     max_member_bytes: Optional[int] = typer.Option(None, "--max-member-bytes", help="As `pack --max-member-bytes`."),
     max_media_bytes: Optional[int] = typer.Option(None, "--max-media-bytes", help="As `pack --max-media-bytes`."),
     special_tokens: Optional[str] = typer.Option(None, "--special-tokens", help="As `pack --special-tokens`."),
+    min_pixels: Optional[int] = typer.Option(None, "--min-pixels", help="As `pack --min-pixels`."),
+    max_pixels: Optional[int] = typer.Option(None, "--max-pixels", help="As `pack --max-pixels`."),
+    patch_size: Optional[int] = typer.Option(None, "--patch-size", help="As `pack --patch-size`."),
+    merge_size: Optional[int] = typer.Option(None, "--merge-size", help="As `pack --merge-size`."),
+    fps: Optional[float] = typer.Option(None, "--fps", help="As `pack --fps`."),
+    min_frames: Optional[int] = typer.Option(None, "--min-frames", help="As `pack --min-frames`."),
+    max_frames: Optional[int] = typer.Option(None, "--max-frames", help="As `pack --max-frames`."),
+    video_max_pixels: Optional[int] = typer.Option(None, "--video-max-pixels", help="As `pack --video-max-pixels`."),
+    total_pixels: Optional[int] = typer.Option(None, "--total-pixels", help="As `pack --total-pixels`."),
+    processor_kwargs: Optional[str] = typer.Option(None, "--processor-kwargs", help="As `pack --processor-kwargs`."),
     workers: Optional[int] = typer.Option(None, "--workers", "-j", help="Counting processes (default: CPU cores)."),
     cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help="Count cache shared with `pack` (default: "
                                             "$VLMPACK_CACHE, else ~/.cache/vlmpack/counts; 'off': none)."),
@@ -74,6 +84,9 @@ def plan_command(
                           input_format=input_format, text_key=text_key, allow_absolute_media=allow_absolute_media,
                           media_lmdb=media_lmdb or None, media_check=media_check, special_tokens=special_tokens,
                           max_member_bytes=max_member_bytes, max_media_bytes=max_media_bytes,
+                          min_pixels=min_pixels, max_pixels=max_pixels, patch_size=patch_size, merge_size=merge_size,
+                          fps=fps, min_frames=min_frames, max_frames=max_frames, video_max_pixels=video_max_pixels,
+                          total_pixels=total_pixels, processor_kwargs=processor_kwargs,
                           workers=workers, cache_dir=cache_dir, progress=progress)
         elif source is None:
             raise ConfigError("nothing to plan: give SOURCE (a pack OUT dir, manifest or lengths file) or "
