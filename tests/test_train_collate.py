@@ -238,3 +238,26 @@ def test_several_packs_make_one_row(raw_packs, collator):
     assert ab["pack_keys"] == [a["__key__"], b["__key__"]]
     assert ab["cu_seqlens"].tolist() == ba["cu_seqlens"].tolist() + [
         x + ba["cu_seqlens"][-1].item() for x in bb["cu_seqlens"].tolist()[1:]]
+
+
+def test_media_counts_per_sample_slice_the_media_tensors(raw_packs, collator, fam):
+    """Pipeline parallel: per segment of ``cu_seqlens``, the images, videos and media tokens of each
+    sample, so that a micro-batch split slices ``image_grid_thw`` by ``images_per_sample`` and
+    ``pixel_values`` by the rows of those grids (t*h*w = media tokens x merge_size**2)."""
+    checked = 0
+    for raw in _with_images(raw_packs, 2)[:12]:
+        meta = json.loads(raw["json"])
+        b = collator(raw)
+        n = len(meta["samples"])
+        for key in ("images_per_sample", "videos_per_sample", "media_tokens_per_sample"):
+            assert b[key].dtype == torch.int32 and tuple(b[key].shape) == (n,) == (len(b["cu_seqlens"]) - 1,)
+        images = b["images_per_sample"].tolist()
+        assert images == [sum(m["kind"] == "image" for m in s["media"]) for s in meta["samples"]]
+        assert b["videos_per_sample"].tolist() == [0] * n
+        tokens = b["media_tokens_per_sample"].tolist()
+        assert tokens == [sum(m["num_tokens"] for m in s["media"]) for s in meta["samples"]]
+        bounds = np.cumsum([0, *images])
+        rows = [int(b["image_grid_thw"][a:z].prod(-1).sum()) for a, z in zip(bounds[:-1], bounds[1:])]
+        assert rows == [t * fam.merge_size**2 for t in tokens] and sum(rows) == b["pixel_values"].shape[0]
+        checked += sum(x > 0 for x in images)
+    assert checked >= 20

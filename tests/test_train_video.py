@@ -198,6 +198,12 @@ def test_video_packs_load_through_energon_and_collate_to_recorded_counts(outputs
             vg = batch.get("video_grid_thw", torch.zeros(0, 3, dtype=torch.long)).tolist()
             ig = batch.get("image_grid_thw", torch.zeros(0, 3, dtype=torch.long)).tolist()
             kinds_per_pack.append({_kind(s) for s in pack.samples})
+            # the per-sample media counts a pipeline-parallel split slices by
+            assert batch["videos_per_sample"].tolist() == [sum(m["kind"] == "video" for m in s["media"])
+                                                           for s in pack.samples]
+            assert batch["images_per_sample"].tolist() == [sum(m["kind"] == "image" for m in s["media"])
+                                                           for s in pack.samples]
+            features = batch["media_tokens_per_sample"].tolist()  # feature tokens: t*h*w / merge**2 per item
             for s, a, z in zip(pack.samples, cu[:-1], cu[1:]):
                 nv = sum(m["kind"] == "video" for m in s["media"])
                 ni = sum(m["kind"] == "image" for m in s["media"])
@@ -208,6 +214,7 @@ def test_video_packs_load_through_energon_and_collate_to_recorded_counts(outputs
                 for m, grid in zip([m for m in s["media"] if m["kind"] == "video"], vg[:nv]):
                     assert m["num_tokens"] == fam.media_tokens(_header(raw[m["part"]])), (name, s["id"])
                     assert int(np.count_nonzero(ids == fam.video_token_id)) >= grid[0] * grid[1] * grid[2] // 4
+                assert features.pop(0) == sum(t * h * w // 4 for t, h, w in [*vg[:nv], *ig[:ni]]), (name, s["id"])
                 vg, ig = vg[nv:], ig[ni:]
                 seen[s["id"]] = s["num_tokens"]
             assert not vg and not ig

@@ -33,6 +33,10 @@ isolated by their segment boundaries). Output keys (all torch tensors unless not
   images') and ``video_input_keys``, absent without videos.
   No ``mm_token_type_ids``: the per-sample mRoPE ``position_ids`` already hold what the model
   would derive from them (``get_rope_index`` with 1 on image pads, 2 on video pads);
+- ``images_per_sample``, ``videos_per_sample``, ``media_tokens_per_sample`` int32 ``[n]`` per
+  segment of ``cu_seqlens``: images, videos and vision feature tokens (the pads the features
+  replace, ``t*h*w / merge**2`` per Qwen-VL item; Qwen3-VL's timestamp text is not among them),
+  for a pipeline-parallel micro-batch split of the media tensors;
 - ``num_label_tokens`` (int), ``loss_weights`` float32 ``[1, T]`` with ``loss_weighting``;
 - ``sample_ids``, ``pack_keys`` (lists of str), ``num_samples`` (int).
 """
@@ -242,10 +246,30 @@ class PackCollator:
         if self.loss_weighting:
             w = loss_weights(labels, seg.seq_idx, self.loss_weighting, len(lengths))
             out["loss_weights"] = torch.from_numpy(w)[None]
+        out.update(self._media_per_sample(encs, ids[:int(seg.cu_seqlens[-1])], seg.cu_seqlens))
         out["sample_ids"] = [s for e in encs for s in e.sample_ids]
         out["pack_keys"] = [e.key for e in encs if e.sample_ids]
         out["num_samples"] = int(len(real_lengths))
         return out
+
+
+    def _media_per_sample(self, encs: Sequence[EncodedPack], ids: np.ndarray, cu_seqlens: np.ndarray) -> dict:
+        """int32 ``[n]`` per segment of ``cu_seqlens`` (the placeholder image's included): images,
+        videos and media tokens (the tokens whose embeddings vision features replace), so that a
+        pipeline-parallel micro-batch split can slice the media tensors (Qwen-VL: ``image_grid_thw``
+        rows by ``images_per_sample``, ``pixel_values`` rows by their ``t*h*w``) without
+        re-deriving them from the ids."""
+        f = self.family
+        feature_ids = [t for t in {f.image_token_id, getattr(f, "video_token_id", None),
+                                   getattr(f, "video_feature_token_id", None)} if t is not None]
+        media = np.isin(ids, feature_ids).astype(np.int64)
+        starts = np.asarray(cu_seqlens[:-1], dtype=np.int64)
+        tokens = np.add.reduceat(media, starts) if len(starts) else np.zeros(0, dtype=np.int64)
+        images = np.concatenate([np.asarray(e.images_per_sample, dtype=np.int32) for e in encs])
+        videos = np.concatenate([np.asarray(e.videos_per_sample or [0] * len(e.lengths), dtype=np.int32)
+                                 for e in encs])
+        return {"images_per_sample": torch.from_numpy(images), "videos_per_sample": torch.from_numpy(videos),
+                "media_tokens_per_sample": torch.from_numpy(tokens.astype(np.int32))}
 
 
 def _check_linear_attention(family, attn_implementation: str) -> None:
