@@ -16,9 +16,9 @@ import pytest
 from test_sources_parquet import _rows
 from test_sources_wds import _pack, _samples, assert_same_samples
 
-from vlmpack.config import expand_inputs
 from vlmpack.errors import ConfigError
 from vlmpack.packfmt import read_packs
+from vlmpack.sources.paths import expand_inputs
 
 datasets = pytest.importorskip("datasets")
 pytestmark = pytest.mark.slow

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 from test_sources_wds import _samples, shard_hashes
 
-from vlmpack.config import brace_expand, load_config
+from vlmpack.config import load_config
 from vlmpack.errors import ConfigError, RunFailedError
 from vlmpack.pack.pipeline import run_pack
+from vlmpack.sources.paths import brace_expand
 
 lmdb = pytest.importorskip("lmdb")
 pytestmark = pytest.mark.slow
