@@ -61,8 +61,8 @@ class Sink(Protocol):
         sorts them) from its samples as the count stage serialized them
         (:class:`vlmpack.packfmt.PackEntry`: entry bytes, tokens, media references; a layout of
         another form reads the fields with ``PackEntry.sample()``) and the number of tokens it
-        holds. ``model_dir`` set: also the pretokenized ids, where the layout has them (the model loaded with
-        its ``processor`` options, :func:`vlmpack.models.load_model`). Raises
+        holds. ``model_dir`` set: also the pretokenized ids, where the layout has them (the model
+        loaded with its ``processor`` options, :func:`vlmpack.models.load_model`). Raises
         what ``read_media`` raises (:class:`vlmpack.errors.MediaError`: a media item that changed
         since it was counted; the writer leaves that sample out)."""
 

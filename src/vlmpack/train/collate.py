@@ -252,7 +252,6 @@ class PackCollator:
         out["num_samples"] = int(len(real_lengths))
         return out
 
-
     def _media_per_sample(self, encs: Sequence[EncodedPack], ids: np.ndarray, cu_seqlens: np.ndarray) -> dict:
         """int32 ``[n]`` per segment of ``cu_seqlens`` (the placeholder image's included): images,
         videos and media tokens (the tokens whose embeddings vision features replace), so that a
