@@ -161,7 +161,7 @@ def find_packs(out_dir: str | Path, *, pack: str | None = None, sample: str | No
 def inspect_pack(parts: dict[str, bytes], model_dir: str, where: str = "pack", processor: str = ""
                  ) -> list[InspectedSample]:
     """Encode every sample of one pack (``parts``: the pack's tar parts) with the model family
-    (built with the run's ``processor`` options, :func:`vlmpack.verify.processor_of`).
+    (built with the run's ``processor`` options, :func:`vlmpack.verify.recorded_run`).
     Raises :class:`ConfigError` for a model directory that cannot be loaded and
     :class:`InputError` (naming ``where``) for parts that hold no pack object
     (:func:`vlmpack.packfmt.parse_pack`) or whose recorded counts do not add up within ``seq_len``
@@ -273,9 +273,9 @@ def render_html(packs: list[tuple[str, str, dict[str, bytes], list[InspectedSamp
 def model_of(out_dir: str | Path, model: str | None) -> str:
     """``model``, else the model directory recorded in ``OUT/.vlmpack/config.json``; raises
     :class:`ConfigError` when neither is there."""
-    from vlmpack.verify import _model_of
+    from vlmpack.verify import recorded_run
 
-    found = model or _model_of(Path(out_dir))
+    found = model or recorded_run(Path(out_dir))[0]
     if not found:
         raise ConfigError(f"{out_dir}: no model directory recorded; pass --model DIR (the one given to vlmpack pack)")
     return found

@@ -113,7 +113,7 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False, processor: s
     """Problem lines for one shard (see the module docstring); ``[]`` when every count holds.
 
     ``shard``: path of a ``vlmpack.pack/1`` tar; ``model_dir``: the model directory the output
-    was packed with, ``processor`` its processor options (canonical JSON, :func:`processor_of`).
+    was packed with, ``processor`` its processor options (canonical JSON, :func:`recorded_run`).
     Never raises for bad shard content (an unreadable shard is one problem line).
     A pretokenized pack's ``input_ids.npy`` is compared with its samples encoded again (module
     docstring).
@@ -206,29 +206,24 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False, processor: s
     return problems
 
 
-def _model_of(out: Path) -> str | None:
-    """The model directory recorded in ``out/.vlmpack/config.json`` (read without following a
-    link, size and nesting bounded), or None."""
-    try:
-        model = loads_json(read_inside(out, f"{RUN_DIR}/config.json", 64 << 20))["options"]["model"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return model if isinstance(model, str) else None
-
-
-def processor_of(out: Path) -> str:
-    """The processor options of the run (:attr:`vlmpack.config.PackConfig.processor`, as the
-    canonical JSON :func:`vlmpack.models.load_model` takes) recorded in ``out/.vlmpack/config.json``;
-    ``""`` when none are recorded or the file cannot be read (the check then names it). Raises
-    :class:`ConfigError` for recorded options that are not valid ones."""
+def recorded_run(out: Path) -> tuple[str | None, str]:
+    """``(model directory, processor options)`` of the run recorded in ``out/.vlmpack/config.json``
+    (read once, without following a link, size and nesting bounded): the model directory or None,
+    and the processor options (:attr:`vlmpack.config.PackConfig.processor`) as the canonical JSON
+    :func:`vlmpack.models.load_model` takes, ``""`` when none are recorded or the file cannot be
+    read (the check then names it). Raises :class:`ConfigError` for recorded processor options
+    that are not valid ones."""
     from vlmpack.config import processor_options
-    from vlmpack.pack.stages import processor_json
+    from vlmpack.models.options import processor_json
 
     try:
         options = loads_json(read_inside(out, f"{RUN_DIR}/config.json", 64 << 20))["options"]
     except (OSError, ValueError, KeyError, TypeError):
-        return ""
-    return processor_json(processor_options(options)) if isinstance(options, dict) else ""
+        return None, ""
+    if not isinstance(options, dict):
+        return None, ""
+    model = options.get("model")
+    return (model if isinstance(model, str) else None), processor_json(processor_options(options))
 
 
 def verify_output(out_dir: str | Path, *, model: str | None = None, decode: bool = False, workers: int = 2,
@@ -236,7 +231,7 @@ def verify_output(out_dir: str | Path, *, model: str | None = None, decode: bool
     """:func:`vlmpack.check.check_output` plus the recount of every shard (module docstring).
 
     ``model``: the model directory (default: the one recorded in ``OUT/.vlmpack/config.json``; its
-    processors are built with the processor options recorded there, :func:`processor_of`);
+    processors are built with the processor options recorded there, :func:`recorded_run`);
     ``workers``: processes for the recount and Energon loader workers. Returns check's dict with
     ``recounted_shards`` added; ``problems`` holds every finding. Raises :class:`ConfigError` only
     when no model directory is given or recorded.
@@ -246,11 +241,11 @@ def verify_output(out_dir: str | Path, *, model: str | None = None, decode: bool
     from vlmpack.check import check_output
 
     out = Path(out_dir)
-    model = model or _model_of(out)
+    recorded, processor = recorded_run(out)
+    model = model or recorded
     if not model:
         raise ConfigError(f"{out}: no model directory recorded in {RUN_DIR}/config.json; pass --model DIR "
                           "(the one given to vlmpack pack)")
-    processor = processor_of(out)
     res = check_output(out, num_workers=workers, run_dir=run_dir)
     shards = [str(p) for p in shard_paths(out)]  # regular files only: a link is never followed
     if workers > 1 and len(shards) > 1:

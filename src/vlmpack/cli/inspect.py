@@ -22,10 +22,10 @@ def inspect_command(
     """Show packs as the model sees them: samples, sources, token counts and shares, media, and the
     rendered text with the trained (label) tokens highlighted."""
     from vlmpack.inspection import find_packs, inspect_pack, model_of, render_html, render_terminal
-    from vlmpack.verify import processor_of
+    from vlmpack.verify import recorded_run
 
     model_dir = model_of(output, model)
-    processor = processor_of(output)
+    processor = recorded_run(output)[1]
     found = find_packs(output, pack=pack, sample=sample, random_n=random_n, seed=seed)
     done = []
     for shard, key, parts in found:

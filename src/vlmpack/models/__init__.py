@@ -57,10 +57,11 @@ def load_model(model_dir: str | Path, processor: Mapping[str, Any] | str | None 
     (:func:`vlmpack.models.options.apply_options`). Raises :class:`ConfigError` for an
     unsupported ``model_type``, a broken directory or an option the family does not have.
     """
+    from vlmpack.models.options import processor_json
+
     if isinstance(processor, str):
         processor = json.loads(processor) if processor else None
-    key = json.dumps(dict(processor), sort_keys=True, separators=(",", ":")) if processor else ""
-    return _load(str(model_dir), key)
+    return _load(str(model_dir), processor_json(processor))
 
 
 def check_processor(model_dir: str | Path, processor: Mapping[str, Any]) -> None:

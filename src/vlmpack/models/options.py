@@ -46,7 +46,7 @@ from typing import Any
 
 from vlmpack.errors import ConfigError
 
-__all__ = ["NAMED", "accepted_keys", "apply_options", "canonical", "component_settings"]
+__all__ = ["NAMED", "accepted_keys", "apply_options", "canonical", "component_settings", "processor_json"]
 
 #: The named processor options (flag ``--min-pixels`` = key ``min_pixels``) and what each means.
 NAMED = {
@@ -91,6 +91,12 @@ def canonical(named: Mapping[str, Any] | None = None, kwargs: Mapping[str, Any] 
         except (TypeError, ValueError) as e:
             raise ConfigError(f"--processor-kwargs: not plain JSON ({e})") from None
     return out
+
+
+def processor_json(options: Mapping[str, Any] | None) -> str:
+    """Processor options (:func:`canonical`) as the canonical JSON the pack stages, their tasks and
+    :func:`vlmpack.models.load_model`'s cache carry (hashable); ``""`` for none."""
+    return json.dumps(dict(options), sort_keys=True, separators=(",", ":")) if options else ""
 
 
 def accepted_keys(family_cls: type) -> dict[str, frozenset[str]]:

@@ -76,6 +76,8 @@ class CountOptions:
     @classmethod
     def of(cls, cfg: PackConfig) -> CountOptions:
         """The count options of ``cfg``."""
+        from vlmpack.models.options import processor_json
+
         return cls(str(cfg.model), str(cfg.media_root), cfg.input_schema, cfg.text_key, cfg.allow_absolute_media,
                    tuple(sorted(cfg.media_lmdb.items())), cfg.media_check, cfg.special_tokens, cfg.max_member_bytes,
                    cfg.max_media_bytes, cfg.seq_len, cfg.record_map, cfg.layout, processor_json(cfg.processor))
@@ -154,6 +156,8 @@ class WriteOptions:
     @classmethod
     def of(cls, cfg: PackConfig, prefix: str) -> WriteOptions:
         """The write options of ``cfg``, shards named with ``prefix``."""
+        from vlmpack.models.options import processor_json
+
         return cls(str(Path(cfg.output)), cfg.seq_len, prefix, cfg.max_packs_per_shard, cfg.max_shard_bytes,
                    str(cfg.model) if cfg.pretokenize else None, str(cfg.media_root), cfg.allow_absolute_media,
                    cfg.layout, processor_json(cfg.processor))
@@ -234,12 +238,6 @@ def count_payload(cfg: PackConfig, payload: dict) -> dict:
 def count_key(cfg: PackConfig, payload: dict) -> str:
     """sha256 (hex) of :func:`count_payload`."""
     return _digest(count_payload(cfg, payload))
-
-
-def processor_json(processor: dict) -> str:
-    """Processor options (:attr:`PackConfig.processor`) as the canonical JSON the stages and their
-    tasks carry (hashable, and what :func:`vlmpack.models.load_model` takes); ``""`` for none."""
-    return json.dumps(processor, sort_keys=True, separators=(",", ":")) if processor else ""
 
 
 def split_items(split) -> tuple[tuple[str, float], ...] | None:
