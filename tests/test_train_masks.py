@@ -31,6 +31,24 @@ def test_segments_match_a_naive_reference(lens, mult, start):
     assert type(seg.max_seqlen) is int and seg.max_seqlen == max(lens)
 
 
+@given(lengths_st, st.sampled_from([2, 4, 8, 16]), st.sampled_from([None, 1, 8, 12]), st.integers(0, 2))
+def test_aligned_segments_pad_every_sample_to_its_multiple(lens, m, mult, start):
+    """THD context parallelism: each sample's span is its tokens then padding up to a multiple of m;
+    a pack-level multiple extends the last span; both cu_seqlens have n+1 entries."""
+    seg = segments(lens, pad_to_multiple_of=mult, position_start=start, sample_multiple=m)
+    spans = [-(-n // m) * m for n in lens]
+    pack_m = int(np.lcm(m, mult or 1))
+    spans[-1] += -(-sum(spans) // pack_m) * pack_m - sum(spans)
+    assert seg.cu_seqlens.tolist() == np.cumsum([0] + lens).tolist()
+    assert seg.cu_seqlens_padded.tolist() == np.cumsum([0] + spans).tolist()
+    assert all(s % m == 0 for s in spans) and seg.total % pack_m == 0 and seg.pad == seg.total - sum(lens)
+    assert seg.starts.tolist() == np.cumsum([0] + spans)[:-1].tolist()
+    assert seg.real_index().tolist() == [a + i for a, n in zip(seg.starts.tolist(), lens) for i in range(n)]
+    assert seg.position_ids.tolist() == [start + i for n in spans for i in range(n)]
+    assert seg.seq_idx.tolist() == [k for k, n in enumerate(spans) for _ in range(n)]
+    assert seg.max_seqlen == max(lens) and seg.max_seqlen_padded == max(spans)
+
+
 @given(lengths_st)
 @settings(max_examples=30)
 def test_block_mask_is_same_segment_and_causal(lens):

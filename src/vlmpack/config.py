@@ -32,6 +32,8 @@ _NOT_FINGERPRINTED = {"workers", "overwrite", "progress", "output", "executor", 
 #: theirs (see ``fingerprint_payload``): the input size caps, the blend weight factor, the record mapping,
 #: the output layout.
 _CAPS = ("max_member_bytes", "max_media_bytes", "sample_ratio", "record_map", "layout", "split")
+#: The trainer's parallel layout: left out of the fingerprint at its defaults (no per-sample alignment), like the caps.
+_PARALLEL = ("cp_size", "tp_size", "sequence_parallel")
 #: The processor options (:mod:`vlmpack.models.options`): left out of the fingerprint when unset, like the caps.
 PROCESSOR_FIELDS = ("min_pixels", "max_pixels", "patch_size", "merge_size", "fps", "min_frames", "max_frames",
                     "video_max_pixels", "total_pixels", "processor_kwargs")
@@ -77,6 +79,11 @@ class PackConfig(BaseModel):
     max_media_tokens_per_pack: int | None = Field(None, gt=0)
     group_by_kind: bool = False
     pad_to_multiple_of: int | None = Field(None, gt=0)
+    cp_size: int = Field(1, gt=0, description="the trainer's context-parallel size: each sample is planned padded "
+                         "to a multiple of 2 x cp_size tokens (Megatron-Core THD, vlmpack.packing.alignment)")
+    tp_size: int = Field(1, gt=0, description="the trainer's tensor-parallel size (multiplies the sample multiple "
+                         "with sequence_parallel)")
+    sequence_parallel: bool = Field(False, description="the trainer uses sequence parallelism")
     seed: int = 0
     split: dict[str, float] | None = Field(None, description="train / val / test shares: each sample's split by a "
                                            "hash of its id (vlmpack.pack.splits); None: every pack in train")
@@ -180,6 +187,14 @@ class PackConfig(BaseModel):
         model directory's processors as they are."""
         return processor_options(self.model_dump())
 
+    @property
+    def sample_multiple(self) -> int:
+        """Tokens each sample's length is planned padded to (:func:`vlmpack.packing.alignment.sample_multiple`
+        of ``cp_size``, ``tp_size``, ``sequence_parallel`` and ``pad_to_multiple_of``); 1: none."""
+        from vlmpack.packing.alignment import sample_multiple
+
+        return sample_multiple(self.cp_size, self.tp_size, self.sequence_parallel, self.pad_to_multiple_of)
+
     @field_validator("node_rank")
     @classmethod
     def _rank_below_nodes(cls, v: int, info) -> int:
@@ -202,7 +217,7 @@ class PackConfig(BaseModel):
         # with the default input caps the one it had before the caps existed
         opts = self.model_dump(by_alias=True, exclude=_NOT_FINGERPRINTED | (
             {"num_nodes", "node_rank"} if self.num_nodes == 1 else set()) | {
-            k for k in (*_CAPS, *PROCESSOR_FIELDS)
+            k for k in (*_CAPS, *_PARALLEL, *PROCESSOR_FIELDS)
             if getattr(self, k) == type(self).model_fields[k].get_default(call_default_factory=True)})
         opts["input"] = [os.path.abspath(p) for p in self.input]
         opts["media_root"] = os.path.abspath(str(self.media_root))

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -16,7 +18,7 @@ def demo_packs(real_data: str | Path, model_dir: str | Path, *, seq_len: int = 1
     """Run ``vlmpack pack`` on the first ``n_lines`` records of ``real_data/real_sft.jsonl``.
 
     Returns the output directory (an Energon dataset of ``vlmpack.pack/1`` packs). Cached per
-    process and argument set.
+    process and argument set; without ``out``, in a temporary folder removed when the process exits.
     """
     from vlmpack.config import load_config
     from vlmpack.pack.pipeline import run_pack
@@ -24,7 +26,10 @@ def demo_packs(real_data: str | Path, model_dir: str | Path, *, seq_len: int = 1
     key = (str(real_data), str(model_dir), seq_len, n_lines, group_by_kind, str(out), tuple(sorted(kw.items())))
     if key in _CACHE:
         return _CACHE[key]
-    base = Path(out) if out else Path(tempfile.mkdtemp(prefix="vlmpack-train-"))
+    if out is None:  # a folder of this process's own, removed when it exits
+        out = tempfile.mkdtemp(prefix="vlmpack-train-")
+        atexit.register(shutil.rmtree, out, ignore_errors=True)
+    base = Path(out)
     base.mkdir(parents=True, exist_ok=True)
     src = base / "input.jsonl"
     with open(Path(real_data) / "real_sft.jsonl", "rb") as f, open(src, "wb") as g:

@@ -17,8 +17,10 @@ Checks, cheapest first; every finding is one line in ``problems`` and nothing ra
    the media parts it references; ``<shard>.idx`` exists and holds N+1 offsets equal to the
    tar's sample header offsets and its end-of-archive offset, N = ``.info.json``'s count.
 4. Token counts: in each pack the samples' ``num_tokens`` sum to the pack's ``num_tokens``
-   ``<= seq_len`` (= ``report.json``'s); each sample's ``num_tokens`` equals the manifest's;
-   the totals equal ``report.json``'s ``packs``, ``samples_packed`` and ``tokens``.
+   ``<= seq_len`` (= ``report.json``'s), also with every sample padded to ``report.json``'s
+   ``alignment.sample_multiple`` (``--cp-size``: what a THD trainer pads); each sample's
+   ``num_tokens`` equals the manifest's; the totals equal ``report.json``'s ``packs``,
+   ``samples_packed`` and ``tokens``.
 5. Completeness against the run dir ``OUT/.vlmpack`` (``manifest.parquet``: columns ``id``,
    ``num_tokens``, optional int8 ``id_kind``; ``plan.npz``: :class:`vlmpack.packing.PackPlan`
    whose ``overlong`` rows were dropped): every manifest id not overlong is in exactly one pack,

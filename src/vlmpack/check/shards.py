@@ -151,6 +151,11 @@ def check_pack(f: Findings, shard: str, key: str, parts: dict[str, bytes | None]
         f.add(f"{where}: {n} tokens > seq_len {seq_len}")
     if is_int(rep_len) and seq_len != rep_len:
         f.add(f"{where}: seq_len {seq_len}, report.json says {rep_len}")
+    multiple = ((f.report or {}).get("alignment") or {}).get("sample_multiple")
+    if is_int(multiple) and multiple > 1 and total == n:  # --cp-size: the trainer pads every sample (THD)
+        padded = sum(-(-s["num_tokens"] // multiple) * multiple for s in obj["samples"])
+        if padded > seq_len:
+            f.add(f"{where}: {padded} tokens with each sample padded to a multiple of {multiple} > seq_len {seq_len}")
     names = set(parts)
     if media - names:
         f.add(f"{where}: referenced media parts missing from the tar: {eg(sorted(media - names))}")

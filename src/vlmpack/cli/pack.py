@@ -63,6 +63,12 @@ def pack_command(
                                          help="keep text/image/video packs homogeneous"),
     pad_to_multiple_of: Optional[int] = _opt("pad_to_multiple_of", "--pad-to-multiple-of",
                                              help="plan each sample's length rounded up to this many tokens"),
+    cp_size: Optional[int] = _opt("cp_size", "--cp-size", help="the trainer's context-parallel size: each sample "
+                                  "is planned padded to a multiple of 2 x CP tokens (Megatron-Core THD)"),
+    tp_size: Optional[int] = _opt("tp_size", "--tp-size", help="the trainer's tensor-parallel size: with "
+                                  "--sequence-parallel the sample multiple is 2 x CP x TP"),
+    sequence_parallel: Optional[bool] = _opt("sequence_parallel", "--sequence-parallel/--no-sequence-parallel",
+                                             help="the trainer uses sequence parallelism"),
     seed: Optional[int] = _opt("seed", "--seed", help="seed of the pack order shuffle"),
     split: Optional[str] = _opt("split", "--split", help="train / val / test shares, e.g. "
                                 "train=0.98,val=0.01,test=0.01: each sample's split by a hash of its id; packs and "
@@ -131,7 +137,8 @@ def pack_command(
                       overlong=overlong, algorithm=algorithm,
                       max_samples_per_pack=max_samples_per_pack, max_media_per_pack=max_media_per_pack,
                       max_media_tokens_per_pack=max_media_tokens_per_pack, group_by_kind=group_by_kind,
-                      pad_to_multiple_of=pad_to_multiple_of, seed=seed, split=split, val_fraction=val_fraction,
+                      pad_to_multiple_of=pad_to_multiple_of, cp_size=cp_size, tp_size=tp_size,
+                      sequence_parallel=sequence_parallel, seed=seed, split=split, val_fraction=val_fraction,
                       min_pixels=min_pixels, max_pixels=max_pixels, patch_size=patch_size, merge_size=merge_size,
                       fps=fps, min_frames=min_frames, max_frames=max_frames, video_max_pixels=video_max_pixels,
                       total_pixels=total_pixels, processor_kwargs=processor_kwargs, pretokenize=pretokenize,

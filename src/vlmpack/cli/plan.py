@@ -28,7 +28,13 @@ def plan_command(
     max_media_tokens_per_pack: int | None = typer.Option(None, "--max-media-tokens-per-pack"),
     group_by_kind: bool = typer.Option(False, "--group-by-kind/--no-group-by-kind",
                                        help="Keep text / image / video packs homogeneous."),
-    pad_to_multiple_of: int | None = typer.Option(None, "--pad-to-multiple-of"),
+    pad_to_multiple_of: int | None = typer.Option(None, "--pad-to-multiple-of", help="Plan each sample's length "
+                                                  "rounded up to this many tokens."),
+    cp_size: int = typer.Option(1, "--cp-size", help="As `pack --cp-size`: each sample planned padded to a "
+                                "multiple of 2 x CP tokens."),
+    tp_size: int = typer.Option(1, "--tp-size", help="As `pack --tp-size`."),
+    sequence_parallel: bool = typer.Option(False, "--sequence-parallel/--no-sequence-parallel",
+                                           help="As `pack --sequence-parallel`."),
     window: int | None = typer.Option(None, "--window", help="Window size of the `window` algorithm."),
     seed: int = typer.Option(0, "--seed"),
     plot: Path | None = typer.Option(None, "--plot", help="Write a PNG of packs, utilization, samples and tokens "
@@ -98,7 +104,8 @@ def plan_command(
             data, preflight.sweep_lengths(data, user, grid=sweep or plot is not None), algorithm=algorithm,
             max_samples_per_pack=max_samples_per_pack, max_media_per_pack=max_media_per_pack,
             max_media_tokens_per_pack=max_media_tokens_per_pack, group_by_kind=group_by_kind,
-            pad_to_multiple_of=pad_to_multiple_of, window=window, seed=seed,
+            pad_to_multiple_of=_multiple(pad_to_multiple_of, cp_size, tp_size, sequence_parallel), window=window,
+            seed=seed,
         )
         best = preflight.recommend_seq_len(rows, max_drop)
     except VlmpackError as exc:
@@ -120,6 +127,14 @@ def plan_command(
             typer.echo(f"error: cannot write --plot {plot} ({exc.strerror or exc}); choose a writable path", err=True)
             raise typer.Exit(2) from exc
         typer.echo(f"wrote {plot}", err=True)
+
+
+def _multiple(pad_to_multiple_of: int | None, cp_size: int, tp_size: int, sequence_parallel: bool) -> int | None:
+    """The per-sample multiple to plan with (as ``pack``'s :attr:`vlmpack.config.PackConfig.sample_multiple`)."""
+    from vlmpack.packing.alignment import sample_multiple
+
+    m = sample_multiple(cp_size, tp_size, sequence_parallel, pad_to_multiple_of)
+    return pad_to_multiple_of if m == (pad_to_multiple_of or 1) else m
 
 
 def _count(config: Path | None, **overrides):

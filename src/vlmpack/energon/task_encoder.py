@@ -261,11 +261,14 @@ class VlmpackOnlineTaskEncoder(_CollatingTaskEncoder):
 
     def select_samples_to_pack(self, samples: list[UnpackedSample]) -> list[list[UnpackedSample]]:
         """The whole buffer -> groups that fit ``seq_len`` (:func:`vlmpack.packing.select_samples_to_pack`,
-        deterministic); samples longer than ``seq_len`` are dropped with a warning."""
+        deterministic; with the collator's ``cp_size``, each sample counted padded to its multiple);
+        samples longer than ``seq_len`` are dropped with a warning."""
         from vlmpack.packing import select_samples_to_pack
 
+        m = self.collator.sample_multiple  # cp_size: each sample padded (THD), planned so
         return select_samples_to_pack(samples, [s.num_tokens for s in samples], self.seq_len,
-                                      algorithm=self.algorithm, on_overlong="drop")
+                                      algorithm=self.algorithm, on_overlong="drop",
+                                      pad_to_multiple_of=m if m > 1 else None)
 
     @stateless
     def pack_selected_samples(self, samples: list[UnpackedSample]) -> EncodedPackSample:

@@ -139,7 +139,7 @@ def _overlong_rejections(opts: PlanOptions, inputs: InputFiles, run: Path, manif
             why = (f"{n} tokens, {media_n[i].as_py()} media, {media_tok[i].as_py()} media tokens do not fit one pack "
                    f"(--seq-len {opts.seq_len}, --max-media-per-pack {opts.max_media_per_pack}, "
                    f"--max-media-tokens-per-pack {opts.max_media_tokens_per_pack}, "
-                   f"--pad-to-multiple-of {opts.pad_to_multiple_of})")
+                   f"each sample padded to a multiple of {opts.pad_to_multiple_of or 1} tokens)")
         if opts.overlong == "error":
             raise OverlongError(f"sample {sid!r} at {loc}: {why} ({len(rows)} such samples); "
                                 "use --overlong drop or a larger --seq-len")

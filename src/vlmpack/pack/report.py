@@ -9,7 +9,8 @@ belong to no sample (``members_without_key``: e.g. a ``README``; ``members_not_f
 links, devices; never records, so outside the identity), the sha256 of each shard, the config
 fingerprint and the versions of vlmpack/transformers/tokenizers; ``sample_ratio`` when the config's
 is not 1 (a NeMo meta file's, :mod:`vlmpack.sources.nemo_meta`); ``layout`` when it is not
-``vlmpack`` (``--layout``); ``processor``, the processor options, when any is set.
+``vlmpack`` (``--layout``); ``processor``, the processor options, when any is set; ``alignment``
+(:func:`alignment_figures`) when ``--cp-size`` / ``--tp-size`` / ``--sequence-parallel`` are set.
 
 ``report.html`` is what a person reads (issue 12): one self-contained file (PNG figures embedded as
 base64, see :mod:`vlmpack.pack.figures`) with the key numbers, the sources table and the figures,
@@ -35,6 +36,7 @@ from vlmpack.config import PackConfig
 from vlmpack.fsio import atomic_write, json_bytes, read_sealed_json, sealed_json_bytes
 from vlmpack.pack.write import ShardResult
 from vlmpack.packing import PackPlan
+from vlmpack.packing.alignment import aligned_lengths
 from vlmpack.records import SAMPLE_KINDS, ReadStats, Rejection, display_path
 
 #: The human-readable report written beside ``report.json``.
@@ -152,9 +154,24 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
         report["layout"] = cfg.layout
     if cfg.processor:  # --min-pixels, ..., --processor-kwargs: the collator needs the same (PackCollator(processor=))
         report["processor"] = cfg.processor
+    if (cfg.cp_size, cfg.tp_size, cfg.sequence_parallel) != (1, 1, False):  # --cp-size ...: THD per-sample padding
+        report["alignment"] = alignment_figures(cfg, ntok[order], offsets)
     if records_by_file is not None:
         report["sources"] = source_counts(cfg, manifest, plan, rejections, records_by_file, left_out)
     return report
+
+
+def alignment_figures(cfg: PackConfig, lengths: np.ndarray, offsets: np.ndarray) -> dict:
+    """``report.json``'s ``alignment``: the trainer's parallel layout, the multiple every sample is padded
+    to (:func:`vlmpack.packing.alignment.sample_multiple`), the padding tokens that reserves over the packed
+    samples (``lengths``: int64 tokens in pack order, ``offsets``: the plan's ``[packs+1]``) and the
+    largest padded pack in tokens (at most ``seq_len``: what ``vlmpack check`` verifies)."""
+    m = cfg.sample_multiple
+    padded = aligned_lengths(lengths, m)
+    per_pack = np.add.reduceat(padded, offsets[:-1]) if len(offsets) > 1 else np.zeros(0, np.int64)
+    return {"cp_size": cfg.cp_size, "tp_size": cfg.tp_size, "sequence_parallel": cfg.sequence_parallel,
+            "sample_multiple": m, "padding_tokens": int((padded - lengths).sum()),
+            "padded_tokens_per_pack_max": int(per_pack.max()) if len(per_pack) else 0}
 
 
 def summary_lines(report: dict) -> list[tuple[str, str]]:
@@ -180,6 +197,13 @@ def summary_lines(report: dict) -> list[tuple[str, str]]:
         ("shards", f"{r['shards']} ({r['shard_bytes'] / 1e6:,.1f} MB)"),
         ("seconds", ", ".join(f"{k} {v:g}" for k, v in r["seconds"].items())),
     ]
+    if r.get("alignment"):  # --cp-size / --sequence-parallel: THD per-sample padding
+        a = r["alignment"]
+        rows.insert(-2, ("THD sample alignment", f"each sample padded to a multiple of {a['sample_multiple']} tokens "
+                                                 f"(CP {a['cp_size']}, TP {a['tp_size']}, SP "
+                                                 f"{'on' if a['sequence_parallel'] else 'off'}): "
+                                                 f"{a['padding_tokens']:,} padding tokens; the fullest padded pack "
+                                                 f"{a['padded_tokens_per_pack_max']:,} of {r['seq_len']:,}"))
     if r.get("splits"):  # --split: samples / packs / shards per split part
         rows.insert(-1, ("splits", "; ".join(f"{name} {v['samples']:,} samples, {v['packs']:,} packs, "
                                              f"{len(v['shards'])} shards" for name, v in r["splits"].items())))

@@ -107,7 +107,9 @@ PLAN_OPTIONS = ("seq_len", "algorithm", "max_samples_per_pack", "max_media_per_p
 class PlanOptions:
     """What the plan stage uses (:data:`PLAN_OPTIONS`, nothing else): capacity ``seq_len`` and the
     per-pack budgets in tokens, the algorithm name (:data:`vlmpack.packing.ALGORITHMS`), the
-    constraints, the pack-order ``seed``, the ``overlong`` policy (``"drop"`` | ``"error"``) and the
+    constraints (``pad_to_multiple_of``: the multiple each sample is planned padded to, the config's
+    :attr:`~vlmpack.config.PackConfig.sample_multiple` when ``--cp-size`` or sequence parallelism set
+    one), the pack-order ``seed``, the ``overlong`` policy (``"drop"`` | ``"error"``) and the
     ``split`` shares (:mod:`vlmpack.pack.splits`; None: one split).
     Built from a config with :meth:`of`; the plan key and the plan are functions of it alone."""
 
@@ -125,7 +127,10 @@ class PlanOptions:
     @classmethod
     def of(cls, cfg: PackConfig) -> PlanOptions:
         """The plan options of ``cfg``."""
-        return cls(**{k: getattr(cfg, k) for k in PLAN_OPTIONS if k != "split"}, split=split_items(cfg.split))
+        opts = {k: getattr(cfg, k) for k in PLAN_OPTIONS if k != "split"}
+        if cfg.sample_multiple != (cfg.pad_to_multiple_of or 1):  # --cp-size: each sample planned padded (THD)
+            opts["pad_to_multiple_of"] = cfg.sample_multiple
+        return cls(**opts, split=split_items(cfg.split))
 
 
 #: Options that decide the shard bytes and names, given the plan (the write stage).

@@ -19,8 +19,10 @@ isolated by their segment boundaries). Output keys (all torch tensors unless not
   row (``position_layout=4``, what transformers' Qwen-VL models need to isolate samples from
   ``position_ids`` alone); ``text_position_ids`` int64 ``[1, T]`` always;
 - ``cu_seqlens`` int32 ``[n+1]`` (real tokens), ``cu_seqlens_padded`` int32 (``[n+2]`` when padding
-  was added: the padding is its own segment), ``max_seqlen`` / ``max_seqlen_padded`` (Python int),
-  ``seq_idx`` int32 ``[1, T]`` (segment of every token, padding = n), ``num_padding`` (int);
+  was added: the padding is its own segment; ``[n+1]`` span offsets with ``cp_size``, where each
+  sample's padding follows its tokens: Megatron-Core's THD layout), ``max_seqlen`` /
+  ``max_seqlen_padded`` (Python int), ``seq_idx`` int32 ``[1, T]`` (segment of every token, padding =
+  n, or its sample's with ``cp_size``), ``num_padding`` (int);
 - ``attention_mask`` bool ``[1, 1, T, T]`` block-diagonal causal, only with ``dense_mask=True`` and
   ``attn_implementation`` ``"sdpa"`` or ``"eager"``;
 - the family's image inputs (:meth:`vlmpack.models.base.ModelFamily.batch_image_inputs`; Qwen-VL:
@@ -51,8 +53,9 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from vlmpack.errors import ConfigError, PackMismatchError
+from vlmpack.errors import ConfigError, PackMismatchError, PackTooLongError
 from vlmpack.models.base import ProcessedImages, ProcessedVideos
+from vlmpack.packing.alignment import aligned_lengths, sample_multiple
 from vlmpack.train.encode import IGNORE_INDEX, EncodedPack, PackEncoder
 from vlmpack.train.masks import LossWeighting, block_causal_mask, loss_weights, segments
 from vlmpack.train.rope import MRopeIndexer, RopeImpl
@@ -98,6 +101,13 @@ class PackCollator:
       processor: the processor options the packs were counted with (``report.json``'s
         ``processor``: ``{"max_pixels": ..., "kwargs": {...}}``, :mod:`vlmpack.models.options`;
         default none): the pixels are made by the processors built with them.
+      cp_size, tp_size, sequence_parallel: the trainer's context-parallel size, tensor-parallel size
+        and sequence parallelism (``vlmpack pack --cp-size ...``, ``report.json``'s ``alignment``):
+        with ``cp_size > 1`` (or sequence parallelism) every sample is padded to a multiple of
+        ``2 x CP (x TP)`` tokens, as Megatron-Core's THD layout needs
+        (:mod:`vlmpack.packing.alignment`); ``cu_seqlens`` then holds the real lengths and
+        ``cu_seqlens_padded`` the padded spans (both ``[n+1]``), ready for
+        :func:`vlmpack.energon.thd.packed_seq_params` and :func:`vlmpack.train.thd.cp_shard`.
 
     Raises :class:`ConfigError` for inconsistent options (``seq_len`` not an int >= 1) and for a
     model with linear-attention layers that would mix packed samples (see
@@ -110,7 +120,8 @@ class PackCollator:
                  pad_to_multiple_of: int | None = None, position_start: int = 0,
                  loss_weighting: LossWeighting | None = None, placeholder_image: bool = False,
                  check_num_tokens: bool = True, allow_linear_attention_leak: bool = False,
-                 seq_len: int | None = None, processor: Mapping[str, Any] | str | None = None):
+                 seq_len: int | None = None, processor: Mapping[str, Any] | str | None = None,
+                 cp_size: int = 1, tp_size: int = 1, sequence_parallel: bool = False):
         from vlmpack.models import load_model
 
         self.model_dir = str(model_dir)
@@ -126,6 +137,7 @@ class PackCollator:
             _check_linear_attention(self.family, attn_implementation)
         if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
             raise ConfigError(f"pad_to_multiple_of must be >= 1, got {pad_to_multiple_of}")
+        self.sample_multiple = sample_multiple(cp_size, tp_size, sequence_parallel)
         if loss_weighting not in (None, "token", "sample"):
             raise ConfigError(f"loss_weighting must be None, 'token' or 'sample', got {loss_weighting!r}")
         self.position_layout = position_layout
@@ -142,8 +154,17 @@ class PackCollator:
     # ------------------------------------------------------------------ per pack
     def encode(self, pack: Any) -> EncodedPack:
         """Encode one pack (tokens, labels, images, per-sample mRoPE); see
-        :meth:`vlmpack.train.encode.PackEncoder.encode` for the inputs and errors."""
+        :meth:`vlmpack.train.encode.PackEncoder.encode` for the inputs and errors; with ``cp_size``
+        and ``seq_len``, a pack longer than ``seq_len`` once its samples are padded raises
+        :class:`~vlmpack.errors.PackTooLongError`."""
         enc = self.encoder.encode(pack)
+        cap = self.encoder.seq_len
+        if self.sample_multiple > 1 and cap is not None:
+            padded = int(aligned_lengths(enc.lengths, self.sample_multiple).sum())
+            if padded > cap:
+                raise PackTooLongError(f"pack {enc.key!r} holds {padded:,} tokens with each sample padded to a "
+                                       f"multiple of {self.sample_multiple} (cp_size), more than the collator's "
+                                       f"seq_len {cap:,}; pack it with vlmpack pack --cp-size")
         if self.rope is not None:
             enc.mrope = self._pack_mrope(enc)
         return enc
@@ -201,11 +222,14 @@ class PackCollator:
         if self.placeholder_image and not has_images:
             encs.append(self.placeholder())
         lengths = np.concatenate([e.lengths for e in encs])
-        seg = segments(lengths, pad_to_multiple_of=self.pad_to_multiple_of, position_start=self.position_start)
-        pad = seg.pad
-        ids = np.concatenate([e.input_ids for e in encs] + [np.full(pad, self.pad_token_id, dtype=np.int64)])
-        labels = np.concatenate([e.labels for e in encs] + [np.full(pad, IGNORE_INDEX, dtype=np.int64)])
-        labels[seg.cu_seqlens[:-1]] = IGNORE_INDEX  # no label on a sample's first token: no cross-boundary shift
+        seg = segments(lengths, pad_to_multiple_of=self.pad_to_multiple_of, position_start=self.position_start,
+                       sample_multiple=self.sample_multiple)
+        at = seg.real_index() if seg.pad else slice(None)  # where each real token goes in the padded row
+        ids = np.full(seg.total, self.pad_token_id, dtype=np.int64)
+        ids[at] = np.concatenate([e.input_ids for e in encs])
+        labels = np.full(seg.total, IGNORE_INDEX, dtype=np.int64)
+        labels[at] = np.concatenate([e.labels for e in encs])
+        labels[seg.starts] = IGNORE_INDEX  # no label on a sample's first token: no cross-boundary shift
         out: dict[str, Any] = {
             "input_ids": torch.from_numpy(ids)[None],
             "labels": torch.from_numpy(labels)[None],
@@ -213,8 +237,10 @@ class PackCollator:
         text_pos = seg.position_ids
         if self.mrope:
             m = np.concatenate([e.mrope for e in encs], axis=1)
-            if pad:
-                m = np.concatenate([m, np.broadcast_to(text_pos[-pad:], (3, pad))], axis=1)
+            if seg.pad:  # padding tokens take their text positions on all three rows
+                full = np.repeat(text_pos[None], 3, axis=0)
+                full[:, at] = m
+                m = full
             if self.position_layout == 4:
                 m = np.concatenate([text_pos[None], m], axis=0)
             out["position_ids"] = torch.from_numpy(np.ascontiguousarray(m))[:, None, :]
@@ -226,7 +252,7 @@ class PackCollator:
         out["cu_seqlens_padded"] = torch.from_numpy(seg.cu_seqlens_padded)
         out["max_seqlen"] = seg.max_seqlen
         out["max_seqlen_padded"] = seg.max_seqlen_padded
-        out["num_padding"] = int(pad)
+        out["num_padding"] = int(seg.pad)
         if self.dense_mask:
             out["attention_mask"] = block_causal_mask(seg.seq_idx)
         parts = [ProcessedImages(e.pixel_values, e.image_grid_thw, None, e.extra)
@@ -246,14 +272,15 @@ class PackCollator:
         if self.loss_weighting:
             w = loss_weights(labels, seg.seq_idx, self.loss_weighting, len(lengths))
             out["loss_weights"] = torch.from_numpy(w)[None]
-        out.update(self._media_per_sample(encs, ids[:int(seg.cu_seqlens[-1])], seg.cu_seqlens))
+        out.update(self._media_per_sample(encs, ids, seg.starts))
         out["sample_ids"] = [s for e in encs for s in e.sample_ids]
         out["pack_keys"] = [e.key for e in encs if e.sample_ids]
         out["num_samples"] = int(len(real_lengths))
         return out
 
-    def _media_per_sample(self, encs: Sequence[EncodedPack], ids: np.ndarray, cu_seqlens: np.ndarray) -> dict:
-        """int32 ``[n]`` per segment of ``cu_seqlens`` (the placeholder image's included): images,
+    def _media_per_sample(self, encs: Sequence[EncodedPack], ids: np.ndarray, starts: np.ndarray) -> dict:
+        """int32 ``[n]`` per sample of the row (``ids``, samples from ``starts``; the placeholder image's
+        included): images,
         videos and media tokens (the tokens whose embeddings vision features replace), so that a
         pipeline-parallel micro-batch split can slice the media tensors (Qwen-VL: ``image_grid_thw``
         rows by ``images_per_sample``, ``pixel_values`` rows by their ``t*h*w``) without
@@ -262,7 +289,6 @@ class PackCollator:
         feature_ids = [t for t in {f.image_token_id, getattr(f, "video_token_id", None),
                                    getattr(f, "video_feature_token_id", None)} if t is not None]
         media = np.isin(ids, feature_ids).astype(np.int64)
-        starts = np.asarray(cu_seqlens[:-1], dtype=np.int64)
         tokens = np.add.reduceat(media, starts) if len(starts) else np.zeros(0, dtype=np.int64)
         images = np.concatenate([np.asarray(e.images_per_sample, dtype=np.int32) for e in encs])
         videos = np.concatenate([np.asarray(e.videos_per_sample or [0] * len(e.lengths), dtype=np.int32)
