@@ -99,8 +99,14 @@ def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=N
 
 
 def _models(configs: dict, device: str):
-    from transformers import (AttentionInterface, AttentionMaskInterface, Qwen2_5_VLConfig,
-                              Qwen2_5_VLForConditionalGeneration, Qwen2Config, Qwen2ForCausalLM)
+    from transformers import (
+        AttentionInterface,
+        AttentionMaskInterface,
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
     from transformers.masking_utils import flash_attention_mask
 
     AttentionInterface.register(ATTN, _attention)
