@@ -88,7 +88,7 @@ def _varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor,
                                                        scale=scale)[0]
 
 
-def _attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+def _attention(_module, query, key, value, _attention_mask, scaling=None, **kwargs):
     """A transformers attention function over the varlen kernel: ``query`` ``[1, H, T, D]``; the
     sequences are ``kwargs["cu_seq_lens_q"]`` (what ``model_inputs`` passes for flash_attention_*)."""
     cu = kwargs["cu_seq_lens_q"].to(query.device, torch.int32)
