@@ -30,8 +30,8 @@ _NOT_FINGERPRINTED = {"workers", "overwrite", "progress", "output", "executor", 
 
 #: Options left out of the fingerprint at their defaults, so that runs made before they existed keep
 #: theirs (see ``fingerprint_payload``): the input size caps, the blend weight factor, the record mapping,
-#: the output layout.
-_CAPS = ("max_member_bytes", "max_media_bytes", "sample_ratio", "record_map", "layout", "split")
+#: the output layout, the split and ``--dedup``.
+_CAPS = ("max_member_bytes", "max_media_bytes", "sample_ratio", "record_map", "layout", "split", "dedup")
 #: The trainer's parallel layout: left out of the fingerprint at its defaults (no per-sample alignment), like the caps.
 _PARALLEL = ("cp_size", "tp_size", "sequence_parallel")
 #: The processor options (:mod:`vlmpack.models.options`): left out of the fingerprint when unset, like the caps.
@@ -73,6 +73,8 @@ class PackConfig(BaseModel):
     max_media_bytes: int = Field(MAX_MEDIA_BYTES, gt=0, le=MAX_MEDIA_BYTES, description="a media item larger than "
                                  "this is rejected unread (media_too_large); at most what vlmpack check reads")
     overlong: Literal["drop", "error"] = "drop"
+    dedup: Literal["off", "exact"] = Field("off", description="exact: a sample whose conversation and media bytes "
+                                           "equal an earlier one's (ids aside) is rejected duplicate_content")
     algorithm: str = "bfd"
     max_samples_per_pack: int | None = Field(None, gt=0)
     max_media_per_pack: int | None = Field(None, gt=0)

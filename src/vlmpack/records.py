@@ -58,6 +58,8 @@ REASONS: dict[str, str] = {
     "media_changed": "a media file's bytes changed between counting and writing (another sha256); counted again "
                      "at the next run",
     "duplicate_id": "the id was already seen earlier in the input",
+    "duplicate_content": "--dedup exact: a sample with the same conversation and media bytes came earlier in the "
+                         "input (under another id); that one is packed",
     "overlong": "the sample has more tokens than the sequence length",
     "template_error": "the chat template or tokenizer failed on this sample",
     "template_unsupported": "the model's chat template does not render a field the sample holds (tools, tool_calls, "

@@ -54,6 +54,9 @@ def pack_command(
         "max_media_bytes", "--max-media-bytes", help="bytes, at most the default: a sample with a larger media item "
         "(file, tar member, table cell, LMDB value) is rejected (media_too_large) without reading it"),
     overlong: Optional[str] = _opt("overlong", "--overlong", help="drop|error: a sample longer than --seq-len"),
+    dedup: Optional[str] = _opt("dedup", "--dedup", help="off|exact: exact drops later samples whose conversation "
+                                "and media bytes equal an earlier one's, whatever their ids (duplicate_content), "
+                                "within this run"),
     algorithm: Optional[str] = _opt("algorithm", "--algorithm", help="bin-packing algorithm"),
     max_samples_per_pack: Optional[int] = _opt("max_samples_per_pack", "--max-samples-per-pack", help="samples"),
     max_media_per_pack: Optional[int] = _opt("max_media_per_pack", "--max-media-per-pack", help="media items"),
@@ -134,7 +137,7 @@ def pack_command(
                       seq_len=seq_len, schema=schema, input_format=input_format, text_key=text_key,
                       dataset=dataset or None, allow_absolute_media=allow_absolute_media, media_lmdb=media_lmdb or None,
                       media_check=media_check, max_member_bytes=max_member_bytes, max_media_bytes=max_media_bytes,
-                      overlong=overlong, algorithm=algorithm,
+                      overlong=overlong, dedup=dedup, algorithm=algorithm,
                       max_samples_per_pack=max_samples_per_pack, max_media_per_pack=max_media_per_pack,
                       max_media_tokens_per_pack=max_media_tokens_per_pack, group_by_kind=group_by_kind,
                       pad_to_multiple_of=pad_to_multiple_of, cp_size=cp_size, tp_size=tp_size,

@@ -55,6 +55,7 @@ from vlmpack.models import check_processor
 from vlmpack.pack import stages
 from vlmpack.pack.count_stage import count_stage, media_digest, read_stats
 from vlmpack.pack.count_task import MeasureResult
+from vlmpack.pack.dedup import dedup_exact
 from vlmpack.pack.executors import guarded_executor, run_tasks
 from vlmpack.pack.manifest import InputFiles, build_manifest, manifest_digest
 from vlmpack.pack.nodes import InputRange, check_node_output, model_fingerprint, node_ranges, node_record, shard_prefix
@@ -363,6 +364,9 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
     manifest, rejections = build_manifest(inputs, results, run / "records")
     _overlong_gate(cfg, rejections)
     _reject_gate(cfg, fingerprint, results, rejections)
+    if cfg.dedup == "exact":  # later copies of the same content: rejected duplicate_content (asked for: no gate)
+        manifest, copies = dedup_exact(inputs, manifest, run / "records")
+        rejections += copies
     keys["plan"] = plan_key(plan_opts, manifest_digest(manifest))
     manifest, plan, pack_split = _plan(plan_opts, run, manifest, keys["plan"], reuse)  # the ids stay on disk from here
     rejections += _overlong_rejections(plan_opts, inputs, run, manifest, plan)
