@@ -131,7 +131,8 @@ def driver_child(n: int, seq_len: int, base_store: str, model_dir: str) -> dict:
     from vlmpack.config import load_config
     from vlmpack.pack.count_stage import media_digest, read_stats
     from vlmpack.pack.manifest import InputFiles, build_manifest, manifest_digest
-    from vlmpack.pack.pipeline import _overlong_rejections, _plan, _shard_tasks
+    from vlmpack.pack.pipeline import _shard_tasks
+    from vlmpack.pack.plan_stage import overlong_rejections, plan_stage
     from vlmpack.pack.report import build_report
     from vlmpack.pack.results import save_result
     from vlmpack.pack.stages import PlanOptions, WriteOptions, plan_key
@@ -165,8 +166,8 @@ def driver_child(n: int, seq_len: int, base_store: str, model_dir: str) -> dict:
         run = Path(tmp) / "run"
         run.mkdir()
         opts = PlanOptions.of(cfg)
-        manifest, plan = _plan(opts, run, manifest, plan_key(opts, manifest_digest(manifest)), {})
-        rejections += _overlong_rejections(opts, InputFiles.of(cfg), run, manifest, plan)
+        manifest, plan, _, _ = plan_stage(opts, run, manifest, plan_key(opts, manifest_digest(manifest)), {})
+        rejections += overlong_rejections(opts, InputFiles.of(cfg), run, manifest, plan)
         manifest = manifest.drop_columns(["line", "offset", "id_kind"])  # as run_pack does
         row["plan_s"], row["rss_plan_mb"] = time.perf_counter() - t, _rss_mb()
         t = time.perf_counter()

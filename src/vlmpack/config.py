@@ -33,7 +33,7 @@ _NOT_FINGERPRINTED = {"workers", "overwrite", "progress", "output", "executor", 
 #: the output layout, the split and ``--dedup``.
 _CAPS = ("max_member_bytes", "max_media_bytes", "sample_ratio", "record_map", "layout", "split", "dedup")
 #: The trainer's parallel layout: left out of the fingerprint at its defaults (no per-sample alignment), like the caps.
-_PARALLEL = ("cp_size", "tp_size", "sequence_parallel")
+_PARALLEL = ("cp_size", "tp_size", "sequence_parallel", "dp_size", "global_batch_size")
 #: The processor options (:mod:`vlmpack.models.options`): left out of the fingerprint when unset, like the caps.
 PROCESSOR_FIELDS = ("min_pixels", "max_pixels", "patch_size", "merge_size", "fps", "min_frames", "max_frames",
                     "video_max_pixels", "total_pixels", "processor_kwargs")
@@ -86,6 +86,11 @@ class PackConfig(BaseModel):
     tp_size: int = Field(1, gt=0, description="the trainer's tensor-parallel size (multiplies the sample multiple "
                          "with sequence_parallel)")
     sequence_parallel: bool = Field(False, description="the trainer uses sequence parallelism")
+    dp_size: int = Field(1, gt=0, description="the trainer's data-parallel ranks: packs ordered so each micro "
+                         "step's ranks get similar vision load (vlmpack.packing.balance)")
+    global_batch_size: int | None = Field(None, gt=0, description="packs per optimizer step over all data-parallel "
+                                          "ranks (Megatron's --global-batch-size; default: dp_size): the pack count "
+                                          "is made a multiple of it")
     seed: int = 0
     split: dict[str, float] | None = Field(None, description="train / val / test shares: each sample's split by a "
                                            "hash of its id (vlmpack.pack.splits); None: every pack in train")

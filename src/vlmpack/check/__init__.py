@@ -21,6 +21,9 @@ Checks, cheapest first; every finding is one line in ``problems`` and nothing ra
    ``alignment.sample_multiple`` (``--cp-size``: what a THD trainer pads); each sample's
    ``num_tokens`` equals the manifest's; the totals equal ``report.json``'s ``packs``,
    ``samples_packed`` and ``tokens``.
+4b. Data-parallel shape (``report.json``'s ``data_parallel``, ``--dp-size``): the packs in output
+   order fill whole global batches and their per-step, per-rank vision tokens and tokens are the
+   ``after`` figures the report records (:func:`vlmpack.packing.balance.rank_step_loads`).
 5. Completeness against the run dir ``OUT/.vlmpack`` (``manifest.parquet``: columns ``id``,
    ``num_tokens``, optional int8 ``id_kind``; ``plan.npz``: :class:`vlmpack.packing.PackPlan`
    whose ``overlong`` rows were dropped): every manifest id not overlong is in exactly one pack,
@@ -66,7 +69,7 @@ from vlmpack.check.content import check_files, finish, load_hashes
 from vlmpack.check.findings import Findings
 from vlmpack.check.load import check_energon
 from vlmpack.check.records import check_totals, load_records, load_run_dir, shard_names
-from vlmpack.check.shards import check_shard
+from vlmpack.check.shards import check_data_parallel, check_shard
 from vlmpack.energon.load import iter_energon_packs, one_line
 
 __all__ = ["check_output", "iter_energon_packs"]
@@ -106,6 +109,7 @@ def check_output(out_dir: str | Path, *, num_workers: int = 2, run_dir: bool = T
             except OSError as e:
                 f.add(f"{name}: cannot be read ({one_line(e)})")
         check_totals(f)
+        check_data_parallel(f)
         check_files(f, res["shards"])
     except OSError as e:  # e.g. an unreadable directory
         f.add(f"{out}: cannot be read ({one_line(e)})")

@@ -45,6 +45,7 @@ class Findings:
     packs: dict[str, tuple[str, list[tuple[str, str]]]] = field(default_factory=dict)
     totals: Counter[str] = field(default_factory=Counter)
     token_diffs: list[str] = field(default_factory=list)
+    loads: list[tuple[int, int]] = field(default_factory=list)  # (vision tokens, tokens) per pack, output order
     hashes: dict | None = None
     records_at: dict[tuple[str, str], tuple[int, int, int, int]] | None = None
     content_lines: int = 0

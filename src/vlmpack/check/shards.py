@@ -18,6 +18,7 @@ from vlmpack.fsio import LinkRefused, open_inside, read_inside
 from vlmpack.pack.rundir import RUN_DIR
 from vlmpack.pack.seal import HASHES
 from vlmpack.packfmt import EXTRA_PARTS, FORMAT, MemberTooLarge, ShardPacks, parse_input_ids, split_member
+from vlmpack.packing.balance import rank_step_loads
 
 
 def check_shard(f: Findings, name: str) -> None:
@@ -171,4 +172,26 @@ def check_pack(f: Findings, shard: str, key: str, parts: dict[str, bytes | None]
             f.load_ok = False
     check_samples(f, shard, key, obj, parts, recorded)
     f.packs[key] = (shard, ids)
+    f.loads.append((sum(m["num_tokens"] for s in obj["samples"] for m in s["media"]), total))
     f.totals.update(packs=1, samples=len(ids), tokens=total)
+
+
+def check_data_parallel(f: Findings) -> None:
+    """With ``report.json``'s ``data_parallel`` (``--dp-size``): the packs, in output order (shards in
+    order, packs in tar order), fill whole global batches, and their per-step, per-rank loads
+    (:func:`vlmpack.packing.balance.rank_step_loads`) are the ``after`` figures the report records."""
+    dp = (f.report or {}).get("data_parallel")
+    if not isinstance(dp, dict) or not f.loads:
+        return
+    n, k, ranks = len(f.loads), dp.get("global_batch_size"), dp.get("dp_size")
+    if not (is_int(k) and is_int(ranks) and k > 0 and ranks > 0 and k % ranks == 0):
+        f.add(f"report.json: data_parallel records no valid dp_size / global_batch_size ({ranks!r}, {k!r})")
+        return
+    if n % k:
+        f.add(f"{n} packs are not a multiple of the global batch size {k} (report.json's data_parallel)")
+        return
+    vision, tokens = (np.array(x, dtype=np.int64) for x in zip(*f.loads))
+    found = rank_step_loads(vision, tokens, ranks, k)
+    if found != dp.get("after"):
+        f.add(f"the packs' per-rank loads in output order {found} differ from report.json's data_parallel "
+              f"{dp.get('after')} (packs reordered or replaced)")

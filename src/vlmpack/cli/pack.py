@@ -72,6 +72,11 @@ def pack_command(
                                   "--sequence-parallel the sample multiple is 2 x CP x TP"),
     sequence_parallel: Optional[bool] = _opt("sequence_parallel", "--sequence-parallel/--no-sequence-parallel",
                                              help="the trainer uses sequence parallelism"),
+    dp_size: Optional[int] = _opt("dp_size", "--dp-size", help="the trainer's data-parallel ranks: each micro "
+                                  "step's ranks get packs of similar vision load (pack i: rank i mod N)"),
+    global_batch_size: Optional[int] = _opt("global_batch_size", "--global-batch-size", help="packs per optimizer "
+                                            "step over all ranks, a multiple of --dp-size: the pack count is made a "
+                                            "multiple of it by splitting packs", default="--dp-size"),
     seed: Optional[int] = _opt("seed", "--seed", help="seed of the pack order shuffle"),
     split: Optional[str] = _opt("split", "--split", help="train / val / test shares, e.g. "
                                 "train=0.98,val=0.01,test=0.01: each sample's split by a hash of its id; packs and "
@@ -141,7 +146,8 @@ def pack_command(
                       max_samples_per_pack=max_samples_per_pack, max_media_per_pack=max_media_per_pack,
                       max_media_tokens_per_pack=max_media_tokens_per_pack, group_by_kind=group_by_kind,
                       pad_to_multiple_of=pad_to_multiple_of, cp_size=cp_size, tp_size=tp_size,
-                      sequence_parallel=sequence_parallel, seed=seed, split=split, val_fraction=val_fraction,
+                      sequence_parallel=sequence_parallel, dp_size=dp_size, global_batch_size=global_batch_size,
+                      seed=seed, split=split, val_fraction=val_fraction,
                       min_pixels=min_pixels, max_pixels=max_pixels, patch_size=patch_size, merge_size=merge_size,
                       fps=fps, min_frames=min_frames, max_frames=max_frames, video_max_pixels=video_max_pixels,
                       total_pixels=total_pixels, processor_kwargs=processor_kwargs, pretokenize=pretokenize,

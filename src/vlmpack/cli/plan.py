@@ -37,6 +37,10 @@ def plan_command(
                                            help="As `pack --sequence-parallel`."),
     window: int | None = typer.Option(None, "--window", help="Window size of the `window` algorithm."),
     seed: int = typer.Option(0, "--seed"),
+    dp_size: int = typer.Option(1, "--dp-size", help="As `pack --dp-size`: also print, per --seq-len, the ranks' "
+                                "loads per step before and after the data-parallel shape."),
+    global_batch_size: int | None = typer.Option(None, "--global-batch-size", help="As `pack --global-batch-size` "
+                                                 "(default: --dp-size)."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a PNG of packs, utilization, samples and tokens "
                                      "lost to overlong, samples and media tokens per pack against L, over the "
                                      "--seq-len values plus a grid 1024..131072; the recommended L is marked."),
@@ -108,18 +112,32 @@ def plan_command(
             seed=seed,
         )
         best = preflight.recommend_seq_len(rows, max_drop)
+        dp_rows = []
+        if dp_size > 1 or global_batch_size is not None:
+            from vlmpack.pack.data_parallel import data_parallel_rows
+
+            by_len = {r["seq_len"]: plan for r, plan in zip(rows, _plans)}
+            dp_rows = data_parallel_rows(data.lengths, data.media_tokens, {L: by_len[L] for L in dict.fromkeys(user)},
+                                         dp_size=dp_size, global_batch_size=global_batch_size, seed=seed,
+                                         pad_to_multiple_of=_multiple(pad_to_multiple_of, cp_size, tp_size,
+                                                                      sequence_parallel))
     except VlmpackError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     by_len = {r["seq_len"]: r for r in rows}
     shown = [by_len[L] for L in dict.fromkeys(user)]
     if as_json:
-        typer.echo(json.dumps(shown, indent=1))
+        typer.echo(json.dumps([r | ({"data_parallel": dp_rows[i]} if dp_rows else {}) for i, r in enumerate(shown)],
+                              indent=1))
     else:
         if best is not None and best["seq_len"] not in user:
             shown.append(best)
         typer.echo(preflight.format_table(shown))
         typer.echo(preflight.recommendation_line(best, rows, max_drop))
+        if dp_rows:
+            from vlmpack.pack.data_parallel import format_data_parallel
+
+            typer.echo(format_data_parallel(dp_rows))
     if plot is not None:
         try:
             preflight.plot(data, rows, plot, best=best, max_drop=max_drop, marked=user)

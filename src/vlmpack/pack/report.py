@@ -10,7 +10,8 @@ links, devices; never records, so outside the identity), the sha256 of each shar
 fingerprint and the versions of vlmpack/transformers/tokenizers; ``sample_ratio`` when the config's
 is not 1 (a NeMo meta file's, :mod:`vlmpack.sources.nemo_meta`); ``layout`` when it is not
 ``vlmpack`` (``--layout``); ``processor``, the processor options, when any is set; ``alignment``
-(:func:`alignment_figures`) when ``--cp-size`` / ``--tp-size`` / ``--sequence-parallel`` are set.
+(:func:`alignment_figures`) when ``--cp-size`` / ``--tp-size`` / ``--sequence-parallel`` are set;
+``data_parallel`` (:func:`vlmpack.pack.data_parallel.data_parallel_record`) with ``--dp-size``.
 
 ``report.html`` is what a person reads (issue 12): one self-contained file (PNG figures embedded as
 base64, see :mod:`vlmpack.pack.figures`) with the key numbers, the sources table and the figures,
@@ -204,6 +205,13 @@ def summary_lines(report: dict) -> list[tuple[str, str]]:
                                                  f"{'on' if a['sequence_parallel'] else 'off'}): "
                                                  f"{a['padding_tokens']:,} padding tokens; the fullest padded pack "
                                                  f"{a['padded_tokens_per_pack_max']:,} of {r['seq_len']:,}"))
+    if r.get("data_parallel"):  # --dp-size / --global-batch-size
+        d = r["data_parallel"]
+        b, a = d["before"]["vision_tokens"], d["after"]["vision_tokens"]
+        rows.insert(-2, ("data parallel", f"{d['dp_size']} ranks, {d['global_batch_size']} packs per step: "
+                                          f"{d['after']['steps']:,} full steps ({d['packs_added']} packs added); "
+                                          f"vision tokens max - min over a step's ranks {b['spread_mean']:,.0f} -> "
+                                          f"{a['spread_mean']:,.0f} (mean of steps)"))
     if r.get("splits"):  # --split: samples / packs / shards per split part
         rows.insert(-1, ("splits", "; ".join(f"{name} {v['samples']:,} samples, {v['packs']:,} packs, "
                                              f"{len(v['shards'])} shards" for name, v in r["splits"].items())))

@@ -102,15 +102,22 @@ class Workers:
 
 #: Options that decide the plan, given the counts (the plan stage; ``overlong``: drop or stop).
 PLAN_OPTIONS = ("seq_len", "algorithm", "max_samples_per_pack", "max_media_per_pack", "max_media_tokens_per_pack",
-                "group_by_kind", "pad_to_multiple_of", "seed", "overlong", "split")
+                "group_by_kind", "pad_to_multiple_of", "seed", "overlong", "split", "dp_size", "global_batch_size",
+                "cp_size", "tp_size", "sequence_parallel", "dedup")
+#: Plan options left out of the plan key at these defaults, so plans made before they existed keep theirs.
+_PLAN_DEFAULTS = {"dp_size": 1, "global_batch_size": None, "cp_size": 1, "tp_size": 1, "sequence_parallel": False,
+                  "dedup": "off"}
 @dataclass(frozen=True)
 class PlanOptions:
     """What the plan stage uses (:data:`PLAN_OPTIONS`, nothing else): capacity ``seq_len`` and the
     per-pack budgets in tokens, the algorithm name (:data:`vlmpack.packing.ALGORITHMS`), the
     constraints (``pad_to_multiple_of``: the multiple each sample is planned padded to, the config's
     :attr:`~vlmpack.config.PackConfig.sample_multiple` when ``--cp-size`` or sequence parallelism set
-    one), the pack-order ``seed``, the ``overlong`` policy (``"drop"`` | ``"error"``) and the
-    ``split`` shares (:mod:`vlmpack.pack.splits`; None: one split).
+    one), the pack-order ``seed``, the ``overlong`` policy (``"drop"`` | ``"error"``), the
+    ``split`` shares (:mod:`vlmpack.pack.splits`; None: one split), the data-parallel shape
+    (``dp_size``, ``global_batch_size``: :mod:`vlmpack.packing.balance`), the trainer's
+    ``cp_size`` / ``tp_size`` / ``sequence_parallel`` (recorded; ``pad_to_multiple_of`` carries their
+    multiple) and ``dedup`` (``"exact"``: :mod:`vlmpack.pack.dedup` before planning).
     Built from a config with :meth:`of`; the plan key and the plan are functions of it alone."""
 
     seq_len: int
@@ -123,6 +130,18 @@ class PlanOptions:
     seed: int = 0
     overlong: str = "drop"
     split: tuple[tuple[str, float], ...] | None = None
+    dp_size: int = 1
+    global_batch_size: int | None = None
+    cp_size: int = 1
+    tp_size: int = 1
+    sequence_parallel: bool = False
+    dedup: str = "off"
+
+    @property
+    def data_parallel(self) -> bool:
+        """``--dp-size`` / ``--global-batch-size`` given: the plan is shaped for them
+        (:mod:`vlmpack.packing.balance`)."""
+        return self.dp_size > 1 or self.global_batch_size is not None
 
     @classmethod
     def of(cls, cfg: PackConfig) -> PlanOptions:
@@ -262,6 +281,9 @@ def plan_key(opts: PlanOptions | PackConfig, manifest_digest: str) -> str:
     options["split"] = split_items(options["split"])
     if options["split"] is None:  # no split: the key plans made before --split existed had
         del options["split"]
+    for k, v in _PLAN_DEFAULTS.items():  # likewise before --dp-size, --cp-size and --dedup
+        if options[k] == v:
+            del options[k]
     return _digest({"manifest": manifest_digest, "options": options})
 
 

@@ -1,0 +1,144 @@
+"""The plan stage of ``vlmpack pack``: the manifest -> ``plan.npz`` (bin packing with the plan options,
+per split, shaped for data parallelism), reused from the run directory under its plan key; and the
+rejections of the samples it left out (overlong)."""
+
+from __future__ import annotations
+
+import io
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from vlmpack.errors import OverlongError
+from vlmpack.fsio import atomic_write, atomic_write_parquet, file_sha256, read_sealed_json, sealed_json_bytes
+from vlmpack.pack.data_parallel import data_parallel_record, shape_plan
+from vlmpack.pack.manifest import InputFiles
+from vlmpack.pack.splits import join_plans, split_of_ids
+from vlmpack.pack.stages import PlanOptions
+from vlmpack.packing import PackPlan, plan_packs
+from vlmpack.records import Rejection
+
+log = logging.getLogger(__name__)
+
+
+def make_plan(opts: PlanOptions, manifest: pa.Table, split: np.ndarray | None = None) -> PackPlan:
+    """Bin-pack the manifest's samples (columns ``num_tokens``, ``num_media``, ``media_tokens``,
+    ``kind``: one row per sample) with the algorithm and constraints of ``opts`` (the plan stage;
+    a plain table of those columns is enough); with ``split`` (int8 ``[n]``, each row's split,
+    :func:`vlmpack.pack.splits.split_of_ids`) each split is planned on its own and its packs follow
+    the previous split's (:func:`vlmpack.pack.splits.join_plans`). Raises
+    :class:`vlmpack.errors.ConfigError` for an unknown algorithm or a bad constraint."""
+    if split is not None:
+        parts = [(rows, make_plan(opts, manifest.take(pa.array(rows))))
+                 for rows in (np.flatnonzero(split == s) for s in np.unique(split))]
+        return join_plans(parts, manifest.num_rows)
+    col = lambda name: manifest.column(name).to_numpy()  # noqa: E731
+    plan = plan_packs(col("num_tokens").astype(np.int64), opts.seq_len, algorithm=opts.algorithm,
+                      max_samples_per_pack=opts.max_samples_per_pack, media_counts=col("num_media").astype(np.int64),
+                      media_tokens=col("media_tokens").astype(np.int64), kinds=col("kind"),
+                      max_media_per_pack=opts.max_media_per_pack,
+                      max_media_tokens_per_pack=opts.max_media_tokens_per_pack, group_by_kind=opts.group_by_kind,
+                      pad_to_multiple_of=opts.pad_to_multiple_of, seed=opts.seed)
+    if opts.data_parallel:  # --dp-size / --global-batch-size: full global steps, ranks balanced
+        plan = shape_plan(plan, manifest, dp_size=opts.dp_size, global_batch_size=opts.global_batch_size,
+                          seed=opts.seed, pad_to_multiple_of=opts.pad_to_multiple_of)
+    return plan
+
+
+def ids_at(run: Path, rows: np.ndarray) -> list[str]:
+    """The ids of manifest ``rows`` (sorted int positions) read from ``run/manifest.parquet``, row
+    group by row group (the driver does not keep the id column while planning)."""
+    if not len(rows):
+        return []
+    f = pq.ParquetFile(run / "manifest.parquet")
+    out, start = [], 0
+    for g in range(f.num_row_groups):
+        n = f.metadata.row_group(g).num_rows
+        inside = rows[(rows >= start) & (rows < start + n)] - start
+        if len(inside):
+            out += f.read_row_group(g, columns=["id"]).column("id").take(pa.array(inside)).to_pylist()
+        start += n
+    return out
+
+
+def overlong_rejections(opts: PlanOptions, inputs: InputFiles, run: Path, manifest: pa.Table,
+                         plan: PackPlan) -> list[Rejection]:
+    """The rejections of the samples the plan left out (``plan.overlong``), with the options that
+    decided it; raises :class:`OverlongError` instead when ``opts.overlong == "error"``."""
+    out = []
+    rows = np.asarray(plan.overlong, dtype=np.int64)
+    ids = ids_at(run, rows)
+    ntok = manifest.column("num_tokens")
+    fidx, line, off = (manifest.column(c) for c in ("file_idx", "line", "offset"))
+    media_n, media_tok = manifest.column("num_media"), manifest.column("media_tokens")
+    for sid, i in zip(ids, rows.tolist()):
+        n = ntok[i].as_py()
+        loc = inputs.locator(fidx[i].as_py(), line[i].as_py(), off[i].as_py())
+        if n > opts.seq_len:
+            why = f"{n} tokens > --seq-len {opts.seq_len}"
+        else:  # fits in tokens, but not alone in a pack under a media budget or the padding rule
+            why = (f"{n} tokens, {media_n[i].as_py()} media, {media_tok[i].as_py()} media tokens do not fit one pack "
+                   f"(--seq-len {opts.seq_len}, --max-media-per-pack {opts.max_media_per_pack}, "
+                   f"--max-media-tokens-per-pack {opts.max_media_tokens_per_pack}, "
+                   f"each sample padded to a multiple of {opts.pad_to_multiple_of or 1} tokens)")
+        if opts.overlong == "error":
+            raise OverlongError(f"sample {sid!r} at {loc}: {why} ({len(rows)} such samples); "
+                                "use --overlong drop or a larger --seq-len")
+        out.append(Rejection(loc, "overlong", why, sid))
+    return out
+
+
+def plan_stage(opts: PlanOptions, run: Path, manifest: pa.Table, key: str, reuse: dict
+          ) -> tuple[pa.Table, PackPlan, np.ndarray | None, dict | None]:
+    """The plan of ``manifest`` (``key``: its plan key, :func:`vlmpack.pack.stages.plan_key`), reused
+    from the run dir when it was made for the same key (and ``manifest.parquet`` is there), else
+    made and saved (manifest, plan, then the stage record). Returns the manifest without its id
+    column (the ids stay in ``manifest.parquet``: :func:`ids_at`), the plan, so the driver does
+    not hold the ids while planning, and with ``--split`` each pack's split (int8 ``[P]``, an index
+    of :data:`vlmpack.pack.splits.SPLIT_NAMES`; else None) and with ``--dp-size`` the figures of
+    :func:`vlmpack.pack.data_parallel.data_parallel_record` (else None)."""
+    split = None
+    if opts.split is not None:
+        split = split_of_ids(manifest.column("id"), manifest.column("id_kind").to_numpy(), dict(opts.split))
+    pack_split = lambda plan: None if split is None else split[plan.order[plan.offsets[:-1]]]  # noqa: E731
+    stages = read_sealed_json(run / "stages.json")
+    if stages is not None and stages.get("plan") == key and _files_match(run, stages.get("files")):
+        try:
+            plan = PackPlan.from_npz(run / "plan.npz")
+            reuse["plan_reused"] = True
+            return manifest.drop_columns(["id"]), plan, pack_split(plan), stages.get("data_parallel")
+        except Exception:  # noqa: BLE001 - a damaged plan file is made again
+            log.warning("plan.npz in %s cannot be read; planning again", run)
+    elif stages is not None and stages.get("plan") == key:
+        log.warning("manifest.parquet / plan.npz in %s do not match their checksums; planning again", run)
+    atomic_write_parquet(run / "manifest.parquet", manifest)
+    manifest = manifest.drop_columns(["id"])
+    plan = make_plan(opts, manifest, split)
+    record = None
+    if opts.data_parallel:  # the figures before the shape: the plan without it
+        base = make_plan(replace(opts, dp_size=1, global_batch_size=None), manifest, split)
+        record = data_parallel_record(manifest, base, plan, dp_size=opts.dp_size,
+                                      global_batch_size=opts.global_batch_size, seq_len=opts.seq_len)
+    reuse["plan_reused"] = False
+    npz = io.BytesIO()
+    plan.to_npz(npz)
+    atomic_write(run / "plan.npz", npz.getvalue())
+    files = {name: dict(zip(("sha256", "size"), file_sha256(run / name))) for name in _PLAN_FILES}
+    atomic_write(run / "stages.json", sealed_json_bytes({"plan": key, "files": files,
+                                                         **({"data_parallel": record} if record else {})}))
+    return manifest, plan, pack_split(plan), record
+
+
+_PLAN_FILES = ("manifest.parquet", "plan.npz")
+
+
+def _files_match(run: Path, files) -> bool:
+    """True when each of :data:`_PLAN_FILES` in ``run`` has the sha256 and size ``files`` records."""
+    try:
+        return all(file_sha256(run / name) == (files[name]["sha256"], files[name]["size"]) for name in _PLAN_FILES)
+    except (OSError, KeyError, TypeError):
+        return False
