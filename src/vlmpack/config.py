@@ -72,7 +72,9 @@ class PackConfig(BaseModel):
                                   "is rejected unread (member_too_large)")
     max_media_bytes: int = Field(MAX_MEDIA_BYTES, gt=0, le=MAX_MEDIA_BYTES, description="a media item larger than "
                                  "this is rejected unread (media_too_large); at most what vlmpack check reads")
-    overlong: Literal["drop", "error"] = "drop"
+    overlong: Literal["drop", "error", "split"] = Field("drop", description="a sample longer than seq_len: drop "
+                                                       "it, stop the run, or split it at turns into pieces that fit "
+                                                       "(vlmpack.pack.turn_split)")
     dedup: Literal["off", "exact"] = Field("off", description="exact: a sample whose conversation and media bytes "
                                            "equal an earlier one's (ids aside) is rejected duplicate_content")
     algorithm: str = "bfd"

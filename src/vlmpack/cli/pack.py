@@ -53,7 +53,10 @@ def pack_command(
     max_media_bytes: Optional[int] = _opt(
         "max_media_bytes", "--max-media-bytes", help="bytes, at most the default: a sample with a larger media item "
         "(file, tar member, table cell, LMDB value) is rejected (media_too_large) without reading it"),
-    overlong: Optional[str] = _opt("overlong", "--overlong", help="drop|error: a sample longer than --seq-len"),
+    overlong: Optional[str] = _opt("overlong", "--overlong", help="drop|error|split: a sample longer than --seq-len "
+                                   "is dropped, stops the run, or is cut at turns into pieces that fit (system turns "
+                                   "repeated, each piece ending on an assistant turn; a turn that alone is longer is "
+                                   "dropped)"),
     dedup: Optional[str] = _opt("dedup", "--dedup", help="off|exact: exact drops later samples whose conversation "
                                 "and media bytes equal an earlier one's, whatever their ids (duplicate_content), "
                                 "within this run"),

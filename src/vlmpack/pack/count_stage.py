@@ -160,7 +160,8 @@ def _tasks(opts: CountOptions, store: Path, ranges: list[InputRange]) -> list[Me
                         opts.allow_absolute_media, opts.media_check, opts.model, str(store), opts.special_tokens,
                         fmt, opts.media_lmdb, opts.text_key, token_limit=opts.token_limit,
                         max_member_bytes=opts.max_member_bytes, max_media_bytes=opts.max_media_bytes,
-                        record_map=opts.record_map, layout=opts.layout, processor=opts.processor)
+                        record_map=opts.record_map, layout=opts.layout, processor=opts.processor,
+                        split_limit=opts.split_limit)
             for i, (fi, path, fmt, start, end, first, _) in enumerate(ranges)]
 
 
@@ -300,3 +301,18 @@ def count_inputs(cfg: PackConfig) -> Counted:
                               payload=count_payload(cfg, payload))
         manifest, rejections = build_manifest(InputFiles.of(cfg), results, where)
     return Counted(manifest, rejections, read_stats(results), key, store, reuse)
+
+
+def split_totals(results: list[MeasureResult]) -> dict | None:
+    """``--overlong split``'s figures summed over the tasks (:attr:`MeasureResult.split`), with
+    ``entries_added_by_file`` (input file index -> pieces and dropped turns added); None when no
+    sample was split."""
+    if not any(r.split for r in results):
+        return None
+    out: dict = {}
+    by_file: dict[int, int] = {}
+    for r in results:
+        for k, v in r.split.items():
+            out[k] = out.get(k, 0) + v
+        by_file[r.file_idx] = by_file.get(r.file_idx, 0) + r.split.get("entries_added", 0)
+    return out | {"entries_added_by_file": by_file}

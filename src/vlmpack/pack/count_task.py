@@ -37,6 +37,7 @@ from vlmpack.fsio import atomic_write
 from vlmpack.media.fingerprint import Fingerprint, fingerprint, unchanged
 from vlmpack.media.ref import display_ref
 from vlmpack.models import load_model
+from vlmpack.pack.turn_split import SplitStats, split_overlong
 from vlmpack.pack.validate import skip_overlong_texts, text_bound_of, validate_sample
 from vlmpack.packfmt import PackEntry, sample_entry
 from vlmpack.records import ID_KINDS, MAX_MEDIA_BYTES, MAX_MEMBER_BYTES, SAMPLE_KINDS, ReadStats, Rejection, Sample
@@ -77,6 +78,7 @@ class MeasureTask:
     max_media_bytes: int = MAX_MEDIA_BYTES  # --max-media-bytes: the largest media item probed and packed
     layout: str = DEFAULT_LAYOUT  # --layout: a sample the output layout cannot hold is rejected (vlmpack.sinks)
     processor: str = ""  # processor options, canonical JSON (vlmpack.models.options); "": none
+    split_limit: int = 0  # --overlong split: tokens (--seq-len) a longer sample is cut to at turns; 0: off
 
 
 @dataclass
@@ -127,6 +129,7 @@ class MeasureResult:
     part_size: int = 0  # its size in bytes
     bound_counted_max: int = 0
     bound_skipped_min: int = 0
+    split: dict = field(default_factory=dict)  # --overlong split: SplitStats.as_dict() of the task ({}: none split)
 
     def fits(self, token_limit: int) -> bool:
         """True when counting again with ``token_limit`` (tokens) would give this same result: the
@@ -357,6 +360,10 @@ def run_task(task: MeasureTask) -> MeasureResult:
     valid, rej_long, kept_max, skipped_min = skip_overlong_texts(text_bound_of(task.model_dir), valid,
                                                                  task.token_limit)
     counted, rej = count_samples(family, valid, task.special_tokens)
+    split = SplitStats()
+    if task.split_limit:  # --overlong split: a longer conversation becomes pieces cut at turns
+        counted, rej = split_overlong(counted, rej, task.split_limit,
+                                      lambda xs: count_samples(family, xs, task.special_tokens), split)
     counted, rej_fp, fps = _fingerprints(counted)
     t2 = time.perf_counter()
     rejections.extend(rej_long + rej + rej_fp)
@@ -391,6 +398,5 @@ def run_task(task: MeasureTask) -> MeasureResult:
         media_files=media_files, media_sha256=media_files_sha256(media_files),
         rejections=rejections, stats=stats, seconds_read=t1 - t0, seconds_count=t2 - t1,
         part_sha256=hashlib.sha256(part).hexdigest(), part_size=len(part),
-        bound_counted_max=kept_max, bound_skipped_min=skipped_min,
+        bound_counted_max=kept_max, bound_skipped_min=skipped_min, split=split.as_dict(),
     )
-

@@ -49,7 +49,7 @@ from vlmpack.fsio import (
 )
 from vlmpack.models import check_processor
 from vlmpack.pack import stages
-from vlmpack.pack.count_stage import count_stage, media_digest, read_stats
+from vlmpack.pack.count_stage import count_stage, media_digest, read_stats, split_totals
 from vlmpack.pack.count_task import MeasureResult
 from vlmpack.pack.dedup import dedup_exact
 from vlmpack.pack.executors import guarded_executor, run_tasks
@@ -192,10 +192,12 @@ def _write_rejects(cfg: PackConfig, rejections: list[Rejection]) -> None:
 
 def _reject_gate(cfg: PackConfig, fingerprint: str, results: list[MeasureResult], rejections: list[Rejection]) -> None:
     """Stop after counting (before planning and writing) when more than ``max_reject_fraction``
-    of the records were rejected: rejects.jsonl and a report of the counting stage are written."""
+    of the records were rejected: rejects.jsonl and a report of the counting stage are written. With
+    ``--overlong split`` the turns it drops (``overlong``) are its own doing and not counted here."""
     stats = read_stats(results)
     records = stats.records
-    if not records or len(rejections) <= cfg.max_reject_fraction * records:
+    gated = [r for r in rejections if not (cfg.overlong == "split" and r.reason == "overlong")]
+    if not records or len(gated) <= cfg.max_reject_fraction * records:
         return
     _write_rejects(cfg, rejections)
     reasons = Counter(r.reason for r in rejections)
@@ -280,7 +282,7 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
     records_by_file = np.bincount([r.file_idx for r in results], [r.stats.records for r in results],
                                   len(cfg.input)).astype(np.int64).tolist()
     report = build_report(cfg, fingerprint, stats, manifest, plan, rejections, shards, timings, records_by_file,
-                          left_out=[(f, n) for _, f, n in left_out])
+                          left_out=[(f, n) for _, f, n in left_out], split=split_totals(results))
     report["status"] = "ok" if report["samples_packed"] else "failed"
     if shard_splits is not None:
         report["splits"] = split_report(cfg.split, shards, shard_splits)

@@ -91,10 +91,14 @@ def source_counts(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, rejection
 
 def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: pa.Table, plan: PackPlan,
                  rejections: list[Rejection], shards: list[ShardResult], timings: dict[str, float],
-                 records_by_file: list[int] | None = None, left_out: list[tuple[int, int]] = ()) -> dict:
+                 records_by_file: list[int] | None = None, left_out: list[tuple[int, int]] = (),
+                 split: dict | None = None) -> dict:
     """The report as a JSON-ready dict (see the module docstring for its content);
     ``records_by_file``: records read per input file (``sources`` is left out when ``None``);
-    ``left_out``: see :func:`source_counts`."""
+    ``left_out``: see :func:`source_counts`; ``split``: ``--overlong split``'s figures summed over
+    the count tasks (:class:`vlmpack.pack.turn_split.SplitStats`, ``entries_added_by_file``: per input
+    file index), which the identity counts: ``records read + entries_added = packed + rejected +
+    dropped overlong``."""
     reasons = Counter(r.reason for r in rejections)
     overlong = reasons.pop("overlong", 0)
     rejected = sum(reasons.values())
@@ -120,7 +124,7 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
         "samples_packed": packed,
         "rejected": rejected,
         "dropped_overlong": overlong,
-        "identity_holds": stats.records == packed + rejected + overlong,
+        "identity_holds": stats.records + (split or {}).get("entries_added", 0) == packed + rejected + overlong,
         "rejected_by_reason": dict(sorted(reasons.items())),
         "members_without_key": stats.members_without_key,
         "members_not_files": stats.members_not_files,
@@ -157,8 +161,12 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
         report["processor"] = cfg.processor
     if (cfg.cp_size, cfg.tp_size, cfg.sequence_parallel) != (1, 1, False):  # --cp-size ...: THD per-sample padding
         report["alignment"] = alignment_figures(cfg, ntok[order], offsets)
+    if split:  # --overlong split: records cut into pieces at turns
+        report["overlong_split"] = {k: v for k, v in split.items() if k != "entries_added_by_file"}
     if records_by_file is not None:
         report["sources"] = source_counts(cfg, manifest, plan, rejections, records_by_file, left_out)
+        for i, n in (split or {}).get("entries_added_by_file", {}).items():
+            report["sources"][int(i)]["entries_added"] = n
     return report
 
 
@@ -187,7 +195,8 @@ def summary_lines(report: dict) -> list[tuple[str, str]]:
         *([("tar members in no sample", f"{r.get('members_without_key', 0):,} without a key (e.g. README), "
                                         f"{r.get('members_not_files', 0):,} not files (links, devices)")]
           if r.get("members_without_key") or r.get("members_not_files") else []),
-        ("identity read = packed + rejected + overlong", "holds" if r["identity_holds"] else "BROKEN"),
+        ("identity read = packed + rejected + overlong" + (" - pieces added" if r.get("overlong_split") else ""),
+         "holds" if r["identity_holds"] else "BROKEN"),
         ("tokens", f"{r['tokens']:,}"),
         ("tokens with a label (trained on)", "-" if r.get("label_token_share") is None else
          f"{r['label_tokens']:,} ({100 * r['label_token_share']:.1f} %)"),
@@ -198,6 +207,11 @@ def summary_lines(report: dict) -> list[tuple[str, str]]:
         ("shards", f"{r['shards']} ({r['shard_bytes'] / 1e6:,.1f} MB)"),
         ("seconds", ", ".join(f"{k} {v:g}" for k, v in r["seconds"].items())),
     ]
+    if r.get("overlong_split"):  # --overlong split
+        o = r["overlong_split"]
+        rows.insert(-2, ("overlong split at turns", f"{o['records']:,} conversations -> {o['pieces']:,} pieces "
+                                                    f"({o['tokens_kept']:,} tokens kept), {o['turns_dropped']:,} "
+                                                    f"turns dropped ({o['tokens_dropped']:,} tokens)"))
     if r.get("alignment"):  # --cp-size / --sequence-parallel: THD per-sample padding
         a = r["alignment"]
         rows.insert(-2, ("THD sample alignment", f"each sample padded to a multiple of {a['sample_multiple']} tokens "

@@ -87,7 +87,7 @@ def save_result(store: str | Path, r: MeasureResult) -> None:
             "stats": {"lines": s.lines, "blank": s.blank, "records": s.records, "reasons": dict(s.reasons),
                       "members_without_key": s.members_without_key, "members_not_files": s.members_not_files},
             "seconds_read": r.seconds_read, "seconds_count": r.seconds_count,
-            "text_bounds": [r.bound_counted_max, r.bound_skipped_min]}
+            "text_bounds": [r.bound_counted_max, r.bound_skipped_min], **({"split": r.split} if r.split else {})}
     atomic_write(result_path(store, r.index), sealed_json_bytes(meta))
 
 
@@ -136,7 +136,8 @@ def read_result(store: str | Path, index: int, file_idx: int, *, check_part: boo
             rejections=[_rejection(x) for x in meta["rejections"]], stats=stats,
             seconds_read=float(meta["seconds_read"]), seconds_count=float(meta["seconds_count"]),
             part_sha256=str(files["part"]["sha256"]), part_size=int(files["part"]["size"]),
-            bound_counted_max=bounds[0], bound_skipped_min=bounds[1])
+            bound_counted_max=bounds[0], bound_skipped_min=bounds[1],
+            split={str(k): int(v) for k, v in dict(meta.get("split") or {}).items()})
     except (OSError, KeyError, TypeError, ValueError, AttributeError, pa.ArrowException):
         return None
     return r

@@ -56,7 +56,9 @@ class CountOptions:
     ``--seq-len``): a sample whose text alone needs more under any tokenization is rejected
     ``overlong`` before tokenizing (:func:`vlmpack.pack.validate.skip_overlong_texts`); not part of
     the count key: a saved task is reused for another limit while no sample crosses it
-    (:meth:`vlmpack.pack.count_task.MeasureResult.fits`). Built from a config with :meth:`of`."""
+    (:meth:`vlmpack.pack.count_task.MeasureResult.fits`). ``split_limit`` (tokens; ``--overlong split``:
+    ``--seq-len``, else 0): a longer sample is cut into pieces at turns (:mod:`vlmpack.pack.turn_split`;
+    in the count key). Built from a config with :meth:`of`."""
 
     model: str
     media_root: str
@@ -72,15 +74,18 @@ class CountOptions:
     record_map: str | None = None
     layout: str = "vlmpack"
     processor: str = ""
+    split_limit: int = 0
 
     @classmethod
     def of(cls, cfg: PackConfig) -> CountOptions:
         """The count options of ``cfg``."""
         from vlmpack.models.options import processor_json
 
+        split = cfg.seq_len if cfg.overlong == "split" else 0  # pieces are cut to L; their texts are never skipped
         return cls(str(cfg.model), str(cfg.media_root), cfg.input_schema, cfg.text_key, cfg.allow_absolute_media,
                    tuple(sorted(cfg.media_lmdb.items())), cfg.media_check, cfg.special_tokens, cfg.max_member_bytes,
-                   cfg.max_media_bytes, cfg.seq_len, cfg.record_map, cfg.layout, processor_json(cfg.processor))
+                   cfg.max_media_bytes, 2**31 - 1 if split else cfg.seq_len, cfg.record_map, cfg.layout,
+                   processor_json(cfg.processor), split)
 
 
 @dataclass(frozen=True)
@@ -252,6 +257,8 @@ def count_payload(cfg: PackConfig, payload: dict) -> dict:
         del count_opts["layout"]
     if processor := processor_options(opts):  # none set: the key runs made before they existed had
         count_opts["processor"] = processor
+    if opts.get("overlong") == "split":  # the pieces depend on L (else: the key runs before --overlong split had)
+        count_opts["overlong_split"] = opts.get("seq_len")
     if cfg.num_nodes > 1:
         count_opts.update(num_nodes=cfg.num_nodes, node_rank=cfg.node_rank)
     return {"vlmpack": __version__, "code": counting_code_digest(), "stage": "count", "task_bytes": TASK_BYTES,
