@@ -4,6 +4,7 @@ another name, near copies that must stay."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 from vlmpack.check import check_output
@@ -58,8 +59,17 @@ def test_dedup_exact_rejects_later_copies_with_the_kept_id(real_data, model_dir,
     assert not packed & set(expected) and {"near-text", "near-image"} <= packed and set(expected.values()) <= packed
     assert check_output(tmp_path / "dedup", num_workers=0)["problems"] == []
 
+    assert report["dedup"] == "exact"
+
     plain_cfg = load_config(**base, output=str(tmp_path / "plain"))
     assert "dedup" not in plain_cfg.fingerprint_payload()["options"]  # runs made before --dedup keep theirs
     plain = run_pack(plain_cfg)
-    assert plain["samples_packed"] == report["samples_packed"] + len(expected)
+    assert plain["samples_packed"] == report["samples_packed"] + len(expected) and "dedup" not in plain
+    assert check_output(tmp_path / "plain", num_workers=0)["problems"] == []
+    # check recomputes the content keys from the shards: the copies are found once the report claims dedup
+    rep = json.loads((tmp_path / "plain" / "report.json").read_text())
+    (tmp_path / "plain" / "report.json").write_text(json.dumps(rep | {"dedup": "exact"}))
+    problems = check_output(tmp_path / "plain", num_workers=0)["problems"]
+    pairs = {frozenset(re.findall(r"sample '([^']+)'", p)) for p in problems if "the same content as sample" in p}
+    assert pairs == {frozenset((copy, kept)) for copy, kept in expected.items()}
     shutil.rmtree(tmp_path / "plain")

@@ -18,7 +18,9 @@ Checks, cheapest first; every finding is one line in ``problems`` and nothing ra
    tar's sample header offsets and its end-of-archive offset, N = ``.info.json``'s count.
 4. Token counts: in each pack the samples' ``num_tokens`` sum to the pack's ``num_tokens``
    ``<= seq_len`` (= ``report.json``'s), also with every sample padded to ``report.json``'s
-   ``alignment.sample_multiple`` (``--cp-size``: what a THD trainer pads); each sample's
+   ``alignment.sample_multiple`` (``--cp-size``: what a THD trainer pads); with ``report.json``'s
+   ``dedup`` (``--dedup exact``) no two packed samples share a :func:`vlmpack.packfmt.content_key`
+   (needs the run dir, as the content checks of 5b); each sample's
    ``num_tokens`` equals the manifest's; the totals equal ``report.json``'s ``packs``,
    ``samples_packed`` and ``tokens``.
 4b. Data-parallel shape (``report.json``'s ``data_parallel``, ``--dp-size``): the packs in output

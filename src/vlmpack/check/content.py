@@ -29,7 +29,7 @@ from vlmpack.energon.load import one_line
 from vlmpack.fsio import LinkRefused, open_inside, unseal
 from vlmpack.pack.rundir import RUN_DIR
 from vlmpack.pack.seal import FORMAT, HASHES, recorded_names
-from vlmpack.packfmt import loads_json, sample_digest
+from vlmpack.packfmt import content_key, loads_json, sample_digest
 
 #: The most per-sample problem lines written (the rest are counted in one more line).
 MAX_LINES = 20
@@ -130,6 +130,11 @@ def check_samples(f: Findings, shard: str, key: str, obj: dict, parts: dict[str,
         if any(d is None for d in data):  # a missing or unread part: its problem is said
             continue
         shas = [hashlib.sha256(d).hexdigest() for d in data]
+        if f.content_keys is not None:  # --dedup exact: no two packed samples hold the same content
+            first = f.content_keys.setdefault(content_key(s, shas), str(s["id"]))
+            if first != str(s["id"]):
+                _line(f, f"{shard}/{key} sample {s['id']!r}: the same content as sample {first!r}, but report.json "
+                      "says the run packed with --dedup exact")
         if want is not None and sample_digest(s, shas) not in want:
             _line(f, f"{shard}/{key} sample {s['id']!r}: content sha256 differs from every one recorded for the pack "
                   f"at pack time ({RUN_DIR}/shards/{shard}.json): its text, fields or media were changed after packing")

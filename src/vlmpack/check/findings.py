@@ -46,6 +46,7 @@ class Findings:
     totals: Counter[str] = field(default_factory=Counter)
     token_diffs: list[str] = field(default_factory=list)
     loads: list[tuple[int, int]] = field(default_factory=list)  # (vision tokens, tokens) per pack, output order
+    content_keys: dict[bytes, str] | None = None  # --dedup exact (report.json dedup): content key -> first id
     hashes: dict | None = None
     records_at: dict[tuple[str, str], tuple[int, int, int, int]] | None = None
     content_lines: int = 0

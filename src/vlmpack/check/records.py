@@ -32,6 +32,8 @@ def load_records(f: Findings) -> bool:
         if not isinstance(rep, dict) or not isinstance(rep.get("shard_sha256"), dict):
             raise ValueError("not a vlmpack report (no shard_sha256 object)")
         f.report = rep
+        if rep.get("dedup") == "exact":  # --dedup exact: packed samples' content keys must differ
+            f.content_keys = {}
     except FileNotFoundError:
         f.add(f"{rp} is missing: shard hashes cannot be checked (not a finished vlmpack output)")
     except LinkRefused as e:

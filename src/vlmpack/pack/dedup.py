@@ -3,7 +3,8 @@
 A sample's content is its entry as the count stage serialized it (:func:`vlmpack.packfmt.sample_entry`:
 the canonical messages with media as parts, the tools, each media item's kind, size and tokens)
 without ``id``, ``id_kind`` and ``source``, and the sha256 of each media item's bytes in order (not its
-path: the same image under two names is the same content). Its key is the 128-bit BLAKE2b of both.
+path: the same image under two names is the same content). Its key is the 128-bit BLAKE2b of both
+(:func:`vlmpack.packfmt.content_key`, which ``vlmpack check`` computes again from the shards).
 Between the count and the plan stage, the first sample of each key in input order is kept; every
 later one is rejected ``duplicate_content`` with the kept sample's id and place in the detail, so
 ``records read = packed + rejected + dropped overlong`` still holds.
@@ -14,7 +15,6 @@ driver (``bench/bench_stages.py`` prints its row at 10^6 samples).
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import numpy as np
@@ -22,27 +22,12 @@ import pyarrow as pa
 
 from vlmpack.pack.count_task import part_path, read_entry
 from vlmpack.pack.manifest import InputFiles
+from vlmpack.packfmt import content_key
 from vlmpack.records import Rejection
-
-#: The keys of a sample's entry that name it rather than hold its content.
-NOT_CONTENT = ("id", "id_kind", "source")
-
-
-def content_key(entry: bytes, media_sha256: list[str]) -> bytes:
-    """16 bytes: BLAKE2b of the entry (JSON bytes of :func:`vlmpack.packfmt.sample_entry`) without
-    :data:`NOT_CONTENT`, canonical (sorted keys), and the media items' sha256 (hex) in order."""
-    obj = json.loads(entry)
-    for k in NOT_CONTENT:
-        obj.pop(k, None)
-    h = hashlib.blake2b(digest_size=16)
-    h.update(json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8",
-                                                                                                "surrogatepass"))
-    h.update(b"\0" + "\n".join(media_sha256).encode())
-    return h.digest()
 
 
 def content_keys(manifest: pa.Table, records_dir) -> list[bytes]:
-    """The :func:`content_key` of every manifest row (columns ``part``, ``rec_offset``, ``rec_len``,
+    """The :func:`vlmpack.packfmt.content_key` of every manifest row (columns ``part``, ``rec_offset``, ``rec_len``,
     ``num_tokens``), read from the records part files in ``records_dir``, one file open at a time."""
     part, off, length, ntok = (manifest.column(c).to_numpy() for c in ("part", "rec_offset", "rec_len",
                                                                          "num_tokens"))
@@ -53,7 +38,7 @@ def content_keys(manifest: pa.Table, records_dir) -> list[bytes]:
         with open(part_path(records_dir, int(part[rows[0]])), "rb") as fh:
             for i in rows.tolist():
                 e = read_entry(fh, int(off[i]), int(length[i]), int(ntok[i]))
-                keys[i] = content_key(e.entry, [m[0] for m in e.media])
+                keys[i] = content_key(json.loads(e.entry), [m[0] for m in e.media])
     return keys
 
 

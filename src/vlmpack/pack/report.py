@@ -157,6 +157,8 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
         report["sample_ratio"] = cfg.sample_ratio
     if cfg.layout != "vlmpack":  # --layout: a blend holds one layout (vlmpack metadataset)
         report["layout"] = cfg.layout
+    if cfg.dedup != "off":  # --dedup exact: vlmpack check finds no two packed samples with the same content
+        report["dedup"] = cfg.dedup
     if cfg.processor:  # --min-pixels, ..., --processor-kwargs: the collator needs the same (PackCollator(processor=))
         report["processor"] = cfg.processor
     if (cfg.cp_size, cfg.tp_size, cfg.sequence_parallel) != (1, 1, False):  # --cp-size ...: THD per-sample padding

@@ -29,6 +29,7 @@ from __future__ import annotations
 from vlmpack.packfmt.entries import (
     PackEntry,
     compact_json,
+    content_key,
     entry_digest,
     join_pack,
     sample_digest,
@@ -68,5 +69,5 @@ __all__ = [
     "TAG_BY_KIND", "MemberTooLarge", "PackEntry", "RawPack", "ShardPacks", "compact_json", "entry_digest",
     "group_by_key", "join_pack", "loads_json", "media_part", "pack_key", "pack_object", "parse_input_ids",
     "parse_pack", "part_limit", "read_packs",
-    "sample_digest", "sample_entry", "shard_paths", "shift_part", "split_member", "tarinfo",
+    "content_key", "sample_digest", "sample_entry", "shard_paths", "shift_part", "split_member", "tarinfo",
 ]

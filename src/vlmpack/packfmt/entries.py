@@ -114,11 +114,32 @@ def sample_digest(sample: dict, media_sha256: list[str]) -> str:
     the pack is the pack's), serialized as :func:`sample_entry` serializes (compact UTF-8 JSON, keys
     in the order read), so a sample read back from its shard gives the digest the writer recorded
     for it, and any edit (a character, a field, the order of keys) another one."""
+    return entry_digest(compact_json(_renumbered(sample)), media_sha256)
+
+
+def _renumbered(sample: dict) -> dict:
+    """``sample`` (a pack object's entry) with each media ``part`` numbered within the sample."""
     names = {}
     for i, m in enumerate(sample["media"]):
         names[m["part"]] = _NUMBERED.sub(lambda g, i=i: f"{g.group(1)}{i}", m["part"], count=1)
-    body = {**sample,
+    return {**sample,
             "media": [{**m, "part": names[m["part"]]} for m in sample["media"]],
             "messages": [{**msg, "content": [{**c, "part": names.get(c["part"], c["part"])} if "part" in c else c
                                              for c in msg["content"]]} for msg in sample["messages"]]}
-    return entry_digest(compact_json(body), media_sha256)
+
+
+#: The keys of a sample's entry that name it rather than hold its content (:func:`content_key`).
+NOT_CONTENT = ("id", "id_kind", "source")
+
+
+def content_key(sample: dict, media_sha256: list[str]) -> bytes:
+    """16 bytes, ``--dedup exact``'s key of a sample's content: BLAKE2b of its entry (a pack object's,
+    or the count stage's: the same once its media parts are numbered within the sample) without
+    :data:`NOT_CONTENT`, as canonical JSON (sorted keys), and the sha256 (hex) of each media item's
+    bytes in order; two samples with the same key hold the same conversation and media bytes."""
+    body = {k: v for k, v in _renumbered(sample).items() if k not in NOT_CONTENT}
+    h = hashlib.blake2b(digest_size=16)
+    h.update(json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8",
+                                                                                                 "surrogatepass"))
+    h.update(b"\0" + "\n".join(media_sha256).encode())
+    return h.digest()
