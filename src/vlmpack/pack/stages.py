@@ -284,6 +284,8 @@ def plan_key(opts: PlanOptions | PackConfig, manifest_digest: str) -> str:
     """sha256 (hex) of the manifest digest (:func:`vlmpack.pack.manifest.manifest_digest`) and
     :data:`PLAN_OPTIONS` (of a :class:`PlanOptions`, or of a config: the same key): the key of
     ``plan.npz``."""
+    if not isinstance(opts, PlanOptions):  # a config: its plan options (the per-sample multiple of --cp-size)
+        opts = PlanOptions.of(opts)
     options = {k: getattr(opts, k) for k in PLAN_OPTIONS}
     options["split"] = split_items(options["split"])
     if options["split"] is None:  # no split: the key plans made before --split existed had
