@@ -28,9 +28,18 @@ import sys
 import tempfile
 from pathlib import Path
 
-#: What the fork server imports before its first fork: the CLI and what its commands import lazily.
+#: What the fork server imports before its first fork: the CLI and what its commands import lazily,
+#: the model families' transformers modules among them (``transformers`` itself imports them only on
+#: first use: 1.7 s of the first ``load_model`` of a command).
 PRELOAD = ["cli_runner", "vlmpack.cli", "vlmpack.check", "vlmpack.pack.pipeline", "vlmpack.verify",
-           "megatron.energon", "transformers", "tokenizers", "pyarrow.parquet", "PIL.Image"]
+           "megatron.energon", "transformers", "tokenizers", "pyarrow.parquet", "PIL.Image", "vlmpack.models.qwen2_vl",
+           "vlmpack.models.qwen3_vl", "vlmpack.models.internvl", "vlmpack.models.llava_onevision",
+           "transformers.models.auto.tokenization_auto", "transformers.models.auto.image_processing_auto",
+           "transformers.models.qwen2.tokenization_qwen2", "transformers.models.qwen3_5.tokenization_qwen3_5",
+           "transformers.models.qwen2_vl.image_processing_pil_qwen2_vl",
+           "transformers.models.llava_onevision.image_processing_pil_llava_onevision",
+           "transformers.models.got_ocr2.image_processing_pil_got_ocr2",
+           "transformers.models.internvl.processing_internvl"]
 
 _context: multiprocessing.context.BaseContext | None = None
 
