@@ -10,7 +10,7 @@ later one is rejected ``duplicate_content`` with the kept sample's id and place 
 ``records read = packed + rejected + dropped overlong`` still holds.
 
 Cost: one read and JSON parse of every sample's entry in the run's records part files, on the
-driver (``bench/bench_stages.py`` prints its row at 10^6 samples).
+driver (``bench/bench_dedup.py`` prints its rows at 10^6 samples: 16.9 s on this machine).
 """
 
 from __future__ import annotations
