@@ -18,6 +18,7 @@ from vlmpack.fsio import LinkRefused, open_inside, read_inside
 from vlmpack.pack.rundir import RUN_DIR
 from vlmpack.pack.seal import HASHES
 from vlmpack.packfmt import EXTRA_PARTS, FORMAT, MemberTooLarge, ShardPacks, parse_input_ids, split_member
+from vlmpack.packing.alignment import aligned_lengths
 from vlmpack.packing.balance import rank_step_loads
 
 
@@ -154,7 +155,7 @@ def check_pack(f: Findings, shard: str, key: str, parts: dict[str, bytes | None]
         f.add(f"{where}: seq_len {seq_len}, report.json says {rep_len}")
     multiple = ((f.report or {}).get("alignment") or {}).get("sample_multiple")
     if is_int(multiple) and multiple > 1 and total == n:  # --cp-size: the trainer pads every sample (THD)
-        padded = sum(-(-s["num_tokens"] // multiple) * multiple for s in obj["samples"])
+        padded = int(aligned_lengths(np.array([s["num_tokens"] for s in obj["samples"]]), multiple).sum())
         if padded > seq_len:
             f.add(f"{where}: {padded} tokens with each sample padded to a multiple of {multiple} > seq_len {seq_len}")
     names = set(parts)

@@ -16,6 +16,7 @@ import typer
 
 from vlmpack.errors import ConfigError, VlmpackError
 from vlmpack.packing import ALGORITHMS
+from vlmpack.packing.alignment import planned_multiple
 
 
 def plan_command(
@@ -104,12 +105,12 @@ def plan_command(
         else:
             data = preflight.load_plan_input(source)
         user = [int(x) for x in seq_len]
+        multiple = planned_multiple(cp_size, tp_size, sequence_parallel, pad_to_multiple_of)  # as pack plans it
         rows, _plans = preflight.plan_table(
             data, preflight.sweep_lengths(data, user, grid=sweep or plot is not None), algorithm=algorithm,
             max_samples_per_pack=max_samples_per_pack, max_media_per_pack=max_media_per_pack,
             max_media_tokens_per_pack=max_media_tokens_per_pack, group_by_kind=group_by_kind,
-            pad_to_multiple_of=_multiple(pad_to_multiple_of, cp_size, tp_size, sequence_parallel), window=window,
-            seed=seed,
+            pad_to_multiple_of=multiple, window=window, seed=seed,
         )
         best = preflight.recommend_seq_len(rows, max_drop)
         dp_rows = []
@@ -119,8 +120,7 @@ def plan_command(
             by_len = {r["seq_len"]: plan for r, plan in zip(rows, _plans)}
             dp_rows = data_parallel_rows(data.lengths, data.media_tokens, {L: by_len[L] for L in dict.fromkeys(user)},
                                          dp_size=dp_size, global_batch_size=global_batch_size, seed=seed,
-                                         pad_to_multiple_of=_multiple(pad_to_multiple_of, cp_size, tp_size,
-                                                                      sequence_parallel))
+                                         pad_to_multiple_of=multiple)
     except VlmpackError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -145,14 +145,6 @@ def plan_command(
             typer.echo(f"error: cannot write --plot {plot} ({exc.strerror or exc}); choose a writable path", err=True)
             raise typer.Exit(2) from exc
         typer.echo(f"wrote {plot}", err=True)
-
-
-def _multiple(pad_to_multiple_of: int | None, cp_size: int, tp_size: int, sequence_parallel: bool) -> int | None:
-    """The per-sample multiple to plan with (as ``pack``'s :attr:`vlmpack.config.PackConfig.sample_multiple`)."""
-    from vlmpack.packing.alignment import sample_multiple
-
-    m = sample_multiple(cp_size, tp_size, sequence_parallel, pad_to_multiple_of)
-    return pad_to_multiple_of if m == (pad_to_multiple_of or 1) else m
 
 
 def _count(config: Path | None, **overrides):

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from vlmpack import __version__
 from vlmpack.config import PROCESSOR_FIELDS, PackConfig, processor_options
+from vlmpack.packing.alignment import planned_multiple
 from vlmpack.records import MAX_MEDIA_BYTES, MAX_MEMBER_BYTES
 
 #: Input bytes per count task (fixed: the output must not depend on workers; part of the count key).
@@ -152,8 +153,8 @@ class PlanOptions:
     def of(cls, cfg: PackConfig) -> PlanOptions:
         """The plan options of ``cfg``."""
         opts = {k: getattr(cfg, k) for k in PLAN_OPTIONS if k != "split"}
-        if cfg.sample_multiple != (cfg.pad_to_multiple_of or 1):  # --cp-size: each sample planned padded (THD)
-            opts["pad_to_multiple_of"] = cfg.sample_multiple
+        opts["pad_to_multiple_of"] = planned_multiple(cfg.cp_size, cfg.tp_size, cfg.sequence_parallel,
+                                                      cfg.pad_to_multiple_of)  # --cp-size: samples planned padded
         return cls(**opts, split=split_items(cfg.split))
 
 

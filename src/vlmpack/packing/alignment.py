@@ -35,6 +35,15 @@ def sample_multiple(cp_size: int = 1, tp_size: int = 1, sequence_parallel: bool 
     return math.lcm(m, pad_to_multiple_of or 1)
 
 
+def planned_multiple(cp_size: int = 1, tp_size: int = 1, sequence_parallel: bool = False,
+                     pad_to_multiple_of: int | None = None) -> int | None:
+    """What the planner's ``pad_to_multiple_of`` is: ``pad_to_multiple_of`` as given while the parallel
+    layout adds nothing to it (None stays None, so a plan key made before ``--cp-size`` existed is kept),
+    else :func:`sample_multiple`. Raises :class:`ConfigError` as it."""
+    m = sample_multiple(cp_size, tp_size, sequence_parallel, pad_to_multiple_of)
+    return pad_to_multiple_of if m == (pad_to_multiple_of or 1) else m
+
+
 def aligned_lengths(lengths: np.ndarray, multiple: int) -> np.ndarray:
     """int64 ``lengths`` (tokens) each rounded up to a multiple of ``multiple`` (>= 1)."""
     a = np.asarray(lengths, dtype=np.int64)
