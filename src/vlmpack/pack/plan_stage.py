@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import logging
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -32,21 +31,30 @@ def make_plan(opts: PlanOptions, manifest: pa.Table, split: np.ndarray | None = 
     :func:`vlmpack.pack.splits.split_of_ids`) each split is planned on its own and its packs follow
     the previous split's (:func:`vlmpack.pack.splits.join_plans`). Raises
     :class:`vlmpack.errors.ConfigError` for an unknown algorithm or a bad constraint."""
+    return plans(opts, manifest, split)[1]
+
+
+def plans(opts: PlanOptions, manifest: pa.Table, split: np.ndarray | None = None) -> tuple[PackPlan, PackPlan]:
+    """(the bin-packed plan, that plan shaped for ``--dp-size`` / ``--global-batch-size``, per split:
+    :func:`vlmpack.pack.data_parallel.shape_plan`; the same object without them), as :func:`make_plan`."""
     if split is not None:
-        parts = [(rows, make_plan(opts, manifest.take(pa.array(rows))))
+        parts = [(rows, plans(opts, manifest.take(pa.array(rows))))
                  for rows in (np.flatnonzero(split == s) for s in np.unique(split))]
-        return join_plans(parts, manifest.num_rows)
+        base = join_plans([(rows, b) for rows, (b, _) in parts], manifest.num_rows)
+        if not opts.data_parallel:
+            return base, base
+        return base, join_plans([(rows, shaped) for rows, (_, shaped) in parts], manifest.num_rows)
     col = lambda name: manifest.column(name).to_numpy()  # noqa: E731
-    plan = plan_packs(col("num_tokens").astype(np.int64), opts.seq_len, algorithm=opts.algorithm,
+    base = plan_packs(col("num_tokens").astype(np.int64), opts.seq_len, algorithm=opts.algorithm,
                       max_samples_per_pack=opts.max_samples_per_pack, media_counts=col("num_media").astype(np.int64),
                       media_tokens=col("media_tokens").astype(np.int64), kinds=col("kind"),
                       max_media_per_pack=opts.max_media_per_pack,
                       max_media_tokens_per_pack=opts.max_media_tokens_per_pack, group_by_kind=opts.group_by_kind,
                       pad_to_multiple_of=opts.pad_to_multiple_of, seed=opts.seed)
-    if opts.data_parallel:  # --dp-size / --global-batch-size: full global steps, ranks balanced
-        plan = shape_plan(plan, manifest, dp_size=opts.dp_size, global_batch_size=opts.global_batch_size,
-                          seed=opts.seed, pad_to_multiple_of=opts.pad_to_multiple_of)
-    return plan
+    if not opts.data_parallel:
+        return base, base
+    return base, shape_plan(base, manifest, dp_size=opts.dp_size, global_batch_size=opts.global_batch_size,
+                            seed=opts.seed, pad_to_multiple_of=opts.pad_to_multiple_of)
 
 
 def ids_at(run: Path, rows: np.ndarray) -> list[str]:
@@ -117,10 +125,9 @@ def plan_stage(opts: PlanOptions, run: Path, manifest: pa.Table, key: str, reuse
         log.warning("manifest.parquet / plan.npz in %s do not match their checksums; planning again", run)
     atomic_write_parquet(run / "manifest.parquet", manifest)
     manifest = manifest.drop_columns(["id"])
-    plan = make_plan(opts, manifest, split)
+    base, plan = plans(opts, manifest, split)
     record = None
-    if opts.data_parallel:  # the figures before the shape: the plan without it
-        base = make_plan(replace(opts, dp_size=1, global_batch_size=None), manifest, split)
+    if opts.data_parallel:  # the figures before the shape (base) and after
         record = data_parallel_record(manifest, base, plan, dp_size=opts.dp_size,
                                       global_batch_size=opts.global_batch_size, seq_len=opts.seq_len)
     reuse["plan_reused"] = False

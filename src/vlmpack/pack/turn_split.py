@@ -88,35 +88,36 @@ def split_at_turns(s: Sample, limit: int, measure: Measure, stats: SplitStats) -
     system, rs, starts = rounds(s.messages)
     pieces: list[Sample] = []
     rejected: list[Rejection] = []
-    current: list[list[dict]] = []
+    current: list[list[dict]] = []  # the rounds of the piece being filled, counted as current_piece
     current_piece: Sample | None = None
 
-    def drop(j: int, why: str) -> None:
+    def drop(j: int, why: str, n: int) -> None:  # n: the round's tokens counted alone (0: not countable)
         end = starts[j + 1] if j + 1 < len(starts) else len(s.messages)
-        alone, _ = measure([_piece(s, system, [rs[j]], 0)])
-        n = alone[0].num_tokens if alone else 0
         stats.add(turns_dropped=1, tokens_dropped=n)
         rejected.append(Rejection(s.locator, "overlong", f"turns {starts[j] + 1}-{end} of a conversation split by "
                                   f"--overlong split: {why}", f"{s.id}#turns{starts[j] + 1}-{end}"))
 
     for j, r in enumerate(rs):
         if not any(m["role"] == "assistant" for m in r):
-            drop(j, "no assistant turn to end a piece on")
+            alone, _ = measure([_piece(s, system, [r], 0)])
+            drop(j, "no assistant turn to end a piece on", alone[0].num_tokens if alone else 0)
             continue
-        ok, _ = measure([_piece(s, system, current + [r], len(pieces) + 1)])
+        ok, bad = measure([_piece(s, system, current + [r], len(pieces) + 1)])
         if ok and ok[0].num_tokens <= limit:
             current, current_piece = current + [r], ok[0]
             continue
-        if current_piece is not None:
+        if current:  # the piece so far is closed; the round starts the next one if it fits alone
             pieces.append(current_piece)
-        current, current_piece = [], None
-        ok, bad = measure([_piece(s, system, [r], len(pieces) + 1)])
-        if ok and ok[0].num_tokens <= limit:
-            current, current_piece = [r], ok[0]
+            current, current_piece = [], None
+            ok, bad = measure([_piece(s, system, [r], len(pieces) + 1)])
+            if ok and ok[0].num_tokens <= limit:
+                current, current_piece = [r], ok[0]
+                continue
+        if ok:
+            drop(j, f"{ok[0].num_tokens:,} tokens alone > --seq-len {limit:,}", ok[0].num_tokens)
         else:
-            drop(j, f"{ok[0].num_tokens:,} tokens alone > --seq-len {limit:,}" if ok else
-                 (bad[0].detail if bad else "cannot be counted alone"))
-    if current_piece is not None:
+            drop(j, bad[0].detail if bad else "cannot be counted alone", 0)
+    if current:
         pieces.append(current_piece)
     stats.add(records=1, pieces=len(pieces), tokens_kept=sum(p.num_tokens for p in pieces),
               entries_added=len(pieces) + len(rejected) - 1)
