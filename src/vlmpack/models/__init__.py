@@ -4,7 +4,8 @@
 :class:`~vlmpack.models.base.ModelFamily` object that renders, counts, encodes, labels, positions
 and preprocesses samples exactly as the model's own transformers processor and model would.
 :data:`FAMILIES` maps ``config.json``'s ``model_type`` to the family class; a new family is one
-module plus one line here.
+module plus one line here. Any other ``model_type`` whose own processor builds and answers
+``_get_num_multimodal_tokens`` gets the generic family (:mod:`vlmpack.models.generic`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from vlmpack.models.qwen2_vl import Qwen2VLFamily
 from vlmpack.models.qwen3_vl import Qwen3_5Family, Qwen3VLFamily
 
 __all__ = ["COUNTING_FILES", "FAMILIES", "MediaSize", "ModelFamily", "ProcessedImages",
-           "check_processor", "load_model", "model_type"]
+           "check_processor", "family_of", "load_model", "model_type"]
 
 #: ``model_type`` of ``config.json`` -> family class (one line per supported type).
 FAMILIES: dict[str, type] = {
@@ -47,6 +48,18 @@ def model_type(model_dir: str | Path) -> str:
         return str(json.loads(cfg.read_text())["model_type"])
     except (ValueError, KeyError) as e:
         raise ConfigError(f"{cfg}: cannot read model_type ({e})") from None
+
+
+def family_of(model_dir: str | Path) -> dict:
+    """What ``report.json`` says of the family counting ``model_dir``: ``model_type``, ``family``
+    (``"dedicated"``: a class of :data:`FAMILIES`; ``"generic"``: :mod:`vlmpack.models.generic`)
+    and the family's ``name`` (the generic one: the processor class it calls). Loads nothing."""
+    mt = model_type(model_dir)
+    if mt in FAMILIES:
+        return {"model_type": mt, "family": "dedicated", "name": FAMILIES[mt].name}
+    from vlmpack.models.processor_build import processor_class
+
+    return {"model_type": mt, "family": "generic", "name": processor_class(model_dir).__name__}
 
 
 def load_model(model_dir: str | Path, processor: Mapping[str, Any] | str | None = None) -> ModelFamily:
@@ -81,7 +94,16 @@ def check_processor(model_dir: str | Path, processor: Mapping[str, Any]) -> None
 def _load(model_dir: str, processor: str) -> ModelFamily:
     mt = model_type(model_dir)
     if mt not in FAMILIES:
-        raise ConfigError(f"{model_dir}: model_type {mt!r} is not supported yet; supported: {sorted(FAMILIES)}")
+        from vlmpack.models.generic import GenericFamily
+
+        if processor:
+            raise ConfigError(f"{model_dir}: processor options are not supported for model_type {mt!r} (the "
+                              "generic family); set them in the model directory's processor_config.json")
+        try:
+            return GenericFamily(model_dir)
+        except ConfigError as e:
+            raise ConfigError(f"model_type {mt!r} has no dedicated family ({sorted(FAMILIES)}) and the generic one "
+                              f"cannot count it: {e}") from None
     cls = FAMILIES[mt]
     if processor:
         from vlmpack.models.options import apply_options

@@ -35,6 +35,7 @@ import pyarrow as pa
 from vlmpack import __version__
 from vlmpack.config import PackConfig
 from vlmpack.fsio import atomic_write, json_bytes, read_sealed_json, sealed_json_bytes
+from vlmpack.models import family_of
 from vlmpack.pack.write import ShardResult
 from vlmpack.packing import PackPlan
 from vlmpack.packing.alignment import aligned_lengths
@@ -146,6 +147,7 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
             kind[over_idx], weights=ntok[over_idx], minlength=len(SAMPLE_KINDS)))},
         "media_tokens_per_pack": _pct(per_pack_media),
         "algorithm": cfg.algorithm,
+        "model": family_of(cfg.model),
         "shard_sha256": {s.name: s.sha256 for s in shards},
         "shard_bytes": int(sum(s.nbytes for s in shards)),
         "fingerprint": fingerprint,

@@ -39,6 +39,7 @@ from vlmpack.media.kinds import KINDS, PART_RE
 from vlmpack.media.kinds.image import open_image
 from vlmpack.models.chatml import assistant_label_mask
 from vlmpack.packfmt import parse_input_ids
+from vlmpack.train.processor_encode import encode_with_processor
 from vlmpack.train.videos import (
     check_videos,
     expand_with_videos,
@@ -331,6 +332,8 @@ class PackEncoder:
         f = self.family
         if not pack.items:
             raise PackMismatchError(f"pack {pack.key!r} holds no samples")
+        if getattr(f, "encodes_with_processor", False):  # the generic family: its processor per sample
+            return EncodedPack(**encode_with_processor(self, pack))
         if pack.input_ids is not None:  # before any image is decoded
             self._check_length(pack, len(pack.input_ids), "has an input_ids part of")
         raw_ids = self._pretokenized(pack) if pack.input_ids is not None else None

@@ -1,0 +1,132 @@
+"""The generic family (vlmpack.models.generic): any processor that builds and answers
+``_get_num_multimodal_tokens``, counted from sizes, trained through the processor itself.
+
+- On the Qwen2.5-VL directory, forced generic: every demo sample's count and label mask equal the
+  dedicated Qwen2-VL family's (itself exact against the processor: test_counting.py).
+- On a LLaVA-NeXT stand-in (``model_type`` ``llava_next``, no dedicated family): the whole demo set
+  packed, every image pack re-encoded by the collator, which calls ``LlavaNextProcessor`` on each
+  sample's decoded images and raises on any length other than the recorded one.
+- Processors that cannot be counted this way are refused with one line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vlmpack.config import load_config
+from vlmpack.errors import ConfigError
+from vlmpack.models import MediaSize, load_model
+from vlmpack.models.chatml import assistant_label_mask
+from vlmpack.models.generic import GenericFamily
+from vlmpack.pack.pipeline import run_pack
+from vlmpack.packfmt import read_packs, shard_paths
+from vlmpack.verify import recount_shard
+
+
+@pytest.fixture(scope="module")
+def llava_next_dir(tmp_path_factory) -> Path:
+    from conftest import CACHE, cache_lock
+    from demo_data.generic_dirs import build_llava_next_model_dir
+
+    with cache_lock():
+        return build_llava_next_model_dir(CACHE / "llava_next")
+
+
+def _media(s: dict) -> list[MediaSize]:
+    return [MediaSize(m["kind"], m["width"], m["height"]) for m in s["media"]]
+
+
+def test_forced_generic_equals_the_dedicated_qwen_family_on_every_sample(tmp_path_factory, real_data, model_dir):
+    out = tmp_path_factory.mktemp("gq") / "packs"
+    run_pack(load_config(input=[str(real_data / "real_sft.jsonl")], media_root=str(real_data), model=str(model_dir),
+                         output=str(out), seq_len=16384, workers=2, progress=False))
+    dedicated = load_model(str(model_dir))
+    generic = GenericFamily(model_dir)
+    assert (generic.processor_class, generic.offset, generic.multi_image) == ("Qwen2_5_VLProcessor", -1, True)
+    assert generic.image_token_id == dedicated.image_token_id
+    samples = [s for raw in read_packs(out) for s in json.loads(raw["json"])["samples"]]
+    assert len(samples) >= 5700 and sum(bool(s["media"]) for s in samples) >= 2900
+    ids = generic.token_ids([s["messages"] for s in samples], [s.get("special_tokens") for s in samples])
+    for s, x in zip(samples, ids):
+        x = np.asarray(x, dtype=np.int32)
+        media = _media(s)
+        tokens = [generic.media_tokens(m, sample_images=len(media)) for m in media]
+        assert tokens == [m["num_tokens"] for m in s["media"]], s["id"]
+        assert generic.check_ids(x, len(media), 0) is None, s["id"]
+        assert generic.num_tokens(x, tokens) == s["num_tokens"], s["id"]
+        full = dedicated.expand(x, tokens)
+        assert np.array_equal(generic.label_mask(full), dedicated.label_mask(full)), s["id"]
+
+
+def test_llava_next_packs_and_its_processor_gives_every_recorded_length(tmp_path_factory, real_data, llava_next_dir):
+    from image_memo import shape_only_pixels
+
+    from vlmpack.train.collate import PackCollator
+
+    fam = load_model(str(llava_next_dir))
+    assert isinstance(fam, GenericFamily) and fam.processor_class == "LlavaNextProcessor"
+    assert (fam.offset, fam.multi_image) == (-1, True)
+    # the count depends on the size (anyres grid): not one constant
+    assert len({fam.image_tokens(w, h) for w, h in [(12, 12), (640, 480), (480, 640), (3000, 300), (336, 1008)]}) == 5
+    out = tmp_path_factory.mktemp("gln") / "packs"
+    run_pack(load_config(input=[str(real_data / "real_sft.jsonl")], media_root=str(real_data),
+                         model=str(llava_next_dir), output=str(out), seq_len=32768, workers=2, progress=False,
+                         group_by_kind=True))
+    report = json.loads((out / "report.json").read_text())
+    rejects = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
+    assert not {r["reason"] for r in rejects} & {"overlong", "template_error", "media_unsupported"}
+    collator = PackCollator(llava_next_dir)
+    im_start, im_end = (fam.tokenizer.convert_tokens_to_ids(t) for t in ("<|im_start|>", "<|im_end|>"))
+    assistant, newline = fam.tokenizer.convert_tokens_to_ids("assistant"), fam.tokenizer.encode("\n")[0]
+    n_image_samples = n_images = 0
+    # the processor's own call on every image sample's decoded pixels (pixel arithmetic as shape-true
+    # stand-ins: lengths depend on sizes only, see image_memo.shape_only_pixels)
+    with shape_only_pixels():
+        for raw in read_packs(out):
+            meta = json.loads(raw["json"])
+            if not any(s["media"] for s in meta["samples"]):
+                continue
+            batch = collator(raw)  # LlavaNextProcessor per sample; raises on any length but the recorded one
+            cu = batch["cu_seqlens"].tolist()
+            assert np.diff(cu).tolist() == [s["num_tokens"] for s in meta["samples"]], raw["__key__"]
+            assert batch["position_ids"][0, cu[:-1]].tolist() == [0] * (len(cu) - 1)
+            ids = batch["input_ids"][0].numpy()
+            for s, a, z in zip(meta["samples"], cu[:-1], cu[1:]):
+                assert np.count_nonzero(ids[a:z] == fam.image_token_id) == sum(m["num_tokens"] for m in s["media"])
+                want = assistant_label_mask(ids[a:z], im_start_id=im_start, assistant_id=assistant, im_end_id=im_end,
+                                            newline_id=newline)
+                want[0] = False  # the collator never labels a sample's first token
+                assert np.array_equal(batch["labels"][0, a:z].numpy() != -100, want), s["id"]
+                n_image_samples += bool(s["media"])
+                n_images += len(s["media"])
+            assert batch["pixel_values"].shape[0] == sum(len(s["media"]) for s in meta["samples"])
+    image_lines = sum(1 for x in (real_data / "real_sft.jsonl").read_text().splitlines()
+                      if (r := json.loads(x)).get("images") or r.get("image"))
+    rejected_images = sum(1 for r in rejects if r.get("line") and r["reason"].startswith("media"))
+    assert n_image_samples + rejected_images == image_lines == 2937 and n_image_samples >= 2900
+    assert report["samples_packed"] >= 5700, report.get("samples_packed")
+    assert report["model"] == {"model_type": "llava_next", "family": "generic", "name": "LlavaNextProcessor"}
+    # vlmpack verify's recount (from the shard bytes: headers, template, tokenizer) agrees
+    assert [p for shard in shard_paths(out) for p in recount_shard(str(shard), str(llava_next_dir))] == []
+    print(f"LlavaNextProcessor on {n_image_samples} image samples ({n_images} images): every length as counted")
+
+
+def test_processors_that_cannot_be_counted_are_refused_in_one_line(tmp_path, model_dir):
+    def standin(name: str, model_type: str) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt"):
+            (d / f).write_bytes((model_dir / f).read_bytes())
+        (d / "config.json").write_text(json.dumps({"model_type": model_type}))
+        return d
+
+    for name, model_type, says in [("bert", "bert", "has no processor for model_type 'bert'"),
+                                   ("pixtral", "pixtral", "cannot be")]:
+        with pytest.raises(ConfigError) as e:
+            load_model(str(standin(name, model_type)))
+        msg = str(e.value)
+        assert "\n" not in msg and f"model_type {model_type!r} has no dedicated family" in msg and says in msg, msg
