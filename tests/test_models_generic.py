@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from vlmpack.config import load_config
 from vlmpack.errors import ConfigError
@@ -130,3 +131,126 @@ def test_processors_that_cannot_be_counted_are_refused_in_one_line(tmp_path, mod
             load_model(str(standin(name, model_type)))
         msg = str(e.value)
         assert "\n" not in msg and f"model_type {model_type!r} has no dedicated family" in msg and says in msg, msg
+
+    # Gemma 3's processor builds and answers _get_num_multimodal_tokens, but writes "\n\n" around its image
+    # tokens, which merges with the text around them: no per-image constant, refused by the calibration
+    from transformers import AutoTokenizer
+
+    d = tmp_path / "gemma3"
+    tok = AutoTokenizer.from_pretrained(str(model_dir), extra_special_tokens={
+        "image_token": "<image_soft_token>", "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>"})
+    tok.save_pretrained(str(d))
+    (d / "config.json").write_text(json.dumps({"model_type": "gemma3"}))
+    (d / "processor_config.json").write_text(json.dumps({
+        "processor_class": "Gemma3Processor", "image_seq_length": 256,
+        "image_processor": {"image_processor_type": "Gemma3ImageProcessor", "size": {"height": 896, "width": 896},
+                            "image_mean": [0.5] * 3, "image_std": [0.5] * 3, "resample": 2}}))
+    (d / "chat_template.jinja").write_text(
+        "{%- for m in messages -%}{{ '<|im_start|>' + m['role'] + '\\n' }}{%- for p in m['content'] -%}"
+        "{%- if p['type'] == 'image' -%}{{ '<start_of_image>' }}{%- else -%}{{ p['text'] }}{%- endif -%}"
+        "{%- endfor -%}{{ '<|im_end|>\\n' }}{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}")
+    with pytest.raises(ConfigError) as e:
+        load_model(str(d))
+    msg = str(e.value)
+    assert "\n" not in msg and "Gemma3Processor's image tokens cannot be counted exactly from sizes" in msg, msg
+    assert "can merge with the text around it" in msg, msg
+
+
+# ------------------------------------------------------------------------------------ packed == alone
+ATOL = 1e-4
+
+
+def tiny_llava_next(model_dir: Path, image_token_id: int, *, attn_implementation: str = "sdpa", seed: int = 0):
+    """A random ``LlavaNextForConditionalGeneration`` with tiny towers: CLIP vision (hidden 32, 2
+    layers, 2 heads) at the stand-in's 336 px / patch 14 (576 features per crop + CLS), Qwen2 text
+    (hidden 64, 2 layers, 4 / 2 KV heads) with the Qwen vocabulary; the stand-in's pinpoints and
+    feature strategy, its ``<image>`` id; float32, eval mode."""
+    from transformers import LlavaNextConfig, LlavaNextForConditionalGeneration
+
+    real = json.loads((model_dir / "config.json").read_text())
+    torch.manual_seed(seed)
+    text = dict(model_type="qwen2", vocab_size=real["text_config"]["vocab_size"], hidden_size=64,
+                intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                max_position_embeddings=32768, tie_word_embeddings=True)
+    vision = dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=2, image_size=336, patch_size=14, projection_dim=32)
+    cfg = LlavaNextConfig(text_config=text, vision_config=vision, image_token_index=image_token_id,
+                          image_grid_pinpoints=real["image_grid_pinpoints"], vision_feature_layer=-2,
+                          vision_feature_select_strategy="default", tie_word_embeddings=True)
+    for c in (cfg, cfg.text_config, cfg.vision_config):
+        c._attn_implementation = attn_implementation
+    return LlavaNextForConditionalGeneration(cfg).float().eval()
+
+
+def _hidden(model, **kw) -> torch.Tensor:
+    kw.pop("labels", None)
+    kw["use_cache"] = False
+    with torch.no_grad():
+        return model.model(**kw).last_hidden_state[0]
+
+
+@pytest.fixture(scope="module")
+def next_packs(real_data, llava_next_dir):
+    """Two real multi-sample image packs of the stand-in: one with a multi-image sample, one with >= 3 samples."""
+    from demo_data.packs import demo_packs
+
+    out = demo_packs(real_data, llava_next_dir, seq_len=6144, n_lines=300)
+    multi = many = None
+    for p in read_packs(out):
+        samples = json.loads(p["json"])["samples"]
+        if len(samples) >= 2 and all(s["media"] for s in samples):
+            if multi is None and any(len(s["media"]) > 1 for s in samples):
+                multi = p
+            elif many is None and len(samples) >= 3:
+                many = p
+    assert multi is not None and many is not None, "the demo subset must give multi-sample image packs"
+    return [multi, many]
+
+
+def _alone(fam, model, pack) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``(input_ids, hidden states)`` of each sample of ``pack`` alone: the processor's own call on the
+    sample's text and images (decoded by transformers' ``load_image``), no positions, no mask."""
+    import io
+
+    from PIL import Image
+    from transformers.image_utils import load_image
+
+    out = []
+    for s in json.loads(pack["json"])["samples"]:
+        text = fam.render(s["messages"])
+        images = [load_image(Image.open(io.BytesIO(pack[m["part"]]))) for m in s["media"]]
+        ref = fam.processor(text=[text], images=[images], return_tensors="pt", **fam.text_kwargs(text))
+        out.append((ref["input_ids"][0], _hidden(model, input_ids=ref["input_ids"], pixel_values=ref["pixel_values"],
+                                                image_sizes=ref["image_sizes"])))
+    return out
+
+
+@pytest.mark.parametrize("dense", [True, False], ids=["mask", "posids"])
+def test_llava_next_packed_equals_alone_and_a_plain_causal_mask_differs(next_packs, llava_next_dir, dense):
+    from conftest import logit_diff
+
+    from vlmpack.train import PackCollator, model_inputs
+    from vlmpack.train.testing import plain_causal_inputs
+
+    fam = load_model(str(llava_next_dir))
+    model = tiny_llava_next(llava_next_dir, fam.image_token_id)
+    collator = PackCollator(llava_next_dir, attn_implementation="sdpa", dense_mask=dense)
+    for pack in next_packs:
+        batch = collator(pack)
+        assert batch["num_samples"] >= 2 and batch["pixel_values"].dim() == 5 and len(batch["image_sizes"]) >= 2
+        h = _hidden(model, **model_inputs(batch, "sdpa"))
+        alone = _alone(fam, model, pack)
+        cu = batch["cu_seqlens"].tolist()
+        for s, (a, z) in enumerate(zip(cu[:-1], cu[1:])):
+            ids, ref = alone[s]
+            assert torch.equal(batch["input_ids"][0, a:z], ids)
+            diff = logit_diff(model, h[a:z], ref)
+            assert diff < ATOL, f"{batch['sample_ids'][s]}: packed logits differ by {diff:.3g}"
+    if dense:  # negative control: per-sample positions, plain causal mask: the second sample sees the first
+        batch = collator(next_packs[0])
+        h = _hidden(model, **plain_causal_inputs(batch, "sdpa"))
+        alone = _alone(fam, model, next_packs[0])
+        cu = batch["cu_seqlens"].tolist()
+        assert logit_diff(model, h[:cu[1]], alone[0][1]) < ATOL
+        assert logit_diff(model, h[cu[1]:cu[2]], alone[1][1]) > 1e-3
