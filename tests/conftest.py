@@ -18,13 +18,14 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-# glibc malloc: large blocks (decoded images, pixel arrays, Arrow buffers) are kept in each process's
-# heap instead of being mapped and unmapped at every allocation, so their pages are not faulted in and
-# zeroed again and again (the every-image sweeps spent a fifth of their time in the kernel: 19 of 100
-# CPU-s, 4.8 M page faults; 5 CPU-s, 0.5 M faults with these settings, the same peak RSS). Set before
-# the xdist workers, the CLI fork server and the packing pools start: they inherit the environment.
-for _name, _value in (("MALLOC_MMAP_THRESHOLD_", "1073741824"), ("MALLOC_TRIM_THRESHOLD_", "1073741824"),
-                      ("MALLOC_TOP_PAD_", "268435456")):
+# glibc malloc: blocks up to 256 MB (decoded images, pixel arrays, Arrow buffers) are kept in each
+# process's heap instead of being mapped and unmapped at every allocation, so their pages are not faulted
+# in and zeroed again and again (the LLaVA-OneVision every-image sweep: 19.4 of 100 CPU-s in the kernel,
+# 4.8 M page faults by default; 10.6 CPU-s, 0.9 M faults, the same peak RSS with these settings; with a
+# 1 GB threshold 5.3 CPU-s, but the workers kept ~1.4 GB more). Set before the xdist workers, the CLI
+# fork server and the packing pools start: they inherit the environment.
+for _name, _value in (("MALLOC_MMAP_THRESHOLD_", "268435456"), ("MALLOC_TRIM_THRESHOLD_", "536870912"),
+                      ("MALLOC_TOP_PAD_", "67108864")):
     os.environ.setdefault(_name, _value)
 
 # Run time varies on a shared machine: no hypothesis deadline anywhere (speed lives in bench/).

@@ -156,20 +156,20 @@ def marker_label_mask(ids: np.ndarray, m: LabelMarkers) -> np.ndarray:
 
 
 def cat_padded(tensors: Sequence):
-    """``torch.cat`` on dim 0 of tensors whose other dims may differ: each zero-padded at the end of
-    every other dim to the largest size first (one tensor is returned as it is)."""
+    """``torch.cat`` on dim 0 of tensors whose other dims may differ: each placed at the start of
+    every other dim of a zero tensor of the largest sizes (one copy; one tensor is returned as it
+    is, tensors of equal shapes are concatenated)."""
     import torch
 
     tensors = list(tensors)
     if len(tensors) == 1:
         return tensors[0]
-    shape = [max(t.shape[d] for t in tensors) for d in range(1, tensors[0].dim())]
-    padded = []
+    rest = [max(t.shape[d] for t in tensors) for d in range(1, tensors[0].dim())]
+    if all(list(t.shape[1:]) == rest for t in tensors):
+        return torch.cat(tensors, dim=0)
+    out = tensors[0].new_zeros([sum(t.shape[0] for t in tensors), *rest])
+    row = 0
     for t in tensors:
-        if list(t.shape[1:]) != shape:
-            pad = []
-            for d in reversed(range(1, t.dim())):
-                pad += [0, shape[d - 1] - t.shape[d]]
-            t = torch.nn.functional.pad(t, pad)
-        padded.append(t)
-    return torch.cat(padded, dim=0)
+        out[(slice(row, row + t.shape[0]), *(slice(0, n) for n in t.shape[1:]))] = t
+        row += t.shape[0]
+    return out
