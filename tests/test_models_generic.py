@@ -47,7 +47,8 @@ def test_forced_generic_equals_the_dedicated_qwen_family_on_every_sample(tmp_pat
                          output=str(out), seq_len=16384, workers=2, progress=False))
     dedicated = load_model(str(model_dir))
     generic = GenericFamily(model_dir)
-    assert (generic.processor_class, generic.offset, generic.multi_image) == ("Qwen2_5_VLProcessor", -1, True)
+    assert (generic.processor_class, generic.offset, generic.multi_image, generic.repeats) == \
+        ("Qwen2_5_VLProcessor", -1, True, True)
     assert generic.image_token_id == dedicated.image_token_id
     samples = [s for raw in read_packs(out) for s in json.loads(raw["json"])["samples"]]
     assert len(samples) >= 5700 and sum(bool(s["media"]) for s in samples) >= 2900
@@ -60,6 +61,7 @@ def test_forced_generic_equals_the_dedicated_qwen_family_on_every_sample(tmp_pat
         assert generic.check_ids(x, len(media), 0) is None, s["id"]
         assert generic.num_tokens(x, tokens) == s["num_tokens"], s["id"]
         full = dedicated.expand(x, tokens)
+        assert np.array_equal(generic.expand(x, tokens), full), s["id"]
         assert np.array_equal(generic.label_mask(full), dedicated.label_mask(full)), s["id"]
 
 
@@ -70,7 +72,7 @@ def test_llava_next_packs_and_its_processor_gives_every_recorded_length(tmp_path
 
     fam = load_model(str(llava_next_dir))
     assert isinstance(fam, GenericFamily) and fam.processor_class == "LlavaNextProcessor"
-    assert (fam.offset, fam.multi_image) == (-1, True)
+    assert (fam.offset, fam.multi_image, fam.repeats) == (-1, True, True)
     # the count depends on the size (anyres grid): not one constant
     assert len({fam.image_tokens(w, h) for w, h in [(12, 12), (640, 480), (480, 640), (3000, 300), (336, 1008)]}) == 5
     out = tmp_path_factory.mktemp("gln") / "packs"
@@ -98,6 +100,8 @@ def test_llava_next_packs_and_its_processor_gives_every_recorded_length(tmp_path
             ids = batch["input_ids"][0].numpy()
             for s, a, z in zip(meta["samples"], cu[:-1], cu[1:]):
                 assert np.count_nonzero(ids[a:z] == fam.image_token_id) == sum(m["num_tokens"] for m in s["media"])
+                # the header-only expansion (--pretokenize, inspect, verify) == the processor's ids
+                assert np.array_equal(fam.encode(s["messages"], [m["num_tokens"] for m in s["media"]]), ids[a:z])
                 want = assistant_label_mask(ids[a:z], im_start_id=im_start, assistant_id=assistant, im_end_id=im_end,
                                             newline_id=newline)
                 want[0] = False  # the collator never labels a sample's first token

@@ -65,8 +65,8 @@ class GenericFamily(Qwen2VLFamily):
     here, has no ``_get_num_multimodal_tokens``, has no chat template, or fails calibration.
 
     Extra attributes: ``processor``; ``offset`` (``k``); ``multi_image`` (False: samples with
-    several images are ``media_unsupported``); ``image_string`` (what the template writes for an
-    image); ``processor_class`` (its class name)."""
+    several images are ``media_unsupported``); ``repeats`` (:meth:`expand` available);
+    ``image_string`` (what the template writes for an image); ``processor_class`` (its class name)."""
 
     name = "generic"
     mrope = False
@@ -110,7 +110,7 @@ class GenericFamily(Qwen2VLFamily):
         if cal.problem:
             raise ConfigError(f"{model_dir}: {cls.__name__}'s image tokens cannot be counted exactly from sizes "
                               f"({cal.problem}); this model needs a dedicated family")
-        self.offset, self.multi_image = cal.offset, cal.multi_image
+        self.offset, self.multi_image, self.repeats = cal.offset, cal.multi_image, cal.repeats
         self._markers = None
 
     # ------------------------------------------------------------------ text
@@ -190,12 +190,23 @@ class GenericFamily(Qwen2VLFamily):
         return None
 
     def expand(self, ids: np.ndarray, media_tokens: Sequence[int]) -> np.ndarray:
-        """Not available: what a placeholder becomes is the processor's own text (e.g. tile tags),
-        not a repeat of one id. :class:`ConfigError`; the collator encodes with the processor
-        (:meth:`process_sample`)."""
-        raise ConfigError(f"{self.model_dir}: the generic family ({self.processor_class}) gets input_ids from the "
-                          "processor on the decoded images (the collator), not by expanding placeholders; "
-                          "--pretokenize and 'vlmpack inspect' need a dedicated family")
+        """int32 ``input_ids`` with the i-th placeholder repeated ``media_tokens[i]`` times, for a
+        processor whose ids are exactly that (``repeats``, found by the calibration: LLaVA,
+        LLaVA-NeXT, Qwen-VL; used by ``--pretokenize``, ``vlmpack inspect`` and ``verify``). Else
+        :class:`ConfigError`: a placeholder becomes the processor's own text (tile tags, ...), only
+        the processor builds those ids (the collator: :meth:`process_sample`). ``ValueError`` when
+        placeholders and ``media_tokens`` differ in number."""
+        if not self.repeats:
+            raise ConfigError(f"{self.model_dir}: {self.processor_class} puts more than its image token in place of "
+                              "an image; its input_ids come from the processor on the decoded images (the collator), "
+                              "so --pretokenize and 'vlmpack inspect' need a dedicated family")
+        ids = np.asarray(ids, dtype=np.int32)
+        pads = np.flatnonzero(ids == self.image_token_id)
+        if len(pads) != len(media_tokens):
+            raise ValueError(f"{len(pads)} image placeholders in the ids for {len(media_tokens)} images")
+        reps = np.ones(len(ids), dtype=np.int64)
+        reps[pads] = np.asarray(media_tokens, dtype=np.int64)
+        return np.repeat(ids, reps)
 
     # ------------------------------------------------------------------ training
     def label_mask(self, ids: np.ndarray) -> np.ndarray:

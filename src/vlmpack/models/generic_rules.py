@@ -18,10 +18,13 @@ CALIBRATION_SIZES = ((12, 12), (224, 224), (500, 37), (480, 640), (900, 1500))
 @dataclass(frozen=True)
 class Calibration:
     """``offset``: the per-image constant ``k``; ``multi_image``: whether ``k`` also holds for two
-    images in one turn; ``problem``: why the rule is not exact (then the family is refused), or ""."""
+    images in one turn; ``repeats``: whether the processor's ids are the text's ids with each
+    placeholder repeated (LLaVA, LLaVA-NeXT, Qwen-VL: ``input_ids`` can be built without the
+    processor); ``problem``: why the rule is not exact (then the family is refused), or ""."""
 
     offset: int
     multi_image: bool
+    repeats: bool = False
     problem: str = ""
 
 
@@ -65,7 +68,7 @@ def calibrate(family) -> Calibration:
 
     proc = family.processor
     added = [t for t in family.tokenizer.get_added_vocab() if t]
-    single, multi, problems = set(), set(), []
+    single, multi, problems, repeats = set(), set(), [], True
     for h, w in CALIBRATION_SIZES:
         blank = Image.new("RGB", (w, h))
         try:
@@ -75,13 +78,19 @@ def calibrate(family) -> Calibration:
             continue
         for conv, n_images in _conversations():
             text = family.render(conv)
-            want = len(family.tokenize([text])[0])
+            text_ids = np.asarray(family.tokenize([text])[0])
+            want = len(text_ids)
             try:
-                got = len(proc(text=[text], images=[[blank] * n_images], **family.text_kwargs(text))["input_ids"][0])
+                got_ids = np.asarray(proc(text=[text], images=[[blank] * n_images],
+                                          **family.text_kwargs(text))["input_ids"][0])
             except Exception as e:  # noqa: BLE001
-                return Calibration(0, False, f"the processor fails on a blank {w}x{h} image ({type(e).__name__}: "
-                                             f"{str(e).splitlines()[0] if str(e) else ''})")
+                first = str(e).splitlines()[0] if str(e) else ""
+                return Calibration(0, False, problem=f"the processor fails on a blank {w}x{h} image "
+                                                     f"({type(e).__name__}: {first})")
+            got = len(got_ids)
             k = got - want - n_images * n
+            copies = np.where(text_ids == family.image_token_id, (got - want) // n_images + 1, 1)
+            repeats = repeats and (got - want) % n_images == 0 and np.array_equal(np.repeat(text_ids, copies), got_ids)
             (single if n_images == 1 else multi).add(k if n_images == 1 else k / n_images)
         try:
             out = proc(text=[f"x{family.image_string}y"], images=[[blank]], return_text_replacement_offsets=True)
@@ -97,9 +106,9 @@ def calibrate(family) -> Calibration:
         problems.append(f"the tokens an image adds beyond _get_num_multimodal_tokens vary with the size or the text "
                         f"around it ({sorted(single)})")
     if problems:
-        return Calibration(0, False, "; ".join(dict.fromkeys(problems)))
+        return Calibration(0, False, problem="; ".join(dict.fromkeys(problems)))
     k = int(single.pop())
-    return Calibration(k, multi == {k})
+    return Calibration(k, multi == {k}, repeats)
 
 
 @dataclass(frozen=True)
