@@ -89,8 +89,9 @@ def calibrate(family) -> Calibration:
                                                      f"({type(e).__name__}: {first})")
             got = len(got_ids)
             k = got - want - n_images * n
-            copies = np.where(text_ids == family.image_token_id, (got - want) // n_images + 1, 1)
-            repeats = repeats and (got - want) % n_images == 0 and np.array_equal(np.repeat(text_ids, copies), got_ids)
+            per = (got - want) // n_images + 1  # copies of each placeholder, if the ids are repeats (0: removed)
+            repeats = (repeats and (got - want) % n_images == 0 and per >= 0 and np.array_equal(
+                np.repeat(text_ids, np.where(text_ids == family.image_token_id, per, 1)), got_ids))
             (single if n_images == 1 else multi).add(k if n_images == 1 else k / n_images)
         try:
             out = proc(text=[f"x{family.image_string}y"], images=[[blank]], return_text_replacement_offsets=True)
