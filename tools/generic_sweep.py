@@ -18,9 +18,11 @@ images decoded ONCE as transformers' ``load_image`` decodes them (``ImageOps.exi
 
 The processor calls run inside ``tests/image_memo.py::shape_only_pixels`` (resize gives zeros of
 the right shape, rescale / normalize hand their input back): ``input_ids`` depend on sizes only.
-``--check-standins N`` first runs the processors on the first N image samples with and without
-the stand-ins and compares the ``input_ids`` (whole lists). Prints a markdown table, then every
-mismatch; ``--out`` also writes it to a file.
+``--check-standins N`` first runs the processors on N image samples (every ``--check-stride``-th)
+with and without the stand-ins and compares the ``input_ids`` (whole lists). Where the family can
+expand placeholders (``repeats``), ``family.expand`` of the header count is also compared with the
+processor's ids, id for id. A family whose load raises anything but a one-line ``ConfigError`` is a
+row too (a bug). Prints a markdown table, then every mismatch; ``--out`` also writes it to a file.
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ class Row:
         self.rejected: collections.Counter = collections.Counter()
         self.reject_example: dict[str, str] = {}
         self.load_s = self.count_s = self.ref_s = 0.0
+        self.ids_checked = self.ids_equal = 0  # families with repeats: expand == the processor's ids
+        self.ids_mismatch = ""
 
 
 def load(name: str, cache: Path) -> Row:
@@ -81,7 +85,8 @@ def load(name: str, cache: Path) -> Row:
         fam = GenericFamily(d) if forced else load_model(str(d))
         row.family, row.cls = fam, fam.processor_class
         row.status = "generic (forced: dedicated family exists)" if forced else "generic"
-        row.offset = f"{fam.offset:+d}" + ("" if fam.multi_image else ", 1 image/sample")
+        row.offset = (f"{fam.offset:+d}" + ("" if fam.multi_image else ", 1 image/sample")
+                      + (", repeats" if getattr(fam, "repeats", False) else ""))
     except ConfigError as e:
         msg = str(e).replace(f"{d}: ", "").replace(str(d), "<dir>")
         cut = msg.find(" cannot count it: ")
@@ -89,6 +94,9 @@ def load(name: str, cache: Path) -> Row:
         short = re.fullmatch(r"\w+'s image tokens cannot be counted exactly from sizes \((.*)\); this model needs a "
                              r"dedicated family", msg)
         row.status = "refused: " + (short.group(1) if short else msg)
+    except Exception as e:  # noqa: BLE001 - a load that raises anything but a ConfigError is a bug: shown, not fatal
+        first = str(e).splitlines()[0][:150] if str(e) else ""
+        row.status = f"LOAD RAISED {type(e).__name__} (not a one-line ConfigError): {first}"
     row.load_s = time.perf_counter() - t
     return row
 
@@ -136,30 +144,32 @@ def image_samples(real_data: Path, limit: int | None, skipped: collections.Count
                 break
 
 
-def header_count(fam, s) -> tuple[int | None, str, str]:
-    """``(count, "", "")`` or ``(None, reason, detail)``: the pipeline's rules (module docstring)."""
+def header_count(fam, s) -> tuple[int | None, str, str, object]:
+    """``(count, "", "", expanded)`` or ``(None, reason, detail, None)``: the pipeline's rules (module
+    docstring); ``expanded``: ``fam.expand(ids, tokens)`` where the family can expand (``repeats``), else None."""
     n_images = len(s.media)
     try:
         tokens = [fam.media_tokens(MediaSize("image", m.width, m.height), sample_images=n_images) for m in s.media]
     except MediaRuleError as e:
-        return None, "media_unsupported", str(e)
+        return None, "media_unsupported", str(e), None
     problem = fam.field_problem(s.messages, s.tools)
     if problem is not None:
-        return None, problem[0], problem[1]
+        return None, problem[0], problem[1], None
     hit = fam.find_special_token(s.messages, s.tools)
     if hit is not None:
-        return None, "special_token_in_text", f"turn {hit[0]} holds {hit[1]!r}"
+        return None, "special_token_in_text", f"turn {hit[0]} holds {hit[1]!r}", None
     try:
         ids = fam.token_ids([s.messages], [None], [s.tools])[0]
     except Exception as e:  # noqa: BLE001 - the template's own error
-        return None, "template_error", f"{type(e).__name__}: {e}"[:200]
+        return None, "template_error", f"{type(e).__name__}: {e}"[:200], None
     import numpy as np
 
     arr = np.asarray(ids, dtype=np.int64)
     problem = fam.check_ids(arr, n_images, 0)
     if problem:
-        return None, "special_token_in_text", problem
-    return fam.num_tokens(arr, tokens), "", ""
+        return None, "special_token_in_text", problem, None
+    expanded = fam.expand(arr, tokens) if getattr(fam, "repeats", False) else None
+    return fam.num_tokens(arr, tokens), "", "", expanded
 
 
 def reference_ids(fam, s, images, *, standins: bool = True) -> list[int]:
@@ -220,7 +230,7 @@ def sweep(rows: list[Row], real_data: Path, limit: int | None, skipped: collecti
         n += 1
         for r in fams:
             t = time.perf_counter()
-            count, reason, detail = header_count(r.family, s)
+            count, reason, detail, expanded = header_count(r.family, s)
             r.count_s += time.perf_counter() - t
             if count is None:
                 r.rejected[reason] += 1
@@ -228,11 +238,21 @@ def sweep(rows: list[Row], real_data: Path, limit: int | None, skipped: collecti
                 continue
             t = time.perf_counter()
             try:
-                got = len(reference_ids(r.family, s, images))
+                ref = reference_ids(r.family, s, images)
+                got = len(ref)
             except Exception as e:  # noqa: BLE001 - the family accepted what the processor refuses
-                got = f"processor raised {type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+                first = str(e).splitlines()[0][:120] if str(e) else ""
+                ref, got = None, f"processor raised {type(e).__name__}: {first}"
             r.ref_s += time.perf_counter() - t
             r.compared += 1
+            if expanded is not None and ref is not None:
+                r.ids_checked += 1
+                if [int(x) for x in expanded] == [int(x) for x in ref]:
+                    r.ids_equal += 1
+                elif not r.ids_mismatch:
+                    at = next((i for i, (a, b) in enumerate(zip(expanded, ref)) if a != b),
+                              min(len(ref), len(expanded)))
+                    r.ids_mismatch = f"{s.id}: expand differs from the processor's ids at position {at}"
             if got == count:
                 r.exact += 1
             else:
@@ -245,16 +265,18 @@ def sweep(rows: list[Row], real_data: Path, limit: int | None, skipped: collecti
 
 def table(rows: list[Row]) -> list[str]:
     out = ["| stand-in | processor class | status | offset | compared | exact | mismatches (first) | rejected "
-           "(reason: first example) | seconds (load / count / processor) |",
-           "|---|---|---|---|---:|---:|---|---|---|"]
+           "(reason: first example) | expand == processor ids | seconds (load / count / processor) |",
+           "|---|---|---|---|---:|---:|---|---|---|---|"]
     for r in rows:
         mis = f"{len(r.mismatches)}" + (f": {r.mismatches[0]}" if r.mismatches else "")
         rej = "; ".join(f"{k} {v}: {r.reject_example[k][:110]}" for k, v in r.rejected.most_common()) or "0"
         secs = f"{r.load_s + r.count_s + r.ref_s:.1f} ({r.load_s:.1f} / {r.count_s:.1f} / {r.ref_s:.1f})"
         status = r.status.replace("|", "\\|")
+        ids = f"{r.ids_equal}/{r.ids_checked}" + (f" ({r.ids_mismatch})" if r.ids_mismatch else "") \
+            if r.ids_checked else ""
         out.append(f"| {r.name} | {r.cls} | {status} | {r.offset} | {r.compared if r.family else ''} | "
                    f"{r.exact if r.family else ''} | {mis if r.family else ''} | {rej if r.family else ''} | "
-                   f"{secs} |")
+                   f"{ids} | {secs} |")
     return out
 
 
@@ -304,9 +326,14 @@ def main(argv: list[str] | None = None) -> int:
                 if len(r.mismatches) > 50:
                     lines.append(f"- ... {len(r.mismatches) - 50} more")
         print("\n".join(lines[head:]), flush=True)
+    # every stand-in's load against what its spec expects (STANDINS[name].expect: generic or refused)
+    surprises = [f"{r.name}: expected {STANDINS[r.name].expect!r}, got {r.status!r}" for r in rows
+                 if r.status.split(" ")[0].rstrip(":") != STANDINS[r.name].expect.split(":")[0]]
+    lines += ["", f"Loads as expected: {len(rows) - len(surprises)} of {len(rows)}"] + [f"- {x}" for x in surprises]
+    print("\n".join(lines[-1 - len(surprises):]), flush=True)
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")
-    return 0
+    return 1 if surprises or any(r.mismatches for r in rows) else 0
 
 
 if __name__ == "__main__":

@@ -24,8 +24,8 @@ template; Fuyu's PIL path also fails in transformers 5.24), and every processor 
 torchvision (Pixtral, Cohere2Vision, Molmo2, PerceptionLM, ...). The research pass's Gemma 3 and
 Llama 3.2 tokenizer variants need tokenizers no installed package ships.
 
-Source of the table: ``/tmp/gen/make_models.py`` + ``templates.py`` of the research pass
-(``/tmp/gen/REPORT.md``), restated.
+Source of the table: a research pass over transformers 5.24's processors (which build here, what
+their ``_get_num_multimodal_tokens`` counts, which special tokens they read), restated.
 """
 
 from __future__ import annotations
@@ -244,6 +244,7 @@ STANDINS: dict[str, Standin] = {
     "paligemma": S("paligemma", "PaliGemmaProcessor", "SiglipImageProcessorPil", "<image>",
                    named={"image_token": "<image>"}, tokenizer_kwargs={"bos_token": "<bos>"},
                    image_kwargs={"size": {"height": 224, "width": 224}, "image_seq_length": 256},
+                   expect="refused: it appends '\\n' to the whole text, which merges with how the text ends",
                    note="PaliGemma (not a chat model: its processor rebuilds the prompt; ChatML stand-in template)"),
     "colpali": S("colpali", "ColPaliProcessor", "SiglipImageProcessorPil", "<image>", named={"image_token": "<image>"},
                  tokenizer_kwargs={"bos_token": "<bos>"},

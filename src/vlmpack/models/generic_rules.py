@@ -60,7 +60,8 @@ def _conversations() -> list[tuple[list[dict], int]]:
 def calibrate(family) -> Calibration:
     """Find ``k`` of ``len(input_ids) = len(tokenizer(text)) + sum(n_i + k)`` for ``family``'s
     processor (``family.processor``, ``family.render``, ``family.tokenize``) on blank RGB images of
-    :data:`CALIBRATION_SIZES` in the conversations of :func:`_conversations`, and check that the
+    :data:`CALIBRATION_SIZES` in the conversations of :func:`_conversations` and in a raw text
+    ``x<image string>y``, and check that the
     text put in place of an image placeholder starts and ends with an added token (where the
     processor reports it: ``return_text_replacement_offsets``). Never raises for a processor that
     disagrees: the reason goes to :attr:`Calibration.problem`."""
@@ -76,8 +77,10 @@ def calibrate(family) -> Calibration:
         except Exception as e:  # noqa: BLE001 - a size the processor refuses is no calibration point
             problems.append(f"_get_num_multimodal_tokens refuses {w}x{h} ({type(e).__name__})")
             continue
-        for conv, n_images in _conversations():
-            text = family.render(conv)
+        # the template's conversations, and a raw text (a processor that edits the whole text, such as
+        # PaliGemma's "\n" appended after it, shows a k that depends on how the text ends)
+        for conv, n_images in [*_conversations(), (None, 1)]:
+            text = family.render(conv) if conv is not None else f"x{family.image_string}y"
             text_ids = np.asarray(family.tokenize([text])[0])
             want = len(text_ids)
             try:
