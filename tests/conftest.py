@@ -151,8 +151,8 @@ def llava_ov_dir() -> Path:
 # in alphabetical order one of them could start last and alone. Seconds on 2 cores, measured with
 # --durations (a scheduling hint only: a file not named here keeps its place after these).
 LONGEST_FIRST = ("test_models_internvl.py", "test_hostile_runs.py", "test_models_llava_onevision.py",
-                 "test_models_qwen3_vl.py", "test_check.py", "test_hostile_outputs.py", "test_train_video.py",
-                 "test_train_video_families.py", "test_video.py")
+                 "test_models_generic.py", "test_models_qwen3_vl.py", "test_check.py", "test_hostile_outputs.py",
+                 "test_train_video.py", "test_train_video_families.py", "test_video.py")
 
 
 def pytest_collection_modifyitems(config, items):

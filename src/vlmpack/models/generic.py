@@ -15,12 +15,13 @@ Counting, from image *headers* only (no pixels decoded):
   ``len(input_ids) = len(tokenizer(text)) + sum(n_i + k)``. Each :meth:`GenericFamily.media_tokens`
   is ``n + k + 1``: what the one placeholder token of the text becomes.
 
-``k`` is *calibrated* when the family is built (:func:`calibrate`): the processor runs on blank
-images of five sizes (12 x 12 to 900 x 1500 px) in three conversations (image first, between
-text, two images in one turn) and must give the same ``k`` everywhere, and the text it puts in
-place of the placeholder must start and end with an added token, so that it can never merge with
-the text around it. A processor that fails this (Gemma 3's ``"\\n\\n"`` around its image tokens,
-Idefics3 with row/column tags that are not added tokens, Aya Vision's ``TILE_k`` text) is refused
+``k`` is *calibrated* when the family is built (:func:`vlmpack.models.generic_rules.calibrate`):
+the processor runs on blank images of five sizes (12 x 12 to 900 x 1500 px) in three conversations
+(image first, between text, two images in one turn) and a raw text, and must give the same ``k``
+everywhere, and the text it puts in place of the placeholder must start and end with an added
+token, so that it can never merge with the text around it. A processor that fails this (Gemma 3's
+``"\\n\\n"`` around its image tokens, Idefics3 with row/column tags that are not added tokens, Aya
+Vision's ``TILE_k`` text, PaliGemma's ``"\\n"`` after the whole text) is refused
 with one line naming the reason: its count would not be exact, it needs a dedicated family. A
 processor whose ``k`` holds for one image but not for two (LLaVA-OneVision's multi-image path)
 counts samples with one image and rejects samples with several (``media_unsupported``).

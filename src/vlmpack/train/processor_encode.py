@@ -24,8 +24,9 @@ def encode_with_processor(encoder, pack):
     ``encoder``: the :class:`~vlmpack.train.encode.PackEncoder`; ``pack``: a
     :class:`~vlmpack.train.encode.PackInput`. Returns the fields of its :class:`~vlmpack.train.encode.EncodedPack`
     (``image_grid_thw`` rows ``(1, 0, 0)``: the processor's own tensors are in ``extra``). Raises
-    :class:`PackMismatchError` for a video, a refused special token, or a length other than the
-    recorded one, :class:`~vlmpack.errors.PackTooLongError` as the encoder does.
+    :class:`PackMismatchError` for a video, a refused special token, a length other than the
+    recorded one or a pretokenized ``input_ids`` part other than the processor's ids;
+    :class:`~vlmpack.errors.PackTooLongError` as the encoder does.
     """
     from vlmpack.models.generic_rules import cat_padded
 
@@ -49,6 +50,9 @@ def encode_with_processor(encoder, pack):
         if it.images:
             tensors.append(out)
     total = int(sum(lengths))
+    if pack.input_ids is not None and not np.array_equal(pack.input_ids, np.concatenate(ids_list)):
+        raise PackMismatchError(f"pack {pack.key!r}: its input_ids part differs from the processor's ids; the part "
+                                "was edited or made with another model directory: re-pack")
     if encoder.check_num_tokens and pack.num_tokens is not None and total != pack.num_tokens:
         raise PackMismatchError(f"pack {pack.key!r}: re-encoded to {total} tokens but the pack records "
                                 f"{pack.num_tokens}")
