@@ -3,12 +3,13 @@
     python bench/bench_generic.py [--real-data demo/real_data] [--model demo/model] [--repeat 3]
 
 Every image sample of the demo set (``demo/real_data/real_sft.jsonl``, parsed and its image
-headers probed once, outside the timing) is counted as the count stage counts it: the chat
-template rendered and tokenized in batches of 256 (``token_ids``), each image's media tokens from
-its header size (``media_tokens``), ``num_tokens``. Rows: the dedicated ``Qwen2VLFamily`` on the
-demo Qwen2.5-VL directory, the generic family forced on that same directory (the same tokenizer
-and template: the difference is ``_get_num_multimodal_tokens`` against the ``smart_resize`` rule),
-and the generic family on the LLaVA-NeXT stand-in (``tools/demo_data/generic_dirs.py``). Median
+headers probed once, outside the timing: ``tools/generic_sweep.py``'s ``image_samples``) is counted
+by the count stage's own ``count_samples``: media tokens from the header sizes, the field and
+special-token checks, the chat template rendered and tokenized in batches of 256, ``num_tokens``.
+Rows: the dedicated ``Qwen2VLFamily`` on the demo Qwen2.5-VL directory, the generic family forced
+on that same directory (the same tokenizer and template: the difference is
+``_get_num_multimodal_tokens`` against the ``smart_resize`` rule), and the generic family on the
+LLaVA-NeXT stand-in (``tools/demo_data/generic_dirs.py``). Median
 of ``--repeat`` runs; the ratio is against the dedicated row. The families are built (and the
 generic ones calibrated) before timing; their size caches are cleared before every run.
 """
@@ -25,32 +26,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 
-def _samples(real: Path) -> list:
-    from vlmpack.pack.validate import validate_sample
-    from vlmpack.readers import parse_record
-    from vlmpack.records import Locator, Sample
+def _count(family, samples) -> int:
+    """The count stage's own :func:`vlmpack.pack.count_task.count_samples` (batches of 256); total tokens."""
+    from vlmpack.pack.count_task import count_samples
 
-    out = []
-    with open(real / "real_sft.jsonl", "rb") as f:
-        for i, line in enumerate(f, 1):
-            s = parse_record(line, Locator("real_sft.jsonl", i, 0), schema="auto", media_root=str(real),
-                             allow_absolute_media=False)
-            if isinstance(s, Sample) and s.media:
-                s = validate_sample(s, check="header")
-                if isinstance(s, Sample):
-                    out.append(s)
-    return out
-
-
-def _count(family, samples, batch: int = 256) -> int:
-    total = 0
-    for a in range(0, len(samples), batch):
-        chunk = samples[a:a + batch]
-        ids = family.token_ids([s.messages for s in chunk], [None] * len(chunk))
-        for s, x in zip(chunk, ids):
-            tokens = [family.media_tokens(m, sample_images=len(s.media)) for m in s.media]
-            total += family.num_tokens(x, tokens)
-    return total
+    counted, rejected = count_samples(family, samples)
+    assert not rejected, rejected[:1]
+    return sum(s.num_tokens for s in counted)
 
 
 def main() -> None:
@@ -60,11 +42,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     from demo_data.generic_dirs import build_llava_next_model_dir
+    from generic_sweep import image_samples
 
     from vlmpack.models import load_model
     from vlmpack.models.generic import GenericFamily
 
-    samples = _samples(Path(args.real_data))
+    samples = [s for s, _ in image_samples(Path(args.real_data), None, decode=False)]
     qwen = Path(args.model)
     llava_next = build_llava_next_model_dir(qwen.parent / "llava_next")
     rows = [("Qwen2VLFamily (dedicated), Qwen2.5-VL dir", load_model(str(qwen))),

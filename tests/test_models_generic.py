@@ -197,19 +197,9 @@ def _hidden(model, **kw) -> torch.Tensor:
 @pytest.fixture(scope="module")
 def next_packs(real_data, llava_next_dir):
     """Two real multi-sample image packs of the stand-in: one with a multi-image sample, one with >= 3 samples."""
-    from demo_data.packs import demo_packs
+    from demo_data.packs import demo_packs, multi_sample_image_packs
 
-    out = demo_packs(real_data, llava_next_dir, seq_len=6144, n_lines=300)
-    multi = many = None
-    for p in read_packs(out):
-        samples = json.loads(p["json"])["samples"]
-        if len(samples) >= 2 and all(s["media"] for s in samples):
-            if multi is None and any(len(s["media"]) > 1 for s in samples):
-                multi = p
-            elif many is None and len(samples) >= 3:
-                many = p
-    assert multi is not None and many is not None, "the demo subset must give multi-sample image packs"
-    return [multi, many]
+    return multi_sample_image_packs(demo_packs(real_data, llava_next_dir, seq_len=6144, n_lines=300))
 
 
 def _alone(fam, model, pack) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import logit_diff
-from demo_data.packs import demo_packs
+from demo_data.packs import demo_packs, multi_sample_image_packs
 from image_memo import assert_sample_encodes, pack_reference, shared_preprocess
 from PIL import Image
 
@@ -222,17 +222,7 @@ def tiny_llava_onevision(model_dir: Path, *, attn_implementation: str = "sdpa", 
 @pytest.fixture(scope="module")
 def image_packs(real_data, llava_ov_dir):
     """Two real multi-sample image packs: the first with a multi-image sample, the next with >= 3 samples."""
-    out = demo_packs(real_data, llava_ov_dir, seq_len=SEQ_LEN, n_lines=300)
-    multi = many = None
-    for p in read_packs(out):
-        samples = json.loads(p["json"])["samples"]
-        if len(samples) >= 2 and all(s["media"] for s in samples):
-            if multi is None and any(len(s["media"]) > 1 for s in samples):
-                multi = p
-            elif many is None and len(samples) >= 3:
-                many = p
-    assert multi is not None and many is not None, "the demo subset must give multi-sample image packs"
-    return [multi, many]
+    return multi_sample_image_packs(demo_packs(real_data, llava_ov_dir, seq_len=SEQ_LEN, n_lines=300))
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,8 @@ image sample of ``DIR/real_sft.jsonl`` (parsed and header-validated as ``vlmpack
 images decoded ONCE as transformers' ``load_image`` decodes them (``ImageOps.exif_transpose`` +
 ``convert("RGB")``), each accepted family:
 
-- counts it from the headers, the rules of ``vlmpack.pack.count_task.count_samples``:
-  ``media_tokens(MediaSize, sample_images=n)``, ``field_problem``, ``find_special_token``,
-  ``token_ids``, ``check_ids``, ``num_tokens`` (a sample refused on the way is "rejected", with its reason);
+- counts it from the headers with the count stage's own ``vlmpack.pack.count_task.count_samples``
+  (a sample it rejects is "rejected", with its reason);
 - is compared with ``len(input_ids)`` of its own processor on the decoded images:
   ``processor(text=[family.render(messages, tools)], images=[images], **family.text_kwargs(text))``.
 
@@ -43,9 +42,10 @@ sys.path[:0] = [str(ROOT / "tools"), str(ROOT / "tests")]
 from demo_data.standin_dirs import STANDINS, build_standin_dir  # noqa: E402
 from image_memo import shape_only_pixels  # noqa: E402
 
-from vlmpack.errors import ConfigError, MediaRuleError  # noqa: E402
-from vlmpack.models import FAMILIES, MediaSize, load_model, model_type  # noqa: E402
+from vlmpack.errors import ConfigError  # noqa: E402
+from vlmpack.models import FAMILIES, load_model, model_type  # noqa: E402
 from vlmpack.models.generic import GenericFamily  # noqa: E402
+from vlmpack.pack.count_task import count_samples  # noqa: E402
 from vlmpack.pack.validate import validate_sample  # noqa: E402
 from vlmpack.readers import parse_record  # noqa: E402
 from vlmpack.records import Locator, Rejection  # noqa: E402
@@ -101,10 +101,11 @@ def load(name: str, cache: Path) -> Row:
     return row
 
 
-def image_samples(real_data: Path, limit: int | None, skipped: collections.Counter | None = None, stride: int = 1):
+def image_samples(real_data: Path, limit: int | None, skipped: collections.Counter | None = None, stride: int = 1,
+                  *, decode: bool = True):
     """``(sample, [decoded PIL images])`` of each image sample of ``real_data/real_sft.jsonl`` (in
-    order, ``limit`` at most; every ``stride``-th only, counted before validation); ``skipped`` counts
-    the samples dropped before any family sees them."""
+    order, ``limit`` at most; every ``stride``-th only, counted before validation; ``decode=False``:
+    ``(sample, None)``, headers only); ``skipped`` counts the samples dropped before any family sees them."""
     from PIL import Image, ImageOps
 
     path = real_data / "real_sft.jsonl"
@@ -132,6 +133,12 @@ def image_samples(real_data: Path, limit: int | None, skipped: collections.Count
             if isinstance(v, Rejection):
                 skipped[f"validate: {v.reason}"] += 1
                 continue
+            if not decode:
+                yield s, None
+                n += 1
+                if limit and n >= limit:
+                    break
+                continue
             images = []
             for m in s.media:
                 with Image.open(m.path) as im:
@@ -145,31 +152,15 @@ def image_samples(real_data: Path, limit: int | None, skipped: collections.Count
 
 
 def header_count(fam, s) -> tuple[int | None, str, str, object]:
-    """``(count, "", "", expanded)`` or ``(None, reason, detail, None)``: the pipeline's rules (module
-    docstring); ``expanded``: ``fam.expand(ids, tokens)`` where the family can expand (``repeats``), else None."""
-    n_images = len(s.media)
-    try:
-        tokens = [fam.media_tokens(MediaSize("image", m.width, m.height), sample_images=n_images) for m in s.media]
-    except MediaRuleError as e:
-        return None, "media_unsupported", str(e), None
-    problem = fam.field_problem(s.messages, s.tools)
-    if problem is not None:
-        return None, problem[0], problem[1], None
-    hit = fam.find_special_token(s.messages, s.tools)
-    if hit is not None:
-        return None, "special_token_in_text", f"turn {hit[0]} holds {hit[1]!r}", None
-    try:
-        ids = fam.token_ids([s.messages], [None], [s.tools])[0]
-    except Exception as e:  # noqa: BLE001 - the template's own error
-        return None, "template_error", f"{type(e).__name__}: {e}"[:200], None
-    import numpy as np
-
-    arr = np.asarray(ids, dtype=np.int64)
-    problem = fam.check_ids(arr, n_images, 0)
-    if problem:
-        return None, "special_token_in_text", problem, None
-    expanded = fam.expand(arr, tokens) if getattr(fam, "repeats", False) else None
-    return fam.num_tokens(arr, tokens), "", "", expanded
+    """``(count, "", "", expanded)`` or ``(None, reason, detail, None)``: the count stage's own
+    :func:`vlmpack.pack.count_task.count_samples` on the sample; ``expanded``: ``fam.encode`` of the
+    counted media tokens where the family can expand (``repeats``), else None."""
+    counted, rejected = count_samples(fam, [s])
+    if rejected:
+        return None, rejected[0].reason, rejected[0].detail, None
+    tokens = [m.num_tokens for m in s.media]
+    expanded = fam.encode(s.messages, tokens, None, s.tools) if getattr(fam, "repeats", False) else None
+    return counted[0].num_tokens, "", "", expanded
 
 
 def reference_ids(fam, s, images, *, standins: bool = True) -> list[int]:

@@ -43,3 +43,23 @@ def demo_packs(real_data: str | Path, model_dir: str | Path, *, seq_len: int = 1
     run_pack(cfg)
     _CACHE[key] = dest
     return dest
+
+
+def multi_sample_image_packs(out: str | Path) -> list[dict]:
+    """Two real multi-sample image packs of the output ``out`` (raw WebDataset dicts): the first
+    with a multi-image sample, the next with >= 3 samples (the training-side equivalence tests).
+    ``AssertionError`` when the output holds no such pair."""
+    import json
+
+    from vlmpack.packfmt import read_packs
+
+    multi = many = None
+    for p in read_packs(out):
+        samples = json.loads(p["json"])["samples"]
+        if len(samples) >= 2 and all(s["media"] for s in samples):
+            if multi is None and any(len(s["media"]) > 1 for s in samples):
+                multi = p
+            elif many is None and len(samples) >= 3:
+                many = p
+    assert multi is not None and many is not None, "the demo subset must give multi-sample image packs"
+    return [multi, many]

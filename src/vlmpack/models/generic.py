@@ -52,8 +52,15 @@ import numpy as np
 
 from vlmpack.errors import ConfigError, MediaRuleError
 from vlmpack.models.base import COUNTING_FILES, MediaSize, ProcessedImages
-from vlmpack.models.generic_rules import calibrate, label_markers, marker_label_mask, template_image_string
-from vlmpack.models.processor_build import build_processor, processor_class
+from vlmpack.models.generic_rules import (
+    calibrate,
+    cat_padded,
+    label_markers,
+    marker_label_mask,
+    num_image_tokens,
+    template_image_string,
+)
+from vlmpack.models.processor_build import build_processor
 from vlmpack.models.qwen2_vl import Qwen2VLFamily
 from vlmpack.models.special_tokens import special_token_pattern, special_token_strings
 
@@ -77,7 +84,7 @@ class GenericFamily(Qwen2VLFamily):
         d = Path(model_dir)
         self.model_dir = str(model_dir)
         self.processor = build_processor(model_dir)
-        cls = processor_class(model_dir)
+        cls = type(self.processor)  # the directory's class (or its subclass of the same name accepting no video)
         self.processor_class = cls.__name__
         if not hasattr(cls, "_get_num_multimodal_tokens"):
             raise ConfigError(f"{model_dir}: {cls.__name__} has no _get_num_multimodal_tokens, so its media tokens "
@@ -147,8 +154,7 @@ class GenericFamily(Qwen2VLFamily):
     # ------------------------------------------------------------------ media rule
     def _image_tokens_uncached(self, width: int, height: int) -> int:
         try:
-            data = self.processor._get_num_multimodal_tokens(image_sizes=[(height, width)])
-            n = int(data.num_image_tokens[0])
+            n = num_image_tokens(self.processor, height, width)
         except Exception as e:  # noqa: BLE001 - the processor's own refusal of a size
             raise MediaRuleError(f"{self.processor_class} refuses a {width}x{height} image "
                                  f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
@@ -251,8 +257,6 @@ class GenericFamily(Qwen2VLFamily):
         """``pixel_values`` and the processor's other image tensors of every pack, concatenated on
         dim 0, zero-padded on the other dims to the largest (as the processors pad a batch, e.g.
         LLaVA-NeXT's patch counts)."""
-        from vlmpack.models.generic_rules import cat_padded
-
         out = {"pixel_values": cat_padded([p.pixel_values for p in parts])}
         for k in parts[0].model_kwargs:
             out[k] = cat_padded([p.model_kwargs[k] for p in parts])

@@ -28,6 +28,12 @@ class Calibration:
     problem: str = ""
 
 
+def num_image_tokens(processor, height: int, width: int) -> int:
+    """``processor._get_num_multimodal_tokens(image_sizes=[(height, width)]).num_image_tokens[0]``:
+    the tokens the processor counts for one image of that size in pixels (raises what it raises)."""
+    return int(processor._get_num_multimodal_tokens(image_sizes=[(height, width)]).num_image_tokens[0])
+
+
 def template_image_string(render: Callable[..., str]) -> str:
     """What the chat template writes for one ``{"type": "image"}`` part: the difference between a
     user turn rendered with and without an image before its text. :class:`ConfigError` when the
@@ -73,7 +79,7 @@ def calibrate(family) -> Calibration:
     for h, w in CALIBRATION_SIZES:
         blank = Image.new("RGB", (w, h))
         try:
-            n = int(proc._get_num_multimodal_tokens(image_sizes=[(h, w)]).num_image_tokens[0])
+            n = num_image_tokens(proc, h, w)
         except Exception as e:  # noqa: BLE001 - a size the processor refuses is no calibration point
             problems.append(f"_get_num_multimodal_tokens refuses {w}x{h} ({type(e).__name__})")
             continue

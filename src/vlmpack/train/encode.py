@@ -292,6 +292,21 @@ class PackEncoder:
                 f"[0, {self.vocab_size:,}), the first {int(ids[bad[0]])} at token {int(bad[0])}; the part was "
                 "edited or made with another tokenizer: check model_dir, run 'vlmpack verify', re-pack")
 
+    def check_texts(self, pack: PackInput) -> None:
+        """:class:`PackMismatchError` for the first sample of ``pack`` whose tool use or reasoning the
+        template cannot render exactly (:meth:`~vlmpack.models.base.ModelFamily.field_problem`) or
+        whose text holds a special token of the tokenizer without ``"special_tokens": "split"``."""
+        f = self.family
+        for it in pack.items:
+            problem = f.field_problem(it.messages, it.tools)
+            if problem is not None:
+                raise PackMismatchError(f"pack {pack.key!r} sample {it.id!r}: {problem[1]}")
+            hit = f.find_special_token(it.messages, it.tools) if it.special_tokens != "split" else None
+            if hit is not None:
+                raise PackMismatchError(
+                    f"pack {pack.key!r} sample {it.id!r}: turn {hit[0]} holds the special token {hit[1]!r}, "
+                    "which would fake or cut a turn; pack with --special-tokens split (or drop the sample)")
+
     def labels_for(self, ids: np.ndarray) -> np.ndarray:
         """int64 labels ``[n]`` of one sample's ids (-100 where the family's label mask is False)."""
         return np.where(self.family.label_mask(ids), ids, IGNORE_INDEX).astype(np.int64)
@@ -338,15 +353,7 @@ class PackEncoder:
             self._check_length(pack, len(pack.input_ids), "has an input_ids part of")
         raw_ids = self._pretokenized(pack) if pack.input_ids is not None else None
         if raw_ids is None:
-            for it in pack.items:
-                problem = f.field_problem(it.messages, it.tools)
-                if problem is not None:
-                    raise PackMismatchError(f"pack {pack.key!r} sample {it.id!r}: {problem[1]}")
-                hit = f.find_special_token(it.messages, it.tools) if it.special_tokens != "split" else None
-                if hit is not None:
-                    raise PackMismatchError(
-                        f"pack {pack.key!r} sample {it.id!r}: turn {hit[0]} holds the special token {hit[1]!r}, "
-                        "which would fake or cut a turn; pack with --special-tokens split (or drop the sample)")
+            self.check_texts(pack)
             raw_ids = f.token_ids([it.messages for it in pack.items], [it.special_tokens for it in pack.items],
                                   [it.tools for it in pack.items])
         all_imgs = [im for it in pack.items for im in it.images]

@@ -24,21 +24,19 @@ def encode_with_processor(encoder, pack):
     ``encoder``: the :class:`~vlmpack.train.encode.PackEncoder`; ``pack``: a
     :class:`~vlmpack.train.encode.PackInput`. Returns the fields of its :class:`~vlmpack.train.encode.EncodedPack`
     (``image_grid_thw`` rows ``(1, 0, 0)``: the processor's own tensors are in ``extra``). Raises
-    :class:`PackMismatchError` for a video, a refused special token, a length other than the
+    :class:`PackMismatchError` for a video, a text the encoder's ``check_texts`` refuses, a length other than the
     recorded one or a pretokenized ``input_ids`` part other than the processor's ids;
     :class:`~vlmpack.errors.PackTooLongError` as the encoder does.
     """
     from vlmpack.models.generic_rules import cat_padded
 
     f = encoder.family
+    encoder.check_texts(pack)
     ids_list, labels_list, lengths, per_sample, tensors = [], [], [], [], []
     for it in pack.items:
         where = f"pack {pack.key!r} sample {it.id!r}"
         if it.videos:
             raise PackMismatchError(f"{where}: the generic family trains on images only")
-        hit = f.find_special_token(it.messages, it.tools) if it.special_tokens != "split" else None
-        if hit is not None:
-            raise PackMismatchError(f"{where}: turn {hit[0]} holds the special token {hit[1]!r}")
         ids, out = f.process_sample(it.messages, it.images, it.special_tokens, it.tools)
         if encoder.check_num_tokens and it.recorded_tokens is not None and len(ids) != it.recorded_tokens:
             raise PackMismatchError(f"{where}: the processor gives {len(ids)} tokens but the pack records "
