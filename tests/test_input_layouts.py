@@ -168,11 +168,15 @@ def test_the_layout_packs_like_the_same_samples_in_llava_jsonl(written, name, re
 
 
 def test_the_readme_layout_examples_convert():
-    """Each example record of the README's layout table converts to the same canonical sample."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    rows = re.findall(r"^\| `(\w+)`[^|]*\| `(\{.*?\})`", readme, flags=re.M)
-    assert [name for name, _ in rows] == ["llava", "messages", "messages", "alpaca", "prompts", "messages"]
-    samples = {json.dumps(to_canonical(json.loads(example), schema=name)) for name, example in rows}
+    """Each example record of the layout table (docs/input-layouts.md, and the README's copy of it)
+    converts to the same canonical sample."""
+    root = Path(__file__).resolve().parents[1]
+    samples = set()
+    for doc in (root / "docs" / "input-layouts.md", root / "README.md"):
+        readme = doc.read_text(encoding="utf-8")
+        rows = re.findall(r"^\| `(\w+)`[^|]*\| `(\{.*?\})`", readme, flags=re.M)
+        assert [name for name, _ in rows] == ["llava", "messages", "messages", "alpaca", "prompts", "messages"], doc
+        samples |= {json.dumps(to_canonical(json.loads(example), schema=name)) for name, example in rows}
     assert len(samples) == 1  # one sample: <image> "What?" -> "A cat."
 
 

@@ -132,7 +132,7 @@ def test_both_forms_read_as_the_same_canonical_conversation(real_data):
 
 
 def test_the_readme_tool_example_converts():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "input-layouts.md").read_text(encoding="utf-8")
     (example,) = re.findall(r"^\| tool use and reasoning [^|]*\| `(\{.*?\})`", readme, flags=re.M)
     obj = json.loads(example)
     messages, media = to_canonical(obj)

@@ -14,7 +14,7 @@ record is a file of the run directory; each sample's content sha256 is in its sh
 (:attr:`vlmpack.pack.write.ShardResult.content_sha256`). ``vlmpack check`` hashes every file again
 (:mod:`vlmpack.check.content`). What this proves: the output is the one its own run record
 describes. A seal is no signature: whoever can rewrite the files and the run record consistently
-is not caught (README, "What check and verify prove").
+is not caught (docs/check.md, "What check and verify prove").
 """
 
 from __future__ import annotations
