@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from typer.testing import CliRunner
 
 from vlmpack import __version__
@@ -17,18 +18,87 @@ def test_version():
     assert res.exit_code == 0 and res.output.strip() == f"vlmpack {__version__}"
 
 
+def _option_entries(text: str) -> dict[str, tuple[str, str]]:
+    """``--name`` -> (its declaration, its description) of each option of a ``--help`` text, the
+    description's wrapped lines joined."""
+    entries: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if re.match(r"^  -", line):
+            current = re.search(r"--[\w-]+", line).group(0)
+            entries[current] = re.split(r"\s{2,}", line.strip(), maxsplit=1)
+        elif current is not None and re.match(r"^ {3,}\S", line):
+            entries[current].append(line.strip())
+        else:
+            current = None
+    return {k: (v[0], " ".join(v[1:])) for k, v in entries.items()}
+
+
 def test_pack_help_shows_every_default(monkeypatch):
-    monkeypatch.setenv("COLUMNS", "400")  # one line per option
+    monkeypatch.setenv("COLUMNS", "400")
     res = CliRunner().invoke(app, ["pack", "--help"])
     assert res.exit_code == 0
-    rows = [x for x in res.output.splitlines() if re.match(r"^\W*--(?!help|config)", x)]
+    rows = {k: d for k, (_, d) in _option_entries(res.output).items() if k not in ("--help", "--config")}
     assert len(rows) >= 28
-    missing = [x.split()[1] for x in rows if "(default: " not in x and "(required" not in x]
+    missing = [k for k, d in rows.items() if "(default: " not in d and "(required" not in d]
     assert not missing, f"options without a default in --help: {missing}"
-    assert "(default: 8192)" in res.output and "(default: 0.05)" in res.output
+    assert "(default: 8192)" in rows["--seq-len"] and "(default: 0.05)" in rows["--max-reject-fraction"]
     for name, field in PackConfig.model_fields.items():  # required config fields say so
         if field.is_required():
-            assert f"--{name}" in res.output and "(required, here or in --config)" in res.output
+            assert "(required, here or in --config)" in rows[f"--{name}"]
+
+
+COMMANDS = ["pack", "plan", "check", "verify", "inspect", "metadataset", "export"]
+
+
+def _choice_options() -> dict[str, list[str]]:
+    """Every option whose value is one of a fixed set -> that set."""
+    from typing import Literal, get_args, get_origin
+
+    from vlmpack.energon.metadataset import WEIGHTS
+    from vlmpack.packing import ALGORITHMS
+    from vlmpack.sinks import SINKS
+
+    out = {"--algorithm": list(ALGORITHMS), "--layout": list(SINKS), "--weight": list(WEIGHTS)}
+    for name, field in PackConfig.model_fields.items():
+        if get_origin(field.annotation) is Literal:
+            out["--" + (field.alias or name).replace("_", "-")] = [str(c) for c in get_args(field.annotation)]
+    return out
+
+
+@pytest.mark.parametrize("command", [None, *COMMANDS])
+def test_help_reads_at_80_columns(monkeypatch, command):
+    """``COLUMNS=80 vlmpack [CMD] --help``: no option name cut, no internal sentinel, defaults one way
+    (``(default: X)``), every option described, the choices of a choice option listed, arguments
+    upper case in the usage line."""
+    monkeypatch.setenv("COLUMNS", "80")
+    res = CliRunner().invoke(app, [command, "--help"] if command else ["--help"])
+    assert res.exit_code == 0, res.output
+    text = res.output
+    assert "…" not in text and "PydanticUndefined" not in text and "[default:" not in text
+    assert max(len(x) for x in text.splitlines()) <= 80
+    usage = text.splitlines()[0]
+    assert not re.search(r"[{<]", usage) and usage == usage.replace(" output", " OUTPUT"), usage
+    entries = _option_entries(text)
+    assert "--help" in entries
+    undescribed = [k for k, (_, d) in entries.items() if not d.strip()]
+    assert not undescribed, f"{command}: options without a description: {undescribed}"
+    for name, values in _choice_options().items():
+        if name in entries:
+            flat = re.sub(r"\s+", "", " ".join(entries[name]))
+            missing = [v for v in values if v not in flat]
+            assert not missing, f"{command} {name} does not list {missing}"
+
+
+def test_usage_names_arguments_upper_case():
+    import typer
+
+    group = typer.main.get_command(app)
+    want = {"plan": ["[OPTIONS]", "[SOURCE]"], "export": ["[OPTIONS]", "OUTPUT", "DEST"],
+            "metadataset": ["[OPTIONS]", "OUTPUTS..."]}
+    for name, pieces in want.items():
+        cmd = group.commands[name]
+        assert cmd.collect_usage_pieces(typer.Context(cmd)) == pieces
 
 
 def test_shard_prefix_flag_names_the_shards(tmp_path, real_data, model_dir):
@@ -56,3 +126,22 @@ def test_shard_prefix_flag_names_the_shards(tmp_path, real_data, model_dir):
     assert run_cli(["check", out]).returncode == 0
     bad = run_cli([*args, "--output", tmp_path / "bad", "--shard-prefix", "a/b"])
     assert bad.returncode == 2 and "shard_prefix" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_library_warnings_hidden_unless_verbose():
+    """check / verify / inspect drop the warnings of PIL, transformers, torch, ... unless --verbose;
+    vlmpack's own still show."""
+    import warnings
+
+    from vlmpack.cli.progress import library_warnings
+
+    def warn_from(module: str) -> None:
+        warnings.warn_explicit("noise", UserWarning, "x.py", 1, module=module, registry={})
+
+    for verbose, want in ((False, ["vlmpack.x"]), (True, ["PIL.Image", "transformers.utils", "vlmpack.x"])):
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            with library_warnings(verbose):
+                for m in ("PIL.Image", "transformers.utils", "vlmpack.x"):
+                    warn_from(m)
+        assert len(got) == len(want), (verbose, [str(w.message) for w in got])

@@ -69,3 +69,25 @@ def test_html_page_and_cli(packed, model_dir, tmp_path):  # noqa: F811
     assert re.search(r"\d+ samples, [\d,]+ tokens", proc.stdout) and (tmp_path / "c.html").is_file()
     proc = run_cli(["inspect", packed, "--pack", "pack999999999"])
     assert proc.returncode == 2 and "no pack 'pack999999999'" in proc.stderr
+
+
+def test_trained_tokens_marked_without_colour(packed, model_dir):  # noqa: F811
+    """Printed to a file (or with ``--plain``) every trained run is between ``[[`` and ``]]``, no
+    colour codes: the label mask survives ``vlmpack inspect ... > file``."""
+    import io
+
+    from rich.console import Console
+
+    from vlmpack.inspection import marked, render_terminal
+
+    assert marked("\nHello!<|im_end|>\n") == "\n[[Hello!<|im_end|>]]\n" and marked(" ") == "[[ ]]"
+    shard, key, parts = find_packs(packed)[0]
+    samples = inspect_pack(parts, str(model_dir))
+    buf = io.StringIO()
+    render_terminal(shard, key, samples, console=Console(file=buf, width=200), plain=True)
+    text = buf.getvalue()
+    labels = [c.strip() for s in samples for k, c in s.runs if k == "label" and c.strip()]
+    assert labels and all(f"[[{c}]]" in text for c in labels[:20]) and "\x1b[" not in text
+    proc = run_cli(["inspect", packed, "--pack", key], env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0 and "[[" in proc.stdout and "]]" in proc.stdout and "\x1b[" not in proc.stdout
+    assert "encode packs" not in proc.stderr  # no progress bar where stderr is no terminal

@@ -206,14 +206,25 @@ def inspect_pack(parts: dict[str, bytes], model_dir: str, where: str = "pack", p
     return out
 
 
-def render_terminal(shard: str, key: str, samples: list[InspectedSample], console=None) -> None:
+def marked(chunk: str) -> str:
+    """A trained (label) run marked without colour: ``[[text]]``, the brackets inside the run's
+    leading and trailing white space (so ``]]`` never starts the next line)."""
+    core = chunk.strip()
+    if not core:
+        return f"[[{chunk}]]"
+    start = chunk.index(core)
+    return f"{chunk[:start]}[[{core}]]{chunk[start + len(core):]}"
+
+
+def render_terminal(shard: str, key: str, samples: list[InspectedSample], console=None, plain: bool = False) -> None:
     """Print one pack with rich: a table of its samples, then each sample's text with the trained
-    tokens in bold green and media in cyan."""
+    tokens in bold green and media in cyan; ``plain``: no colours, the trained tokens between
+    ``[[`` and ``]]`` (:func:`marked`), for a file or a pipe."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    console = console or Console()
+    console = console or Console(no_color=plain, highlight=not plain)
     total = sum(s.num_tokens for s in samples)
     table = Table(title=f"{shard} {key}: {len(samples)} samples, {total:,} tokens")
     for col in ("id", "source", "tokens", "share", "label tokens", "media"):
@@ -226,9 +237,12 @@ def render_terminal(shard: str, key: str, samples: list[InspectedSample], consol
                       f"{s.label_tokens:,}", media or "-")
     console.print(table)
     for s in samples:
-        text = Text(f"--- {s.id} ---\n", style="bold")
+        text = Text(f"--- {s.id} ---\n", style="" if plain else "bold")
         for kind, chunk in s.runs:
-            text.append(chunk, style={"label": "bold green", "media": "cyan", "context": "dim"}[kind])
+            if plain:
+                text.append(marked(chunk) if kind == "label" else chunk)
+            else:
+                text.append(chunk, style={"label": "bold green", "media": "cyan", "context": "dim"}[kind])
         console.print(text)
 
 

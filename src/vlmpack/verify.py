@@ -109,14 +109,14 @@ def _compare_ids(stored, want, where: str) -> str | None:
             f"{len(want):,} encoded; first at token {at}: {got} stored, {exp} encoded)")
 
 
-def recount_shard(shard: str, model_dir: str, decode: bool = False, processor: str = "") -> list[str]:
+def recount_shard(shard: str, model_dir: str, decode: bool = False, processor: str = "", tick=None) -> list[str]:
     """Problem lines for one shard (see the module docstring); ``[]`` when every count holds.
 
     ``shard``: path of a ``vlmpack.pack/1`` tar; ``model_dir``: the model directory the output
     was packed with, ``processor`` its processor options (canonical JSON, :func:`recorded_run`).
     Never raises for bad shard content (an unreadable shard is one problem line).
     A pretokenized pack's ``input_ids.npy`` is compared with its samples encoded again (module
-    docstring).
+    docstring). ``tick``: called with no argument after each pack (a progress bar), or None.
     """
     from vlmpack.errors import MediaError, MediaRuleError
     from vlmpack.media.probe import probe_bytes
@@ -134,6 +134,8 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False, processor: s
     problems: list[str] = []
     try:
         for pack in ShardPacks(shard):
+            if tick is not None:
+                tick()
             key, parts = pack.key, pack.parts
             where = f"{name} {key}"
             try:
@@ -227,14 +229,15 @@ def recorded_run(out: Path) -> tuple[str | None, str]:
 
 
 def verify_output(out_dir: str | Path, *, model: str | None = None, decode: bool = False, workers: int = 2,
-                  run_dir: bool = True) -> dict:
+                  run_dir: bool = True, progress=None) -> dict:
     """:func:`vlmpack.check.check_output` plus the recount of every shard (module docstring).
 
     ``model``: the model directory (default: the one recorded in ``OUT/.vlmpack/config.json``; its
     processors are built with the processor options recorded there, :func:`recorded_run`);
     ``workers``: processes for the recount and Energon loader workers. Returns check's dict with
     ``recounted_shards`` added; ``problems`` holds every finding. Raises :class:`ConfigError` only
-    when no model directory is given or recorded.
+    when no model directory is given or recorded. ``progress``: called ``progress(label, advance,
+    total)`` per pack checked and recounted (:func:`~vlmpack.check.check_output`'s), for a progress bar.
     """
     from concurrent.futures import ProcessPoolExecutor
 
@@ -246,14 +249,20 @@ def verify_output(out_dir: str | Path, *, model: str | None = None, decode: bool
     if not model:
         raise ConfigError(f"{out}: no model directory recorded in {RUN_DIR}/config.json; pass --model DIR "
                           "(the one given to vlmpack pack)")
-    res = check_output(out, num_workers=workers, run_dir=run_dir)
+    res = check_output(out, num_workers=workers, run_dir=run_dir, progress=progress)
     shards = [str(p) for p in shard_paths(out)]  # regular files only: a link is never followed
+    tick = progress or (lambda label, advance, total: None)
+    label, counts = "recount", res["shard_counts"] or {}
+    tick(label, 0, sum(counts.values()) or None)
     if workers > 1 and len(shards) > 1:
         with ProcessPoolExecutor(max_workers=min(workers, len(shards))) as pool:
-            found = list(pool.map(recount_shard, shards, [model] * len(shards), [decode] * len(shards),
-                                  [processor] * len(shards)))
+            found = []
+            for s, lines in zip(shards, pool.map(recount_shard, shards, [model] * len(shards),
+                                                 [decode] * len(shards), [processor] * len(shards))):
+                found.append(lines)
+                tick(label, counts.get(Path(s).name, 0), None)
     else:
-        found = [recount_shard(s, model, decode, processor) for s in shards]
+        found = [recount_shard(s, model, decode, processor, tick=lambda: tick(label, 1, None)) for s in shards]
     for lines in found:
         res["problems"].extend(lines)
     res["recounted_shards"] = len(shards)

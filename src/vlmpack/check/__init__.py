@@ -71,17 +71,18 @@ from vlmpack.check.content import check_files, finish, load_hashes
 from vlmpack.check.findings import Findings
 from vlmpack.check.load import check_energon
 from vlmpack.check.records import check_totals, load_records, load_run_dir, shard_names
-from vlmpack.check.shards import check_data_parallel, check_shard
+from vlmpack.check.shards import SHARDS_STEP, check_data_parallel, check_shard
 from vlmpack.energon.load import iter_energon_packs, one_line
 
 __all__ = ["check_output", "iter_energon_packs"]
 
 
-def check_output(out_dir: str | Path, *, num_workers: int = 2, run_dir: bool = True) -> dict:
+def check_output(out_dir: str | Path, *, num_workers: int = 2, run_dir: bool = True, progress=None) -> dict:
     """Check ``out_dir`` as described in the module docstring; never raises for a bad output.
 
     ``num_workers``: Energon loader worker processes (0 = in this process). ``run_dir=False``:
-    check without ``OUT/.vlmpack`` (no completeness, no per-sample token counts).
+    check without ``OUT/.vlmpack`` (no completeness, no per-sample token counts). ``progress``:
+    called ``progress(label, advance, total)`` per pack read (tars, then Energon), for a progress bar.
     Returns ``{"packs", "samples", "unique_ids", "tokens", "max_pack_tokens", "duplicates",
     "problems", "ids", "shards", "shard_counts"}``: counts as Energon yielded them (``ids``: Counter
     id -> times yielded, ``duplicates``: ``(kind, id)`` pairs yielded more than once), ``problems``,
@@ -89,7 +90,7 @@ def check_output(out_dir: str | Path, *, num_workers: int = 2, run_dir: bool = T
     read (regular files of ``out``) and ``shard_counts`` what ``.info.json`` records (or None).
     """
     out = Path(out_dir)
-    f = Findings(out)
+    f = Findings(out, progress=progress)
     res = {"packs": 0, "samples": 0, "unique_ids": 0, "tokens": 0, "max_pack_tokens": 0, "duplicates": 0,
            "problems": f.problems, "ids": Counter(), "shards": [], "shard_counts": None}
     try:
@@ -105,6 +106,7 @@ def check_output(out_dir: str | Path, *, num_workers: int = 2, run_dir: bool = T
             load_run_dir(f)
             load_hashes(f)
         res["shards"] = shard_names(f)
+        f.tick(SHARDS_STEP, 0, sum((f.counts or {}).values()) or None)
         for name in res["shards"]:
             try:
                 check_shard(f, name)

@@ -4,6 +4,7 @@ tars hold, shared by the steps of :mod:`vlmpack.check` (records, shards, Energon
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +33,8 @@ class Findings:
     "size"}``; None without it), ``records_at`` (``(kind, id)`` -> ``(task, rec_offset, rec_len,
     num_media)`` of its count record), ``content_lines`` (sample content problems found),
     ``open_records`` (count record files open), ``records_broken`` (a count record could not be read).
-    ``sink``: the output layout, :func:`vlmpack.sinks.sink_of` (its ``dataset.yaml`` compared, never run)."""
+    ``sink``: the output layout, :func:`vlmpack.sinks.sink_of` (its ``dataset.yaml`` compared, never run).
+    ``progress``: called ``progress(label, advance, total)`` as packs are read (a progress bar), or None."""
 
     out: Path
     problems: list[str] = field(default_factory=list)
@@ -53,6 +55,7 @@ class Findings:
     open_records: dict = field(default_factory=dict)
     records_broken: bool = False
     sink: Sink = field(init=False)  # the output's layout (vlmpack.sinks.sink_of: its dataset.yaml compared)
+    progress: Callable[[str, int, int | None], None] | None = None
 
     def __post_init__(self) -> None:
         self.sink = sink_of(self.out)
@@ -60,6 +63,11 @@ class Findings:
     def add(self, msg: str) -> None:
         """Record one problem line."""
         self.problems.append(msg)
+
+    def tick(self, label: str, advance: int = 1, total: int | None = None) -> None:
+        """Tell :attr:`progress` (when given) that ``advance`` more packs of step ``label`` are done."""
+        if self.progress is not None:
+            self.progress(label, advance, total)
 
 
 def eg(items: list, n: int = 3) -> str:

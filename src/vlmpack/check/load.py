@@ -64,8 +64,10 @@ def check_energon(f: Findings, num_workers: int) -> dict:
             with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
                     energon_view(f.out, f.counts or {}, f.sink.check_files()) as view:
                 warnings.simplefilter("ignore")
+                f.tick("load through Energon", 0, len(f.packs) or None)
                 for pack in iter_energon_packs(view, num_workers=num_workers, error_handler=log):
                     take(f, pack, res, seen, pairs)
+                    f.tick("load through Energon")
         except ConfigError as e:
             f.add(f"cannot load through Energon: {e}")
             return res

@@ -21,6 +21,9 @@ from vlmpack.packfmt import EXTRA_PARTS, FORMAT, MemberTooLarge, ShardPacks, par
 from vlmpack.packing.alignment import aligned_lengths
 from vlmpack.packing.balance import rank_step_loads
 
+#: The progress label of the packs read from the tars (:meth:`Findings.tick`).
+SHARDS_STEP = "check shards"
+
 
 def check_shard(f: Findings, name: str) -> None:
     """Every check of the shard ``name`` (raises ``OSError`` for a shard that cannot be read)."""
@@ -102,6 +105,7 @@ def read_tar(f: Findings, name: str, path: Path, size: int, recorded: dict | Non
                       "contiguous)")
             f.keys[pack.key] = name
             starts.append(pack.offset)
+            f.tick(SHARDS_STEP)
             if pack.key not in too_large:  # (its problem is said)
                 check_pack(f, name, pack.key, pack.parts, recorded)
     except (tarfile.TarError, OSError, EOFError) as e:

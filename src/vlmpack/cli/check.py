@@ -11,6 +11,10 @@ def check_command(
     output: Path = typer.Argument(..., help="a vlmpack output directory, or a MetadatasetV2 YAML blending several"),
     workers: int = typer.Option(2, "--workers", help="Energon loader workers (0 = in this process)"),
     no_run_dir: bool = typer.Option(False, "--no-run-dir", help="check without OUTPUT/.vlmpack (no completeness)"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars on stderr (only on a "
+                                  "terminal)"),
+    verbose: bool = typer.Option(False, "--verbose", help="also show the warnings of the libraries it calls (PIL, "
+                                 "transformers, torch, ...)"),
 ) -> None:
     """Check OUTPUT against its report and run record, then load it through Megatron-Energon.
 
@@ -21,11 +25,14 @@ def check_command(
     'problem: ...' line on stderr; exit 1.
     """
     from vlmpack.check import check_output
+    from vlmpack.cli.progress import Bars, library_warnings
 
     if output.is_file():
-        return _check_blend(output, workers, no_run_dir)
+        with library_warnings(verbose):
+            return _check_blend(output, workers, no_run_dir)
 
-    res = check_output(output, num_workers=workers, run_dir=not no_run_dir)
+    with library_warnings(verbose), Bars(progress) as bars:
+        res = check_output(output, num_workers=workers, run_dir=not no_run_dir, progress=bars)
     problems = res["problems"]
     if res["packs"] or not problems:
         typer.echo(f"energon: {res['packs']:,} packs, {res['samples']:,} samples ({res['unique_ids']:,} unique ids), "

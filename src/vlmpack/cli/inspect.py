@@ -18,20 +18,36 @@ def inspect_command(
                                         "(default: none)"),
     model: Optional[str] = typer.Option(None, "--model", help="model directory (default: the one recorded in "
                                         "OUTPUT/.vlmpack/config.json)"),
+    plain: bool = typer.Option(False, "--plain", help="no colours: trained tokens marked [[ like this ]] (the "
+                               "default when stdout is no terminal)"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars on stderr (only on a "
+                                  "terminal)"),
+    verbose: bool = typer.Option(False, "--verbose", help="also show the warnings of the libraries it calls (PIL, "
+                                 "transformers, torch, ...)"),
 ) -> None:
     """Show packs as the model sees them: samples, sources, token counts and shares, media, and the
-    rendered text with the trained (label) tokens highlighted."""
+    rendered text with the trained (label) tokens highlighted: in colour on a terminal, else (and
+    with --plain) between [[ and ]]."""
+    import sys
+
+    from vlmpack.cli.progress import Bars, library_warnings
     from vlmpack.inspection import find_packs, inspect_pack, model_of, render_html, render_terminal
     from vlmpack.verify import recorded_run
 
     model_dir = model_of(output, model)
     processor = recorded_run(output)[1]
-    found = find_packs(output, pack=pack, sample=sample, random_n=random_n, seed=seed)
-    done = []
-    for shard, key, parts in found:
-        samples = inspect_pack(parts, model_dir, where=f"{output / shard} {key}", processor=processor)
-        render_terminal(shard, key, samples)
-        done.append((shard, key, parts, samples))
-    if html is not None:
-        render_html(done, html)
-        typer.echo(f"wrote {html}", err=True)
+    plain = plain or not sys.stdout.isatty()
+    with library_warnings(verbose):
+        found = find_packs(output, pack=pack, sample=sample, random_n=random_n, seed=seed)
+        done = []
+        with Bars(progress) as bars:  # encoded first, printed after: the bar never mixes with the packs
+            bars("encode packs", 0, len(found))
+            for shard, key, parts in found:
+                samples = inspect_pack(parts, model_dir, where=f"{output / shard} {key}", processor=processor)
+                done.append((shard, key, parts, samples))
+                bars("encode packs")
+        for shard, key, _parts, samples in done:
+            render_terminal(shard, key, samples, plain=plain)
+        if html is not None:
+            render_html(done, html)
+            typer.echo(f"wrote {html}", err=True)

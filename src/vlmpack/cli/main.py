@@ -24,6 +24,7 @@ from rich.console import Console
 from vlmpack import signals
 from vlmpack.cli.check import check_command
 from vlmpack.cli.export import export_command
+from vlmpack.cli.helptext import HelpCommand
 from vlmpack.cli.inspect import inspect_command
 from vlmpack.cli.metadataset import metadataset_command
 from vlmpack.cli.pack import pack_command
@@ -31,7 +32,9 @@ from vlmpack.cli.plan import plan_command
 from vlmpack.cli.verify import verify_command
 from vlmpack.errors import VlmpackError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+# rich_markup_mode=None: click's plain help, which wraps long option names instead of cutting them
+# at 80 columns as rich's table does (see vlmpack.cli.helptext)
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Pack multimodal SFT data into padding-free sequences for Megatron-Energon.")
 err = Console(stderr=True)
 
@@ -50,16 +53,21 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
     """Pack multimodal SFT data into padding-free sequences for Megatron-Energon."""
 
 
-app.command("pack")(pack_command)
-app.command("check")(check_command)
-app.command("plan")(plan_command)
-app.command("verify")(verify_command)
-app.command("inspect")(inspect_command)
-app.command("metadataset")(metadataset_command)
-app.command("export")(export_command)
+#: Each command, its one-line summary in ``vlmpack --help`` (short enough for 80 columns) and function.
+_COMMANDS = [
+    ("pack", "Read, validate, count, plan and write packed shards.", pack_command),
+    ("check", "Check an output and load it through Megatron-Energon.", check_command),
+    ("plan", "Pre-flight: how the data would pack for each --seq-len.", plan_command),
+    ("verify", "Check + recount every sample from the shard bytes.", verify_command),
+    ("inspect", "Show packs as the model sees them, trained tokens marked.", inspect_command),
+    ("metadataset", "Write an Energon blend YAML of several outputs.", metadataset_command),
+    ("export", "Write the packs as Parquet files (Hugging Face datasets).", export_command),
+]
+for _name, _short, _fn in _COMMANDS:
+    app.command(_name, cls=HelpCommand, short_help=_short)(_fn)
 
 
-#: Exit codes of every command (also in the README).
+#: Exit codes of every command (also in docs/rejects.md).
 EXIT_OK, EXIT_PROBLEMS, EXIT_ERROR, EXIT_RUN_FAILED, EXIT_INTERNAL = 0, 1, 2, 3, 70
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vlmpack.config import PackConfig
+from vlmpack.packing import ALGORITHMS
 
 
 def _opt(field: str, *decls: str, help: str, default: str | None = None):
@@ -17,7 +18,8 @@ def _opt(field: str, *decls: str, help: str, default: str | None = None):
     value stands) whose help shows the field's default (or ``default``) or that it is required."""
     info = PackConfig.model_fields[field]
     if default is None:
-        value = info.default
+        value = info.get_default(call_default_factory=True)
+        value = None if value in ({}, []) else value
         default = ("on" if value else "off") if isinstance(value, bool) else "none" if value is None else str(value)
     tail = "(required, here or in --config)" if info.is_required() else f"(default: {default})"
     return typer.Option(None, *decls, help=f"{help} {tail}")
@@ -45,7 +47,8 @@ def pack_command(
         "allow_absolute_media", "--allow-absolute-media/--no-allow-absolute-media",
         help="accept media paths outside --media-root"),
     media_lmdb: Optional[list[str]] = _opt(
-        "media_lmdb", "--media-lmdb", help="NAME=PATH: an LMDB image store for lmdb://NAME/KEY references; repeatable"),
+        "media_lmdb", "--media-lmdb", help="NAME=PATH: an LMDB image store for lmdb://NAME/KEY references; repeatable",
+        default="none"),
     media_check: Optional[str] = _opt("media_check", "--media-check", help="header|verify|decode"),
     max_member_bytes: Optional[int] = _opt(
         "max_member_bytes", "--max-member-bytes", help="bytes: a WebDataset sample whose json member is larger is "
@@ -60,7 +63,8 @@ def pack_command(
     dedup: Optional[str] = _opt("dedup", "--dedup", help="off|exact: exact drops later samples whose conversation "
                                 "and media bytes equal an earlier one's, whatever their ids (duplicate_content), "
                                 "within this run"),
-    algorithm: Optional[str] = _opt("algorithm", "--algorithm", help="bin-packing algorithm"),
+    algorithm: Optional[str] = _opt("algorithm", "--algorithm",
+                                    help=f"bin-packing algorithm, one of {', '.join(ALGORITHMS)}"),
     max_samples_per_pack: Optional[int] = _opt("max_samples_per_pack", "--max-samples-per-pack", help="samples"),
     max_media_per_pack: Optional[int] = _opt("max_media_per_pack", "--max-media-per-pack", help="media items"),
     max_media_tokens_per_pack: Optional[int] = _opt("max_media_tokens_per_pack", "--max-media-tokens-per-pack",
@@ -139,7 +143,7 @@ def pack_command(
     """Read, validate, count, plan and write packed shards + Energon metadata + report."""
     from vlmpack.config import load_config
     from vlmpack.pack.pipeline import run_pack
-    from vlmpack.pack.report import summary_lines
+    from vlmpack.pack.report import next_steps, summary_lines
 
     cfg = load_config(config, input=input or None, output=output, model=model, media_root=media_root,
                       seq_len=seq_len, schema=schema, input_format=input_format, text_key=text_key,
@@ -164,4 +168,7 @@ def pack_command(
     table = Table(title=f"vlmpack pack -> {cfg.output}", show_header=False)
     for label, value in summary_lines(report):
         table.add_row(label, value)
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    for label, value in next_steps(cfg.output):  # plain lines: a path or command copied whole
+        console.print(f"{label + ':':<9}{value}", highlight=False, markup=False, soft_wrap=True)

@@ -14,6 +14,7 @@ from typing import Optional
 
 import typer
 
+from vlmpack.cli.helptext import choices
 from vlmpack.errors import ConfigError, VlmpackError
 from vlmpack.packing import ALGORITHMS
 from vlmpack.packing.alignment import planned_multiple
@@ -23,10 +24,14 @@ def plan_command(
     source: Optional[Path] = typer.Argument(None, help="OUT dir of a `pack` run, its manifest.parquet, or a lengths "
                                             "file (.npy or one integer per line); or none, with --input and --model."),
     seq_len: list[int] = typer.Option([8192], "--seq-len", "-L", help="Pack capacity in tokens; repeat to compare."),
-    algorithm: str = typer.Option("bfd", "--algorithm", help=f"One of {', '.join(ALGORITHMS)}."),
-    max_samples_per_pack: int | None = typer.Option(None, "--max-samples-per-pack"),
-    max_media_per_pack: int | None = typer.Option(None, "--max-media-per-pack"),
-    max_media_tokens_per_pack: int | None = typer.Option(None, "--max-media-tokens-per-pack"),
+    algorithm: str = typer.Option("bfd", "--algorithm", help=f"Bin-packing algorithm, one of {', '.join(ALGORITHMS)}."),
+    max_samples_per_pack: int | None = typer.Option(None, "--max-samples-per-pack", help="As `pack "
+                                                    "--max-samples-per-pack`: at most this many samples a pack."),
+    max_media_per_pack: int | None = typer.Option(None, "--max-media-per-pack", help="As `pack --max-media-per-pack`: "
+                                                  "at most this many media items a pack."),
+    max_media_tokens_per_pack: int | None = typer.Option(None, "--max-media-tokens-per-pack", help="As `pack "
+                                                         "--max-media-tokens-per-pack`: at most this many media "
+                                                         "tokens a pack."),
     group_by_kind: bool = typer.Option(False, "--group-by-kind/--no-group-by-kind",
                                        help="Keep text / image / video packs homogeneous."),
     pad_to_multiple_of: int | None = typer.Option(None, "--pad-to-multiple-of", help="Plan each sample's length "
@@ -37,7 +42,7 @@ def plan_command(
     sequence_parallel: bool = typer.Option(False, "--sequence-parallel/--no-sequence-parallel",
                                            help="As `pack --sequence-parallel`."),
     window: int | None = typer.Option(None, "--window", help="Window size of the `window` algorithm."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="As `pack --seed`: seed of the pack order shuffle."),
     dp_size: int = typer.Option(1, "--dp-size", help="As `pack --dp-size`: also print, per --seq-len, the ranks' "
                                 "loads per step before and after the data-parallel shape."),
     global_batch_size: int | None = typer.Option(None, "--global-batch-size", help="As `pack --global-batch-size` "
@@ -56,16 +61,19 @@ def plan_command(
                                               "repeatable) instead of reading SOURCE; needs --model."),
     model: Optional[str] = typer.Option(None, "--model", help="Model directory whose rules count the inputs."),
     media_root: Optional[str] = typer.Option(None, "--media-root", help="As `pack --media-root`."),
-    schema: Optional[str] = typer.Option(None, "--schema", help="As `pack --schema`."),
-    input_format: Optional[str] = typer.Option(None, "--input-format", help="As `pack --input-format`."),
+    schema: Optional[str] = typer.Option(None, "--schema", help=f"As `pack --schema`: {choices('input_schema')}."),
+    input_format: Optional[str] = typer.Option(None, "--input-format", help="As `pack --input-format`: "
+                                               f"{choices('input_format')}."),
     text_key: Optional[str] = typer.Option(None, "--text-key", help="As `pack --text-key`."),
     allow_absolute_media: Optional[bool] = typer.Option(None, "--allow-absolute-media/--no-allow-absolute-media",
-                                                        help="As `pack`."),
+                                                        help="As `pack --allow-absolute-media`."),
     media_lmdb: Optional[list[str]] = typer.Option(None, "--media-lmdb", help="As `pack --media-lmdb`."),
-    media_check: Optional[str] = typer.Option(None, "--media-check", help="As `pack --media-check`."),
+    media_check: Optional[str] = typer.Option(None, "--media-check", help="As `pack --media-check`: "
+                                              f"{choices('media_check')}."),
     max_member_bytes: Optional[int] = typer.Option(None, "--max-member-bytes", help="As `pack --max-member-bytes`."),
     max_media_bytes: Optional[int] = typer.Option(None, "--max-media-bytes", help="As `pack --max-media-bytes`."),
-    special_tokens: Optional[str] = typer.Option(None, "--special-tokens", help="As `pack --special-tokens`."),
+    special_tokens: Optional[str] = typer.Option(None, "--special-tokens", help="As `pack --special-tokens`: "
+                                                 f"{choices('special_tokens')}."),
     min_pixels: Optional[int] = typer.Option(None, "--min-pixels", help="As `pack --min-pixels`."),
     max_pixels: Optional[int] = typer.Option(None, "--max-pixels", help="As `pack --max-pixels`."),
     patch_size: Optional[int] = typer.Option(None, "--patch-size", help="As `pack --patch-size`."),
@@ -122,7 +130,7 @@ def plan_command(
                                          dp_size=dp_size, global_batch_size=global_batch_size, seed=seed,
                                          pad_to_multiple_of=multiple)
     except VlmpackError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"vlmpack: error: {' '.join(str(exc).split())}", err=True)  # as every command: one line
         raise typer.Exit(2) from exc
     by_len = {r["seq_len"]: r for r in rows}
     shown = [by_len[L] for L in dict.fromkeys(user)]
@@ -142,7 +150,8 @@ def plan_command(
         try:
             preflight.plot(data, rows, plot, best=best, max_drop=max_drop, marked=user)
         except OSError as exc:
-            typer.echo(f"error: cannot write --plot {plot} ({exc.strerror or exc}); choose a writable path", err=True)
+            typer.echo(f"vlmpack: error: cannot write --plot {plot} ({exc.strerror or exc}); choose a writable path",
+                       err=True)
             raise typer.Exit(2) from exc
         typer.echo(f"wrote {plot}", err=True)
 
