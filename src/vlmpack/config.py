@@ -299,6 +299,10 @@ def load_config(yaml_path: str | Path | None = None, **overrides: Any) -> PackCo
     try:
         cfg = PackConfig(**data)
     except ValidationError as e:
+        required = [str(x["loc"][0]) for x in e.errors() if x["type"] == "missing" and len(x["loc"]) == 1]
+        if required:  # name them as the flags that give them
+            raise ConfigError(f"missing {', '.join('--' + k.replace('_', '-') for k in required)} (or give "
+                              f"{'them' if len(required) > 1 else 'it'} in --config)") from None
         first = e.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "config"
         more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""

@@ -18,6 +18,7 @@ from typing import Any
 
 from vlmpack.errors import ConfigError
 from vlmpack.models.base import COUNTING_FILES, MediaSize, ModelFamily, ProcessedImages
+from vlmpack.models.chat_tokenizer import require_tokenizer_files
 from vlmpack.models.internvl import InternVLFamily
 from vlmpack.models.llava_onevision import LlavaOnevisionFamily
 from vlmpack.models.qwen2_vl import Qwen2VLFamily
@@ -93,6 +94,7 @@ def check_processor(model_dir: str | Path, processor: Mapping[str, Any]) -> None
 @lru_cache(maxsize=4)
 def _load(model_dir: str, processor: str) -> ModelFamily:
     mt = model_type(model_dir)
+    require_tokenizer_files(model_dir)  # before transformers is imported: a directory without them fails at once
     if mt not in FAMILIES:
         from vlmpack.models.generic import GenericFamily
 

@@ -12,9 +12,11 @@ from vlmpack.errors import ConfigError
 def load_chat_tokenizer(model_dir: str | Path):
     """The fast tokenizer of ``model_dir`` with its chat template (from ``chat_template.json`` /
     ``chat_template.jinja`` when ``tokenizer_config.json`` has none, as transformers' processors
-    load it). Raises :class:`ConfigError` (one line) when it cannot be loaded."""
+    load it). Raises :class:`ConfigError` (one line) when it cannot be loaded, naming the files
+    missing when the directory holds no tokenizer file (:func:`require_tokenizer_files`)."""
     from transformers import AutoTokenizer
 
+    require_tokenizer_files(model_dir)
     try:
         tok = AutoTokenizer.from_pretrained(str(model_dir))
     except Exception as e:  # noqa: BLE001 - transformers raises many kinds here
@@ -22,6 +24,19 @@ def load_chat_tokenizer(model_dir: str | Path):
     if not getattr(tok, "chat_template", None):
         tok.chat_template = _template_from_files(Path(model_dir))
     return tok
+
+
+#: Files one of which a tokenizer directory holds (fast tokenizer, its config, SentencePiece or BPE vocabulary).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def require_tokenizer_files(model_dir: str | Path) -> None:
+    """Raise :class:`ConfigError` (one line, the files not found) when ``model_dir`` holds none of
+    :data:`TOKENIZER_FILES`: a directory with only ``config.json`` (the weights' folder, a partial
+    download) fails here instead of with what transformers makes of it."""
+    if not any((Path(model_dir) / name).is_file() for name in TOKENIZER_FILES):
+        raise ConfigError(f"{model_dir}: no tokenizer files ({' / '.join(TOKENIZER_FILES[:2])} not found); --model "
+                          "must be a full HF-format model directory (tokenizer, chat template, processor and config)")
 
 
 def _template_from_files(model_dir: Path) -> str:

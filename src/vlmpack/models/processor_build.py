@@ -27,6 +27,7 @@ import json
 from pathlib import Path
 
 from vlmpack.errors import ConfigError
+from vlmpack.models.chat_tokenizer import require_tokenizer_files
 
 _NO_VIDEO: dict[type, type] = {}
 
@@ -98,6 +99,7 @@ def build_processor(model_dir: str | Path):
         modality = _get_modality_for_attribute(attr)
         try:
             if modality == "tokenizer":
+                require_tokenizer_files(d)
                 args.append(AutoTokenizer.from_pretrained(d))
             elif modality == "image_processor":
                 args.append(AutoImageProcessor.from_pretrained(d, backend="pil"))

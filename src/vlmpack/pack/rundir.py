@@ -57,7 +57,9 @@ A finished run writes ``hashes.json`` last (:mod:`vlmpack.pack.seal`): the sha25
 
 ``config.json`` keeps the fingerprint of the whole config (every keyed option): a run on an
 ``OUT`` made with other options needs ``--overwrite``, which then re-plans and rewrites without
-counting when only plan or write options changed.
+counting when only plan or write options changed; the refusal names the options that differ (the
+record keeps them, :func:`describe_change`). A run that failed at start-up or at the reject gate
+(:func:`did_work`: it wrote no output) is no previous run: the corrected command needs no ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -145,8 +147,11 @@ def prepare_output(out: Path, fingerprint: str, payload: dict, *, overwrite: boo
     - ``out`` a file -> :class:`RunDirError`; missing or empty -> a new run;
     - non-empty without a run record -> :class:`RunDirError`, also with ``overwrite`` (vlmpack
       never deletes files it did not write);
-    - same fingerprint -> resume; another (or an unreadable) record -> :class:`RunDirError`
-      unless ``overwrite``, which deletes only vlmpack's own files first.
+    - same fingerprint -> resume; another (or an unreadable) record -> :class:`RunDirError` naming
+      the options that differ (:func:`describe_change`) unless ``overwrite``, which deletes only
+      vlmpack's own files first;
+    - the record of a run that failed at start-up or at the reject gate (:func:`did_work`) is no
+      previous run: replaced without ``overwrite``.
     """
     if out.exists() and not out.is_dir():
         raise RunDirError(f"--output {out} is a file, not a directory; choose a directory")
@@ -164,14 +169,69 @@ def prepare_output(out: Path, fingerprint: str, payload: dict, *, overwrite: boo
         if old_fp == fingerprint:
             _ensure_dirs(run)
             return run
-        if not overwrite:
-            what = (f"a run of another config (fingerprint {old_fp[:12]} != {fingerprint[:12]})"
+        if not overwrite and did_work(out):
+            change = describe_change(old, payload) if isinstance(old_fp, str) else None
+            what = (f"a run of another config: {change}" if change else
+                    f"a run of another config (fingerprint {old_fp[:12]} != {fingerprint[:12]})"
                     if isinstance(old_fp, str) else "a run record that cannot be read (.vlmpack/config.json)")
-            raise RunDirError(f"{out} holds {what}; pass --overwrite to replace it or choose another --output")
+            raise RunDirError(f"{out} holds {what}; pass --overwrite to start over or choose another --output")
         clear_output(out)
     _ensure_dirs(run)
     atomic_write(cfg_file, json_bytes({"fingerprint": fingerprint, **payload}, indent=1, sort_keys=True))
     return run
+
+
+def did_work(out: Path) -> bool:
+    """Whether the run recorded in ``out`` is a previous run that ``--overwrite`` must be asked to
+    replace: it wrote an output (outputs list, shard marker, a report) or finished a count task
+    (``.vlmpack/records/part-*.result.json``). False for a run that failed at start-up (a wrong
+    ``--model``: nothing counted) or was stopped by the reject gate (a missing ``--media-root``: its
+    report says ``failed`` at ``count``); its counts stay, under their count key, as with ``--overwrite``."""
+    run = out / RUN_DIR
+    if any((run / "shards").glob("*.json")) or (run / "outputs.json").exists():
+        return True
+    report = read_json(out / "report.json")
+    if isinstance(report, dict) and report.get("status") == "failed" and report.get("stage") == "count":
+        return False
+    return (out / "report.json").exists() or any((run / "records").glob("part-*.result.json"))
+
+
+def describe_change(old: dict, payload: dict, *, most: int = 4) -> str | None:
+    """What differs between a saved run record ``old`` and ``payload`` (both
+    :meth:`vlmpack.config.PackConfig.fingerprint_payload` shaped), as flags, e.g.
+    ``--model /a -> /b, --seq-len 4096 -> 8192`` (at most ``most``, then ``and N more``); the
+    changed input files, model files or vlmpack version when no option differs. ``None`` when the
+    record holds no ``options`` (made by an older vlmpack) or nothing can be named."""
+    was, now = old.get("options"), payload.get("options", {})
+    if not isinstance(was, dict):
+        return None
+    missing = object()
+    diffs = [f"--{k.replace('_', '-')} {_show(was.get(k, missing), missing)} -> {_show(now.get(k, missing), missing)}"
+             for k in sorted(set(was) | set(now)) if was.get(k, missing) != now.get(k, missing)]
+    if not diffs:
+        listed = old.get("inputs") if isinstance(old.get("inputs"), list) else []
+        old_inputs = {str(i.get("path")): i for i in listed if isinstance(i, dict)}
+        diffs = [f"input {i['path']} changed since (size or mtime)" for i in payload.get("inputs", [])
+                 if old_inputs.get(i["path"]) != i]
+    if not diffs and old.get("model_files") != payload.get("model_files"):
+        was_files, now_files = old.get("model_files"), payload.get("model_files", {})
+        was_files = was_files if isinstance(was_files, dict) else {}
+        names = sorted(n for n in set(was_files) | set(now_files) if was_files.get(n) != now_files.get(n))
+        diffs = [f"model files changed: {', '.join(names)}"]
+    if not diffs and old.get("vlmpack") != payload.get("vlmpack"):
+        diffs = [f"vlmpack {old.get('vlmpack')} -> {payload.get('vlmpack')}"]
+    if not diffs:
+        return None
+    more = f", and {len(diffs) - most} more" if len(diffs) > most else ""
+    return ", ".join(diffs[:most]) + more
+
+
+def _show(value: object, missing: object) -> str:
+    if value is missing:
+        return "default"
+    text = ",".join(map(str, value)) if isinstance(value, list) else json_bytes(value).decode() if isinstance(
+        value, dict) else str(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 #: Files of ``.nv-meta`` vlmpack writes (:func:`vlmpack.energon.meta.write_metadata`, ``vlmpack`` layout).

@@ -18,8 +18,9 @@ Parquet ``PAR1`` at both ends, Arrow ``ARROW1``, LMDB's ``0xBEEFC0DE`` meta/lock
 video, audio, PDF, executable and archive magics), or a head where more than
 :data:`BINARY_SHARE` of the bytes are NUL, other C0 control bytes (JSON text cannot hold them
 raw) or not UTF-8, or a UTF-16/32 byte-order mark. Text signatures (a Git LFS pointer, an HTML
-or XML page, a pretty-printed JSON document) refuse only when no complete line of the head is
-a JSON object.
+or XML page, a JSON array, a pretty-printed JSON object) refuse only when no complete line of
+the head is a JSON object; a JSON array gets its own line from :func:`sniff_input` (read it with
+``--input-format json``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ logger = logging.getLogger(__name__)
 FORMATS = "plain, .gz, .zst, .xz, .bz2"
 #: Bytes of the decompressed head that :func:`describe` looks at.
 SNIFF_BYTES = 64 << 10
+#: What :func:`describe` says of a head that opens a JSON array (the ``json`` format, not JSONL).
+JSON_ARRAY = "one JSON array, not JSON lines"
 #: Share of bad bytes (NUL, C0 controls other than TAB/LF/FF/CR/ESC, invalid UTF-8) above which a head is binary.
 BINARY_SHARE = 0.30
 
@@ -167,6 +170,9 @@ def sniff_input(path: str, *, compressed_tar_rule: bool = False) -> None:
         raise InputError(f"{printable_path(path)} is a compressed tar: WebDataset shards are read in place by "
                          "byte offset, so .tar.gz/.tgz shards cannot be; decompress them first")
     what = describe(head, tail)
+    if what == JSON_ARRAY:  # read as JSONL because --input-format jsonl said so (auto reads it as an array)
+        raise InputError(f"{printable_path(path)} holds {JSON_ARRAY}: pass --input-format json (or leave it auto) "
+                         "to read it as one array, or convert it to JSONL (jq -c '.[]')")
     if what is not None:
         packed = f" compressed with {codec}" if codec else ""
         raise InputError(f"{printable_path(path)} looks like {what}{packed}, not JSONL; "
@@ -225,7 +231,9 @@ def _text_not_jsonl(head: bytes) -> str | None:
         what = "an HTML page (a failed download?)"
     elif start.startswith(b"<?xml"):
         what = "an XML document"
-    elif start.split(b"\n", 1)[0].strip() in (b"[", b"{"):
+    elif start.startswith(b"["):
+        what = JSON_ARRAY
+    elif start.split(b"\n", 1)[0].strip() == b"{":
         what = "a pretty-printed JSON document (JSONL has one JSON object per line; convert it, e.g. jq -c '.[]')"
     else:
         return None
