@@ -143,3 +143,28 @@ def test_label_tokens_equal_the_collators_labels(packed, model_dir: Path) -> Non
     assert report["label_tokens"] == labelled > 0
     assert report["label_token_share"] == pytest.approx(labelled / report["tokens"])
     assert 0 < report["label_token_share"] < 1
+
+
+def test_summary_in_the_users_words() -> None:
+    """The summary names stages as the user does, calls a run ``resumed`` only when it took work from
+    an unfinished earlier run of its output (``already packed`` when the output was complete; counts
+    from the shared cache alone are said so), and ends with
+    report.html, rejects.jsonl and the next command."""
+    from vlmpack.pack.report import _reuse_rows, _seconds, next_steps
+
+    seconds = _seconds({"measure": 20.3, "plan": 0.3, "write": 1.2, "worker_read_validate": 9.7, "worker_count": 13.5})
+    assert "worker_" not in seconds and "read / validate" in seconds and "count" in seconds
+    assert "plan 0.3" in seconds and "write 1.2" in seconds
+    fresh = {"count_tasks": 4, "count_tasks_reused": 4, "count_tasks_from_cache": 4, "plan_reused": False,
+             "shards": 1, "shards_reused": 0}
+    assert [label for label, _ in _reuse_rows(fresh)] == ["counts from the cache"]
+    again = {"count_tasks": 4, "count_tasks_reused": 4, "count_tasks_from_cache": 0, "plan_reused": True,
+             "shards": 2, "shards_reused": 1}
+    rows = _reuse_rows(again)
+    assert [label for label, _ in rows] == ["resumed"] and "1/2 shards" in rows[0][1]
+    done = {**again, "shards_reused": 2}  # a run of a finished output: everything reused
+    assert [label for label, _ in _reuse_rows(done)] == ["already packed"]
+    assert _reuse_rows({"count_tasks": 4, "count_tasks_reused": 0, "count_tasks_from_cache": 0}) == []
+    assert next_steps("/data/out x") == [("report", "/data/out x/report.html"),
+                                         ("rejects", "/data/out x/rejects.jsonl"),
+                                         ("next", "vlmpack verify '/data/out x'")]

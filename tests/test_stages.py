@@ -109,6 +109,8 @@ def test_another_seq_len_replans_and_rewrites_without_counting(small, real_data,
     # the same OUT at another L (--overwrite): planned and written again, nothing counted
     again = run_pack(_cfg(small, real_data, model_dir, tmp_path / "a", cache, seq_len=8192, overwrite=True))
     assert calls == []
+    assert first["seconds"]["worker_count"] > 0  # the summary's worker seconds are this run's: none here
+    assert again["seconds"]["worker_count"] == again["seconds"]["worker_read_validate"] == 0
     assert again["reused"] == {"count_tasks": n, "count_tasks_reused": n, "count_tasks_from_cache": 0,
                                "plan_reused": False, "shards": again["shards"], "shards_reused": 0}
     assert again["stage_keys"]["count"] == first["stage_keys"]["count"]

@@ -26,7 +26,8 @@ import os
 import stat
 
 from vlmpack.errors import MediaError
-from vlmpack.media.fingerprint import holder_stat
+from vlmpack.media.check_table import CheckTable, close_tables
+from vlmpack.media.fingerprint import holder_stat, item_sha256
 from vlmpack.media.kinds import KINDS, MediaInfo, MediaKind
 from vlmpack.media.ref import display_ref, is_member, read_ref, ref_identity
 from vlmpack.media.resolve import check_real_path, clear_realpaths
@@ -56,12 +57,13 @@ def probe_media(
     media_root: str | None = None,
     allow_absolute_media: bool = False,
     max_bytes: int | None = MAX_MEDIA_BYTES,
+    table: CheckTable | None = None,
 ) -> MediaInfo:
     """Header facts of the media file at ``path`` (absolute, as from
     :func:`vlmpack.media.resolve.resolve_ref`).
 
     ``media_root``: when given and ``allow_absolute_media`` is false, ``os.path.realpath(path)``
-    (every symlink followed) must lie inside ``os.path.realpath(media_root)`` (README: "a path
+    (every symlink followed) must lie inside ``os.path.realpath(media_root)`` (docs/pack.md: "a path
     resolving outside it is rejected"; :func:`vlmpack.media.resolve.check_real_path`); ``None``
     skips this rule (the lexical rule of :func:`vlmpack.media.resolve.resolve_ref` still applied at
     parse time). Checked before anything else; only directory realpaths are cached.
@@ -80,7 +82,8 @@ def probe_media(
     Width/height are the size after the EXIF orientation the training decoder applies (``load()`` then
     ``PIL.ImageOps.exif_transpose``, as transformers' ``load_image``), wherever the file keeps it
     (:func:`vlmpack.media.orientation.oriented_size`: PNG chunks after the image data, XMP, TIFF
-    tags), without decoding pixels. Cached per process.
+    tags), without decoding pixels. Cached per process, and across processes and runs in ``table``
+    (:mod:`vlmpack.media.check_table`: the facts of an accepted item by the sha256 of its bytes).
     Raises :class:`MediaError`: ``media_outside_root`` (see ``media_root``), ``media_missing``
     (absent, a directory, unreadable), ``media_undecodable`` (empty, not an accepted format (the
     detail names what it is, e.g. "EPS is not an accepted image format"), truncated, corrupt),
@@ -92,7 +95,7 @@ def probe_media(
     if check not in CHECKS:
         raise ValueError(f"unknown media check {check!r}; use one of {', '.join(CHECKS)}")
     if is_member(path):  # a member of an input archive (read in place): no media-root rule
-        return _probe_member(path, kind, check, max_bytes)
+        return _probe_member(path, kind, check, max_bytes, table)
     if media_root is not None and not allow_absolute_media:
         check_real_path(path, media_root, kind)
     try:
@@ -106,14 +109,40 @@ def probe_media(
     key = (path, kind, check, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
     hit = _CACHE.get(key)
     if hit is None:
-        try:
-            hit = _spec(kind).probe(path, st.st_size, check, None)
-        except MediaError as e:
-            hit = e
+        hit = _probe_file(path, kind, check, st.st_size, table)
         _remember(key, hit)
     if isinstance(hit, MediaError):
         raise MediaError(hit.reason, hit.detail)
     return hit
+
+
+def _probe_file(path: str, kind: str, check: str, size: int, table: CheckTable | None) -> MediaInfo | MediaError:
+    """The probe of the file at ``path`` (``size`` bytes), or its :class:`MediaError`: taken from
+    ``table`` when its bytes were accepted before, else probed (and kept in ``table`` if accepted and
+    the file still holds the bytes hashed before the probe)."""
+    sha = None
+    if table is not None:
+        try:
+            sha = item_sha256(path)[0]
+        except (OSError, EOFError, ValueError, MediaError):
+            sha = None  # unreadable now: the probe says why
+        known = table.get(sha, kind, check) if sha else None
+        if known is not None:
+            return known
+    try:
+        info = _spec(kind).probe(path, size, check, None)
+    except MediaError as e:
+        return e
+    if sha is not None and table is not None and _same_bytes(path, sha):  # not replaced while probed
+        table.put(sha, kind, check, info)
+    return info
+
+
+def _same_bytes(path: str, sha: str) -> bool:
+    try:
+        return item_sha256(path)[0] == sha
+    except (OSError, EOFError, ValueError, MediaError):
+        return False
 
 
 def probe_bytes(data: bytes, kind: str = "image", check: str = "header", *, name: str = "<bytes>") -> MediaInfo:
@@ -125,9 +154,9 @@ def probe_bytes(data: bytes, kind: str = "image", check: str = "header", *, name
     return _spec(kind).probe(name, len(data), check, data)
 
 
-def _probe_member(ref: str, kind: str, check: str, max_bytes: int | None) -> MediaInfo:
+def _probe_member(ref: str, kind: str, check: str, max_bytes: int | None, table: CheckTable | None) -> MediaInfo:
     """:func:`probe_media` for a :mod:`vlmpack.media.ref` archive member (cached per the stat of its
-    container: size, mtime, ctime, inode)."""
+    container: size, mtime, ctime, inode; by content in ``table``)."""
     try:
         size, _ = ref_identity(ref)
         key = (ref, kind, check, size, holder_stat(ref))
@@ -147,8 +176,12 @@ def _probe_member(ref: str, kind: str, check: str, max_bytes: int | None) -> Med
         ckey = ("content", kind, check, len(data), hashlib.blake2b(data, digest_size=16).digest())
         first = _CACHE.get(ckey)
         if first is None:
+            sha = hashlib.sha256(data).hexdigest() if table is not None else ""
+            known = table.get(sha, kind, check) if table is not None else None
             try:
-                first = (spec.probe(display_ref(ref), size, check, data), display_ref(ref))
+                first = (known or spec.probe(display_ref(ref), size, check, data), display_ref(ref))
+                if known is None and table is not None:
+                    table.put(sha, kind, check, first[0])
             except MediaError as e:
                 first = (e, display_ref(ref))
             _remember(ckey, first)
@@ -184,8 +217,9 @@ def _remember(key: tuple, value) -> None:
 
 def clear_cache() -> None:
     """Forget all cached probe results and directory realpaths of this process (e.g. after files
-    or symlinks changed in place)."""
+    or symlinks changed in place), and close its media check tables (opened again on next use)."""
     _CACHE.clear()
+    close_tables()
     clear_realpaths()
 
 

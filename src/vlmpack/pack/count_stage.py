@@ -155,32 +155,35 @@ def store_lock(store: Path, *, wait: bool):
         os.close(fd)
 
 
-def _tasks(opts: CountOptions, store: Path, ranges: list[InputRange]) -> list[MeasureTask]:
+def _tasks(opts: CountOptions, store: Path, ranges: list[InputRange], cache: Path | None) -> list[MeasureTask]:
     return [MeasureTask(i, fi, path, start, end, first, opts.input_schema, opts.media_root,
                         opts.allow_absolute_media, opts.media_check, opts.model, str(store), opts.special_tokens,
                         fmt, opts.media_lmdb, opts.text_key, token_limit=opts.token_limit,
                         max_member_bytes=opts.max_member_bytes, max_media_bytes=opts.max_media_bytes,
                         record_map=opts.record_map, layout=opts.layout, processor=opts.processor,
-                        split_limit=opts.split_limit)
+                        split_limit=opts.split_limit, check_table=str(cache) if cache is not None else "")
             for i, (fi, path, fmt, start, end, first, _) in enumerate(ranges)]
 
 
 def count_stage(opts: CountOptions, store: Path, ranges: list[InputRange], key: str, reuse: dict, *,
                 workers: Workers = Workers(), cache: Path | None = None,
-                payload: dict | None = None) -> list[MeasureResult]:
+                payload: dict | None = None, check_table: Path | None = None) -> list[MeasureResult]:
     """The results of every count task of ``ranges`` for count key ``key``, in task order, counted
     with ``opts`` on ``workers``.
 
     Reused from ``store`` (emptied first when it holds another key), else taken from the cache
     store ``cache/<key>`` when given, else counted into ``store`` (a pool is started, and the model
     loaded, only then). With ``cache``, every task done in ``store`` is also published there when its
-    lock is free. ``reuse`` gets ``count_tasks``, ``count_tasks_reused`` (not counted by this run)
+    lock is free, and the tasks share the media check table in ``cache``
+    (:mod:`vlmpack.media.check_table`: each accepted media content is checked once across runs;
+    ``check_table``: the cache root holding it when ``cache`` is not given).
+    ``reuse`` gets ``count_tasks``, ``count_tasks_reused`` (not counted by this run)
     and ``count_tasks_from_cache``. Problems with the cache are logged and ignored. Raises what the
     tasks raise (:class:`vlmpack.errors.InputError`, :class:`vlmpack.errors.ConfigError`) and
     ``OSError`` for ``store``.
     """
     claim_store(store, key, payload)
-    tasks = _tasks(opts, store, ranges)
+    tasks = _tasks(opts, store, ranges, check_table or cache)
     results: list[MeasureResult | None] = [None] * len(tasks)
     with ExitStack() as stack:
         shared, publish = None, False
@@ -209,6 +212,7 @@ def count_stage(opts: CountOptions, store: Path, ranges: list[InputRange], key: 
             if r is None:
                 todo.append(t)
             if r is not None:
+                r.reused = True  # its seconds are the earlier run's: not this run's (report.json seconds)
                 r.flatten().release()
             results[t.index] = r
         reuse.update(count_tasks=len(tasks), count_tasks_reused=len(tasks) - len(todo),
@@ -298,7 +302,7 @@ def count_inputs(cfg: PackConfig) -> Counted:
                             e.strerror or e)
         where = store or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="vlmpack-count-")))
         results = count_stage(CountOptions.of(cfg), where, ranges, key, reuse, workers=Workers.of(cfg),
-                              payload=count_payload(cfg, payload))
+                              payload=count_payload(cfg, payload), check_table=root)
         manifest, rejections = build_manifest(InputFiles.of(cfg), results, where)
     return Counted(manifest, rejections, read_stats(results), key, store, reuse)
 

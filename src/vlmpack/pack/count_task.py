@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from vlmpack.errors import MediaError, MediaRuleError
 from vlmpack.fsio import atomic_write
+from vlmpack.media.check_table import open_table
 from vlmpack.media.fingerprint import Fingerprint, fingerprint, unchanged
 from vlmpack.media.ref import display_ref
 from vlmpack.models import load_model
@@ -79,6 +80,7 @@ class MeasureTask:
     layout: str = DEFAULT_LAYOUT  # --layout: a sample the output layout cannot hold is rejected (vlmpack.sinks)
     processor: str = ""  # processor options, canonical JSON (vlmpack.models.options); "": none
     split_limit: int = 0  # --overlong split: tokens (--seq-len) a longer sample is cut to at turns; 0: off
+    check_table: str = ""  # the count cache root holding the media check table (vlmpack.media.check_table); "": none
 
 
 @dataclass
@@ -121,6 +123,7 @@ class MeasureResult:
     stats: ReadStats = field(default_factory=ReadStats)
     seconds_read: float = 0.0  # worker seconds reading + validating
     seconds_count: float = 0.0  # worker seconds rendering + tokenizing + media rules + media sha256
+    reused: bool = False  # read back from OUT's run directory or the count cache: not counted by this run
     media_sha256: str = ""  # media_files_sha256(media_files), kept once the list is dropped
     id_hash: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))  # id_key_hashes of the ids
     num_samples: int = -1  # accepted samples; set by flatten() (the arrays may be released after)
@@ -335,6 +338,7 @@ def count_samples(family, samples: list[Sample], special_tokens: str = "reject"
 def run_task(task: MeasureTask) -> MeasureResult:
     """Read, validate and count one range; write its records part file (atomically)."""
     family = load_model(task.model_dir, task.processor)
+    table = open_table(task.check_table or None)
     t0 = time.perf_counter()
     stats = ReadStats()
     valid: list[Sample] = []
@@ -352,10 +356,12 @@ def run_task(task: MeasureTask) -> MeasureResult:
             continue
         checked = validate_sample(rec, check=task.media_check, family=family, media_root=task.media_root,
                                   allow_absolute_media=task.allow_absolute_media,
-                                  max_media_bytes=task.max_media_bytes)
+                                  max_media_bytes=task.max_media_bytes, table=table)
         if not isinstance(checked, Rejection) and (problem := sink.sample_problem(checked)) is not None:
             checked = Rejection(checked.locator, problem[0], problem[1], checked.id)
         (rejections if isinstance(checked, Rejection) else valid).append(checked)
+    if table is not None:
+        table.flush()
     t1 = time.perf_counter()
     valid, rej_long, kept_max, skipped_min = skip_overlong_texts(text_bound_of(task.model_dir), valid,
                                                                  task.token_limit)

@@ -30,6 +30,7 @@ started again loads no model (no pool is started when no task is left).
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import Counter
 from dataclasses import asdict
@@ -210,7 +211,25 @@ def _reject_gate(cfg: PackConfig, fingerprint: str, results: list[MeasureResult]
     share = 100 * len(rejections) / records
     raise RunFailedError(f"{len(rejections):,} of {records:,} records rejected ({share:.1f} % "
                          f"> --max-reject-fraction {100 * cfg.max_reject_fraction:g} %): {top}; nothing was written, "
-                         f"see {Path(cfg.output) / 'rejects.jsonl'} (raise --max-reject-fraction to pack anyway)")
+                         f"see {Path(cfg.output) / 'rejects.jsonl'}{_media_hint(cfg, rejections)}")
+
+
+#: Share of the rejections, at least, that are ``media_missing`` for the failure to name ``--media-root``.
+MEDIA_HINT_SHARE = 0.2
+
+
+def _media_hint(cfg: PackConfig, rejections: list[Rejection]) -> str:
+    """The tail of the reject gate's line: what to change. When ``media_missing`` is at least
+    :data:`MEDIA_HINT_SHARE` of ``rejections`` (sorted: the first is the input's first), ``--media-root``
+    and the first path not found; else the ``--max-reject-fraction`` advice."""
+    missing = [r for r in rejections if r.reason == "media_missing"]
+    if not missing or len(missing) < MEDIA_HINT_SHARE * len(rejections):
+        return " (raise --max-reject-fraction to pack anyway)"
+    found = re.search(r"(?:^|\s)(/\S+)", missing[0].detail)
+    first = found.group(1) if found else missing[0].detail[:160]
+    return (f"; {len(missing):,} records name media not found under --media-root {cfg.media_root} (the first: "
+            f"{first}, for {missing[0].locator}): pass --media-root "
+            "DIR, the folder the media paths are relative to (or raise --max-reject-fraction to pack anyway)")
 
 
 # ---------------------------------------------------------------------------------------- main
@@ -277,8 +296,9 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
                        shard_splits)
     _write_rejects(cfg, rejections)
     stats = read_stats(results)
-    timings["worker_read_validate"] = sum(r.seconds_read for r in results)
-    timings["worker_count"] = sum(r.seconds_count for r in results)
+    # worker seconds of this run: a task reused from an earlier run or the count cache took none
+    timings["worker_read_validate"] = sum(r.seconds_read for r in results if not r.reused)
+    timings["worker_count"] = sum(r.seconds_count for r in results if not r.reused)
     records_by_file = np.bincount([r.file_idx for r in results], [r.stats.records for r in results],
                                   len(cfg.input)).astype(np.int64).tolist()
     report = build_report(cfg, fingerprint, stats, manifest, plan, rejections, shards, timings, records_by_file,

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+import shlex
 from collections import Counter
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -187,6 +188,45 @@ def alignment_figures(cfg: PackConfig, lengths: np.ndarray, offsets: np.ndarray)
             "padded_tokens_per_pack_max": int(per_pack.max()) if len(per_pack) else 0}
 
 
+#: The stages of ``report.json``'s ``seconds`` in the user's words (``measure``: read / validate and
+#: count, wall clock; ``worker_*``: the seconds the workers spent on each, summed over workers).
+STAGE_WORDS = {"measure": "read / validate + count", "plan": "plan", "write": "write",
+               "worker_read_validate": "read / validate (workers)", "worker_count": "count (workers)"}
+
+
+def _seconds(seconds: dict) -> str:
+    """``report.json``'s ``seconds`` with the stages in the user's words (:data:`STAGE_WORDS`)."""
+    return ", ".join(f"{STAGE_WORDS.get(k, k)} {v:.1f}" for k, v in seconds.items())
+
+
+def _reuse_rows(u: dict) -> list[tuple[str, str]]:
+    """What this run took instead of doing it again: ``already packed`` (everything, from a finished
+    earlier run of this output), ``resumed`` (some of it from an unfinished one: counting tasks, the
+    plan, shards) and ``counts from the cache`` (the shared count cache)."""
+    cached = u.get("count_tasks_from_cache", 0)
+    here = u.get("count_tasks_reused", 0) - cached  # counting tasks found in OUT's own run directory
+    rows = []
+    everything = (here == u.get("count_tasks", 0) > 0 and u.get("plan_reused")
+                  and u.get("shards_reused", 0) == u.get("shards", 0))
+    if everything:  # a run of a finished output: nothing left to do
+        rows.append(("already packed", "this output was complete: nothing counted, planned or written again"))
+    elif here > 0 or u.get("plan_reused") or u.get("shards_reused"):
+        rows.append(("resumed", f"reused {here}/{u.get('count_tasks', 0)} counting tasks, "
+                                f"{'the' if u.get('plan_reused') else 'no'} plan, {u.get('shards_reused', 0)}/"
+                                f"{u.get('shards', 0)} shards of the earlier run in this output"))
+    if cached:
+        rows.append(("counts from the cache", f"{cached}/{u.get('count_tasks', 0)} counting tasks taken from the "
+                                              "count cache (--cache-dir), not counted again"))
+    return rows
+
+
+def next_steps(out: str | Path) -> list[tuple[str, str]]:
+    """What ``vlmpack pack``'s summary ends with: the paths of the output ``out``'s ``report.html`` and
+    ``rejects.jsonl``, and the command to run next, as (label, value) rows."""
+    return [("report", str(Path(out) / "report.html")), ("rejects", str(Path(out) / "rejects.jsonl")),
+            ("next", f"vlmpack verify {shlex.quote(str(out))}")]
+
+
 def summary_lines(report: dict) -> list[tuple[str, str]]:
     """The one-screen summary as (label, value) rows."""
     r = report
@@ -209,7 +249,7 @@ def summary_lines(report: dict) -> list[tuple[str, str]]:
                         f"{100 * r['utilization_of_lower_bound']:.2f} % of the lower bound"),
         ("samples per pack p50 / p99 / max", "{p50:g} / {p99:g} / {max}".format(**r["samples_per_pack"])),
         ("shards", f"{r['shards']} ({r['shard_bytes'] / 1e6:,.1f} MB)"),
-        ("seconds", ", ".join(f"{k} {v:g}" for k, v in r["seconds"].items())),
+        ("seconds", _seconds(r["seconds"])),
     ]
     if r.get("overlong_split"):  # --overlong split
         o = r["overlong_split"]
@@ -233,11 +273,7 @@ def summary_lines(report: dict) -> list[tuple[str, str]]:
     if r.get("splits"):  # --split: samples / packs / shards per split part
         rows.insert(-1, ("splits", "; ".join(f"{name} {v['samples']:,} samples, {v['packs']:,} packs, "
                                              f"{len(v['shards'])} shards" for name, v in r["splits"].items())))
-    u = r.get("reused") or {}
-    if u.get("count_tasks_reused") or u.get("plan_reused") or u.get("shards_reused"):
-        rows.insert(0, ("resumed", f"reused {u.get('count_tasks_reused', 0)}/{u.get('count_tasks', 0)} counting "
-                                   f"tasks, {'the' if u.get('plan_reused') else 'no'} plan, "
-                                   f"{u.get('shards_reused', 0)}/{u.get('shards', 0)} shards from the run directory"))
+    rows[:0] = _reuse_rows(r.get("reused") or {})
     return rows
 
 

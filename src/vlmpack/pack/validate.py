@@ -25,6 +25,7 @@ import functools
 import logging
 
 from vlmpack.errors import MediaError
+from vlmpack.media.check_table import CheckTable
 from vlmpack.media.probe import CHECKS, probe_media
 from vlmpack.models import load_model
 from vlmpack.models.qwen2_vl import MAX_ASPECT_RATIO
@@ -44,6 +45,7 @@ def validate_sample(
     media_root: str | None = None,
     allow_absolute_media: bool = False,
     max_media_bytes: int | None = MAX_MEDIA_BYTES,
+    table: CheckTable | None = None,
 ) -> Sample | Rejection:
     """Check the media of ``sample`` and fill their header fields in place; return the sample or a
     :class:`Rejection` (the first failing media item decides). Never raises for bad data.
@@ -62,7 +64,9 @@ def validate_sample(
     Videos: their container header (size, frames, duration, fps; :mod:`vlmpack.media.video`); the
     family's count rule decides what it takes. ``max_media_bytes`` (``--max-media-bytes``): a
     larger item is rejected (``media_too_large``) by its size alone, its bytes never read
-    (default :data:`vlmpack.records.MAX_MEDIA_BYTES`; ``None``: no cap). ``ValueError`` for an unknown ``check``.
+    (default :data:`vlmpack.records.MAX_MEDIA_BYTES`; ``None``: no cap). ``table``: the media check
+    table (:mod:`vlmpack.media.check_table`) whose accepted contents are not checked again.
+    ``ValueError`` for an unknown ``check``.
     """
     if check not in CHECKS:
         raise ValueError(f"unknown media check {check!r}; use one of {', '.join(CHECKS)}")
@@ -70,7 +74,7 @@ def validate_sample(
     for i, item in enumerate(sample.media):
         try:
             info = probe_media(item.path, item.kind, check, media_root=media_root,
-                               allow_absolute_media=allow_absolute_media, max_bytes=max_media_bytes)
+                               allow_absolute_media=allow_absolute_media, max_bytes=max_media_bytes, table=table)
         except MediaError as e:
             return Rejection(sample.locator, e.reason, f"media {i} ({item.ref}): {e.detail}", own_id)
         except Exception as e:  # noqa: BLE001 - one bad record must never stop a run
