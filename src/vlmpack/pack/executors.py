@@ -193,12 +193,14 @@ def guarded_executor(kind: str, workers: int, model_dir: str, ray_address: str |
 
 def run_tasks(pool: Executor, fn: Callable, tasks: list, *, done: Callable, desc: str, weights: list[int], unit: str,
               show: bool) -> None:
-    """Run ``fn`` over ``tasks`` on ``pool`` with a progress bar (``weights[i]``: the progress of
+    """Run ``fn`` over ``tasks`` on ``pool`` with a progress bar on a terminal (``weights[i]``: the progress of
     task i, in ``unit``); ``done(task, result)`` is called in the calling process as each task
     finishes, in submission order among tasks finished together (so its result is saved at once and
     a killed run does not redo it). Checks :func:`vlmpack.signals.check` at least every
     :data:`vlmpack.signals.POLL_S` seconds; a task's exception is raised here."""
-    with tqdm(total=sum(weights), desc=desc, unit=unit, unit_scale=True, disable=not show, leave=False) as bar:
+    # disable=None: no bar when stderr is not a terminal (a log file, CI), as every command's bars
+    with tqdm(total=sum(weights), desc=desc, unit=unit, unit_scale=True, disable=None if show else True,
+              leave=False) as bar:
 
         def finish(i: int, fut) -> None:
             done(tasks[i], fut.result())
