@@ -317,6 +317,48 @@ def test_pack_and_check_the_demo_videos(real_data, model_dir, qwen3_vl_dir, tmp_
         assert r.returncode == 0 and "verify passed" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
 
 
+def test_media_tokens_per_kind_in_report_summary_and_plan(real_data, model_dir, tmp_path):
+    """Image and video tokens apart (issue 23 item 4): the demo's videos, 60 image/text records and a
+    sample holding an image and a video, packed with Qwen2.5-VL; ``report.json``'s
+    ``media_tokens_by_kind`` equals the per-item counts the pack JSONs record, summed by media kind
+    (the mixed sample's image tokens as image, its video tokens as video), the summary prints them,
+    and ``vlmpack plan OUT`` shows the same totals from the manifest."""
+    from vlmpack.packfmt import read_packs
+
+    video = [json.loads(x) for x in (real_data / "real_sft_video.jsonl").read_text().splitlines()]
+    images = (real_data / "real_sft.jsonl").read_text().splitlines()[:60]
+    first_image = next(r["images"][0] for x in images if (r := json.loads(x)).get("images"))
+    mixed = {"id": "image-and-video", "images": [first_image], "videos": video[0]["videos"], "conversations": [
+        {"from": "human", "value": "<image>\n<video>\nHow do these two relate?"},
+        {"from": "gpt", "value": "The picture is a stamp; the video shows bikes."}]}
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join([*map(json.dumps, video), *images, json.dumps(mixed)]) + "\n")
+    out = tmp_path / "out"
+    r = run_cli(["pack", "-i", src, "--model", model_dir, "-o", out, "--seq-len", "131072", "--media-root", real_data,
+                 "-j", "1", "--no-progress"])
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    want = {"image": 0, "video": 0}
+    mixed_kinds = None
+    for raw in read_packs(out):
+        for s in json.loads(raw["json"])["samples"]:
+            for m in s["media"]:
+                want[m["kind"]] += m["num_tokens"]
+            if s["id"] == "image-and-video":
+                mixed_kinds = sorted(m["kind"] for m in s["media"])
+    assert mixed_kinds == ["image", "video"]  # the mixed sample was packed
+    assert want["image"] > 0 and want["video"] > 0
+    assert report["media_tokens_by_kind"] == want
+    assert report["media_tokens_per_pack_by_kind"]["video"]["max"] <= report["media_tokens_per_pack"]["max"]
+    assert f"{want['image']:,} / {want['video']:,}" in r.stdout  # the summary row "media tokens image / video"
+    plan = run_cli(["plan", out, "-L", "131072", "--json"])
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    row = json.loads(plan.stdout)[0]
+    assert row["media_tokens_by_kind"] == want
+    table = run_cli(["plan", out, "-L", "131072"])
+    assert f"{want['image']:,} / {want['video']:,}" in table.stdout
+
+
 def test_cut_and_miscounted_videos_are_rejected_and_pack_verify_collator_agree(video_corpus, model_dir, tmp_path):
     """Real broken files (``tools/demo_data/video_corpus.py`` :data:`BROKEN`: an MP4 with its index
     first cut mid-stream, an AVI cut mid-stream, an AVI whose header counts one frame more than

@@ -135,7 +135,8 @@ def pack_command(
     ray_address: Optional[str] = _opt("ray_address", "--ray-address", help="Ray cluster address, e.g. auto"),
     overwrite: Optional[bool] = _opt("overwrite", "--overwrite/--no-overwrite",
                                      help="replace an output written with another config"),
-    progress: Optional[bool] = _opt("progress", "--progress/--no-progress", help="progress bars on stderr (only on a terminal)"),
+    progress: Optional[bool] = _opt("progress", "--progress/--no-progress",
+                                    help="progress bars on stderr (only on a terminal)"),
     cache_dir: Optional[str] = _opt("cache_dir", "--cache-dir", help="count cache shared with other outputs and "
                                     "`vlmpack plan --input` ('off': counts stay in OUT only)",
                                     default="$VLMPACK_CACHE, else ~/.cache/vlmpack/counts"),

@@ -91,7 +91,8 @@ class MeasureResult:
     1 image, 2 video), ``media_bytes`` int64 (bytes of the original media), ``line`` int64,
     ``offset`` int64 (bytes, in the decompressed input), ``rec_offset``/``rec_len`` int64 (bytes,
     in the task's records part file), ``id_kind`` int8 (index into :data:`vlmpack.records.ID_KINDS`),
-    ``label_tokens`` int32 (tokens that carry a label, the family's label mask).
+    ``label_tokens`` int32 (tokens that carry a label, the family's label mask), ``video_tokens``
+    int32 (the part of ``media_tokens`` of its videos; the rest is its images').
     ``ids``: an Arrow ``string`` array (one contiguous buffer: no per-sample Python object on the
     driver). ``media_files``: the :class:`~vlmpack.media.fingerprint.Fingerprint` (sha256 of the
     bytes) of every media item the accepted samples use, as counted: a resume whose media changed
@@ -118,6 +119,7 @@ class MeasureResult:
     rec_len: np.ndarray
     id_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
     label_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    video_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     media_files: list[Fingerprint] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
     stats: ReadStats = field(default_factory=ReadStats)
@@ -152,7 +154,7 @@ class MeasureResult:
         self.released = True
         empty = np.zeros(0, np.int64)
         for name in ("num_tokens", "media_tokens", "num_media", "kind", "media_bytes", "line", "offset",
-                     "rec_offset", "rec_len", "id_kind", "label_tokens", "id_hash"):
+                     "rec_offset", "rec_len", "id_kind", "label_tokens", "video_tokens", "id_hash"):
             setattr(self, name, empty)
         self.ids = pa.array([], pa.string())
 
@@ -392,6 +394,8 @@ def run_task(task: MeasureTask) -> MeasureResult:
         index=task.index, file_idx=task.file_idx, ids=pa.array([s.id for s in counted], pa.string()),
         num_tokens=np.array([s.num_tokens for s in counted], dtype=np.int32),
         media_tokens=np.array([sum(m.num_tokens for m in s.media) for s in counted], dtype=np.int32),
+        video_tokens=np.array([sum(m.num_tokens for m in s.media if m.kind == "video") for s in counted],
+                              dtype=np.int32),
         num_media=np.array([len(s.media) for s in counted], dtype=np.int32),
         kind=np.array([KIND_CODE[s.kind] for s in counted], dtype=np.int8),
         media_bytes=np.array([sum(m.nbytes for m in s.media) for s in counted], dtype=np.int64),

@@ -162,7 +162,9 @@ class ReportData:
     ``lengths``/``kinds``/``media_tokens`` ``[n]`` per manifest sample (tokens; kind 0/1/2);
     ``overlong`` the indices dropped as overlong; ``offsets`` ``[P+1]`` and ``order`` the plan's
     CSR; ``pack_tokens`` ``[P]`` tokens per pack; ``seq_len`` L in tokens; ``reasons`` reason code
-    -> records (overlong included); ``sources`` the report's per-input-file dicts."""
+    -> records (overlong included); ``sources`` the report's per-input-file dicts; ``video_tokens``
+    ``[n]`` the part of ``media_tokens`` of each sample's videos (empty: a manifest without it, whose
+    video samples' media tokens all count as video)."""
 
     lengths: np.ndarray
     kinds: np.ndarray
@@ -174,6 +176,13 @@ class ReportData:
     seq_len: int
     reasons: dict[str, int] = field(default_factory=dict)
     sources: list[dict[str, Any]] = field(default_factory=list)
+    video_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def media_by_kind(self) -> dict[str, np.ndarray]:
+        """Media tokens of each sample per media kind (``image``, ``video``), int64 ``[n]`` each."""
+        video = (self.video_tokens if len(self.video_tokens) == len(self.media_tokens) else
+                 np.where(self.kinds == SAMPLE_KINDS.index("video"), self.media_tokens, 0))
+        return {"image": self.media_tokens - video, "video": video}
 
     def kinds_present(self) -> list[tuple[int, str]]:
         return [(i, k) for i, k in enumerate(SAMPLE_KINDS) if (self.kinds == i).any()]
@@ -236,23 +245,23 @@ def draw_samples_per_pack(ax, d: ReportData) -> None:
 
 
 def draw_media_per_pack(ax, d: ReportData) -> None:
-    """Histogram of media tokens per pack, per media kind, over the packs that hold that kind
-    (0..L, linear bins); the packs without any media are counted in the title."""
-    present = [(i, k) for i, k in d.kinds_present() if i > 0]
-    if not present or len(d.offsets) < 2:
+    """Histogram of media tokens per pack, per media kind (a sample's image tokens as image, its
+    video tokens as video), over the packs that hold that kind (0..L, linear bins); the packs
+    without any media are counted in the title."""
+    if len(d.offsets) < 2:
         return _empty(ax, "no media in the packs")
     bins, drawn = np.linspace(0, d.seq_len, 41), 0
-    for i, k in present:
-        per = d.per_pack(np.where(d.kinds == i, d.media_tokens, 0))
-        per = per[d.per_pack((d.kinds == i).astype(np.int64)) > 0]
-        if not per.size:  # every sample of this kind was dropped
+    for k, tokens in d.media_by_kind().items():
+        per = d.per_pack(tokens)
+        per = per[per > 0]
+        if not per.size:  # no item of this kind in any pack
             continue
         drawn += 1
         ax.hist(per, bins=bins, histtype="step", linewidth=1.5, color=KIND_COLORS[k],
                 label=f"{k}: {per.size:,} packs, p50 {np.percentile(per, 50):,.0f}, p99 {np.percentile(per, 99):,.0f}")
     if not drawn:
         return _empty(ax, "no media in the packs")
-    none = int((d.per_pack((d.kinds > 0).astype(np.int64)) == 0).sum())
+    none = int((d.per_pack(d.media_tokens) == 0).sum())
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(xlabel=f"media tokens per pack (L = {d.seq_len:,})", ylabel="packs", xlim=(0, d.seq_len),
            title=f"Media tokens per pack, over the packs holding that kind\n({none:,} packs hold no media)")

@@ -87,8 +87,8 @@ def duplicate_positions(ids, id_kind: np.ndarray, hashes: np.ndarray | None = No
 
 
 #: Per-sample array fields of :class:`MeasureResult` and their manifest dtypes.
-_COLUMNS = {"num_tokens": np.int32, "media_tokens": np.int32, "num_media": np.int32, "kind": np.int8,
-            "media_bytes": np.int64, "line": np.int64, "offset": np.int64, "rec_offset": np.int64,
+_COLUMNS = {"num_tokens": np.int32, "media_tokens": np.int32, "video_tokens": np.int32, "num_media": np.int32,
+            "kind": np.int8, "media_bytes": np.int64, "line": np.int64, "offset": np.int64, "rec_offset": np.int64,
             "rec_len": np.int64}
 
 
@@ -152,8 +152,8 @@ def build_manifest(inputs: InputFiles, results: list[MeasureResult],
         keep[dups] = False
         ids = ids.filter(pa.array(keep))
         cols = {k: v[keep] for k, v in cols.items()}
-    order = ("id_kind", "num_tokens", "media_tokens", "label_tokens", "num_media", "kind", "media_bytes",
-             "file_idx", "line", "offset", "part", "rec_offset", "rec_len")
+    order = ("id_kind", "num_tokens", "media_tokens", "video_tokens", "label_tokens", "num_media", "kind",
+             "media_bytes", "file_idx", "line", "offset", "part", "rec_offset", "rec_len")
     return pa.table({"id": ids, **{k: cols[k] for k in order}}), rejections
 
 

@@ -1,13 +1,14 @@
 """Pre-flight planning (``vlmpack plan``): how a choice of ``seq_len`` would pack, writing no shards.
 
 Input: the counted manifest of a ``pack`` run (``OUT/.vlmpack/manifest.parquet`` with columns
-``num_tokens``, ``media_tokens``, ``num_media``, ``kind``), that parquet file, a lengths file
+``num_tokens``, ``media_tokens``, ``video_tokens``, ``num_media``, ``kind``), that parquet file, a lengths file
 (``.npy`` integer array, or text with one integer per line), or the inputs and model themselves
 (``vlmpack plan --input ... --model ...``: counted through the count stage and its cache,
 :func:`vlmpack.pack.count_stage.count_inputs`, so a later ``pack`` does not count again). For each
 ``seq_len`` it reports samples, overlong (count, %, tokens lost, per kind), packs, the lower bounds
 L1 = ceil(sum/L) and L2 (Martello–Toth), utilization, samples per pack and media tokens per pack (p50/p99/max,
-media tokens also per kind). :func:`sweep_lengths` adds a geometric grid of L so that :func:`plot` draws curves
+media tokens also per media kind: a sample's image tokens count as image, its video tokens as video; and
+their totals). :func:`sweep_lengths` adds a geometric grid of L so that :func:`plot` draws curves
 against L, and :func:`recommend_seq_len` picks the smallest L that drops fewer than ``max_drop`` of
 the samples (issue 12: "the smallest L with < 0.1 % samples dropped").
 """
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from vlmpack.errors import ConfigError, InputError
+from vlmpack.media.kinds import KINDS as MEDIA_KIND_SPECS
 from vlmpack.packing import PackPlan, lower_bound_l1, lower_bound_l2, plan_packs
 from vlmpack.records import SAMPLE_KINDS
 
@@ -31,13 +33,16 @@ logger = logging.getLogger(__name__)
 MANIFEST = Path(".vlmpack") / "manifest.parquet"
 #: Names of the manifest's ``kind`` codes 0/1/2 (``vlmpack.pack.count_task``).
 KINDS = SAMPLE_KINDS
+#: The media kinds whose tokens are shown apart (``image``, ``video``: :data:`vlmpack.media.kinds.KINDS`).
+MEDIA_KINDS = tuple(MEDIA_KIND_SPECS)
 #: Default share of samples that the recommended L may drop as overlong (issue 12: < 0.1 %).
 MAX_DROP = 0.001
 
 
 @dataclass(frozen=True)
 class PlanInput:
-    """Per-sample counts for planning; all int64 ``[n]`` (media arrays zero when unknown)."""
+    """Per-sample counts for planning; all int64 ``[n]`` (media arrays zero when unknown).
+    ``video_tokens``: the part of ``media_tokens`` of the sample's videos (the rest is images')."""
 
     lengths: np.ndarray
     media_counts: np.ndarray
@@ -45,6 +50,15 @@ class PlanInput:
     kinds: np.ndarray
     source: str
     has_media: bool
+    video_tokens: np.ndarray | None = None
+
+    def tokens_of(self, kind: str) -> np.ndarray:
+        """Media tokens of each sample's items of media kind ``kind`` (``image`` | ``video``), int64
+        ``[n]``. A manifest without ``video_tokens`` (written by an older vlmpack) gives a video
+        sample's media tokens all to ``video``."""
+        video = self.video_tokens if self.video_tokens is not None else np.where(
+            self.kinds == KINDS.index("video"), self.media_tokens, 0)
+        return video if kind == "video" else self.media_tokens - video
 
 
 def load_plan_input(source: str | Path) -> PlanInput:
@@ -84,7 +98,8 @@ def load_plan_input(source: str | Path) -> PlanInput:
 
 def plan_input_from_table(table: Any, source: str) -> PlanInput:
     """The :class:`PlanInput` of a manifest table (``pyarrow.Table`` with int ``num_tokens`` and
-    optionally ``media_tokens``, ``num_media``, ``kind``; missing media columns read as zeros):
+    optionally ``media_tokens``, ``video_tokens``, ``num_media``, ``kind``; missing media columns read
+    as zeros):
     a parquet file's, or the one :func:`vlmpack.pack.count_stage.count_inputs` builds. ``source`` names
     it in the plot. Raises :class:`InputError` when ``num_tokens`` is missing."""
     if "num_tokens" not in table.column_names:
@@ -97,7 +112,8 @@ def plan_input_from_table(table: Any, source: str) -> PlanInput:
         return np.zeros(n, dtype=np.int64)
 
     has_media = "media_tokens" in table.column_names
-    return PlanInput(col("num_tokens"), col("num_media"), col("media_tokens"), col("kind"), source, has_media)
+    video = col("video_tokens") if "video_tokens" in table.column_names else None
+    return PlanInput(col("num_tokens"), col("num_media"), col("media_tokens"), col("kind"), source, has_media, video)
 
 
 def _pct(a: np.ndarray) -> tuple[float, float, int]:
@@ -149,15 +165,18 @@ def plan_row(data: PlanInput, seq_len: int, **options: Any) -> tuple[dict[str, A
         "overlong_by_kind": {k: int((over_kinds == i).sum()) for i, k in enumerate(KINDS)},
         "overlong_tokens_by_kind": {k: int(over_tokens[over_kinds == i].sum()) for i, k in enumerate(KINDS)},
         "media_tokens_per_pack_by_kind": None,
+        "media_tokens_by_kind": None,
         "seconds": seconds,
     }
-    if data.has_media:
-        per_kind = {}
-        for i, k in enumerate(KINDS[1:], start=1):
-            w = np.where(data.kinds[plan.order] == i, data.media_tokens[plan.order], 0)
+    if data.has_media:  # per media kind: a sample's image tokens count as image, its video tokens as video
+        per_kind, totals = {}, {}
+        for k in MEDIA_KINDS:
+            w = data.tokens_of(k)[plan.order]
             per_pack = np.bincount(seg, weights=w, minlength=plan.num_packs).astype(np.int64)
             per_kind[k] = dict(zip(("p50", "p99", "max"), _pct(per_pack)))
+            totals[k] = int(w.sum())
         row["media_tokens_per_pack_by_kind"] = per_kind
+        row["media_tokens_by_kind"] = totals
     return row, plan
 
 
@@ -180,17 +199,19 @@ def plan_table(data: PlanInput, seq_lens: list[int], **options: Any) -> tuple[li
 def format_table(rows: list[dict[str, Any]]) -> str:
     """A markdown table of :func:`plan_table` rows."""
     head = ("| seq_len | samples | overlong (%) | packs | L1 | L2 | packs-L2 | util % | "
-            "samples/pack p50/p99/max | media tok/pack p50/p99/max |")
-    lines = [head, "|" + "---|" * 10]
+            f"samples/pack p50/p99/max | media tok/pack p50/p99/max | media tok {' / '.join(MEDIA_KINDS)} |")
+    lines = [head, "|" + "---|" * 11]
     for r in rows:
-        media = "-"
+        media = by_kind = "-"
         if r["media_tokens_per_pack_p50"] is not None:
             media = (f"{r['media_tokens_per_pack_p50']:.0f}/{r['media_tokens_per_pack_p99']:.0f}/"
                      f"{r['media_tokens_per_pack_max']}")
+            by_kind = " / ".join(f"{r['media_tokens_by_kind'][k]:,}" for k in MEDIA_KINDS)
         lines.append(
             f"| {r['seq_len']} | {r['samples']} | {r['overlong']} ({r['overlong_pct']:.2f}) | {r['packs']} | "
             f"{r['L1']} | {r['L2']} | {r['packs_minus_L2']} | {100 * r['utilization']:.2f} | "
-            f"{r['samples_per_pack_p50']:.0f}/{r['samples_per_pack_p99']:.0f}/{r['samples_per_pack_max']} | {media} |"
+            f"{r['samples_per_pack_p50']:.0f}/{r['samples_per_pack_p99']:.0f}/{r['samples_per_pack_max']} | {media} | "
+            f"{by_kind} |"
         )
     return "\n".join(lines)
 

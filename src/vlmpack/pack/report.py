@@ -120,6 +120,8 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
     order, offsets = np.asarray(plan.order), np.asarray(plan.offsets, dtype=np.int64)
     per_pack_media = (np.add.reduceat(mtok[order], offsets[:-1], dtype=np.int64) if plan.num_packs
                       else np.zeros(0, np.int64))  # packs are never empty
+    vtok = manifest.column("video_tokens").to_numpy().astype(np.int64)
+    by_kind = {"image": mtok[order] - vtok[order], "video": vtok[order]}  # per packed sample, in pack order
     report = {
         "records_read": stats.records,
         "blank_lines": stats.blank,
@@ -147,6 +149,10 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
         "overlong_tokens_by_kind": {k: int(v) for k, v in zip(SAMPLE_KINDS, np.bincount(
             kind[over_idx], weights=ntok[over_idx], minlength=len(SAMPLE_KINDS)))},
         "media_tokens_per_pack": _pct(per_pack_media),
+        "media_tokens_by_kind": {k: int(v.sum(dtype=np.int64)) for k, v in by_kind.items()},
+        "media_tokens_per_pack_by_kind": {
+            k: _pct(np.add.reduceat(v, offsets[:-1], dtype=np.int64) if plan.num_packs else np.zeros(0, np.int64))
+            for k, v in by_kind.items()},
         "algorithm": cfg.algorithm,
         "model": family_of(cfg.model),
         "shard_sha256": {s.name: s.sha256 for s in shards},
@@ -242,6 +248,8 @@ def summary_lines(report: dict) -> list[tuple[str, str]]:
         ("identity read = packed + rejected + overlong" + (" - pieces added" if r.get("overlong_split") else ""),
          "holds" if r["identity_holds"] else "BROKEN"),
         ("tokens", f"{r['tokens']:,}"),
+        *([("media tokens " + " / ".join(kinds), " / ".join(f"{v:,}" for v in kinds.values()))]
+          if (kinds := r.get("media_tokens_by_kind")) else []),
         ("tokens with a label (trained on)", "-" if r.get("label_token_share") is None else
          f"{r['label_tokens']:,} ({100 * r['label_token_share']:.1f} %)"),
         ("packs (lower bound)", f"{r['packs']:,} ({r['lower_bound_packs']:,})"),
@@ -286,7 +294,8 @@ def report_data(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, report: dic
     reasons = dict(report.get("rejected_by_reason", {}))
     reasons["overlong"] = report.get("dropped_overlong", 0)
     return ReportData(col("num_tokens"), col("kind"), col("media_tokens"), plan.overlong, plan.offsets,
-                      plan.order, plan.pack_tokens, cfg.seq_len, reasons, report.get("sources", []))
+                      plan.order, plan.pack_tokens, cfg.seq_len, reasons, report.get("sources", []),
+                      video_tokens=col("video_tokens"))
 
 
 def _table(rows: list[tuple[str, str]], head: tuple[str, ...] = ()) -> str:
@@ -347,7 +356,7 @@ def write_report_html(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, repor
 
     path = Path(cfg.output) / REPORT_HTML
     h = hashlib.sha256()  # what report_data() holds, without importing matplotlib
-    for name in ("num_tokens", "kind", "media_tokens"):
+    for name in ("num_tokens", "kind", "media_tokens", "video_tokens"):
         h.update(manifest.column(name).to_numpy().astype(np.int64).tobytes())
     for arr in (plan.overlong, plan.offsets, plan.order, plan.pack_tokens):
         h.update(np.asarray(arr, dtype=np.int64).tobytes() + b"|")

@@ -32,13 +32,13 @@ from vlmpack.pack.count_task import MeasureResult, arrays_path, media_files_sha2
 from vlmpack.records import Locator, ReadStats, Rejection
 
 #: The ``format`` of a result file this code reads and writes.
-FORMAT = "vlmpack.count-result/2"  # /2: num_media int32, text_bounds
+FORMAT = "vlmpack.count-result/3"  # /2: num_media int32, text_bounds; /3: video_tokens
 #: The columns of ``part-<task>.arrow``: the per-sample fields of MeasureResult (``id``: its ``ids``).
 SCHEMA = pa.schema([("id", pa.string()), ("num_tokens", pa.int32()), ("media_tokens", pa.int32()),
                     ("num_media", pa.int32()), ("kind", pa.int8()), ("media_bytes", pa.int64()),
                     ("line", pa.int64()), ("offset", pa.int64()), ("rec_offset", pa.int64()),
                     ("rec_len", pa.int64()), ("id_kind", pa.int8()), ("label_tokens", pa.int32()),
-                    ("id_hash", pa.uint64())])
+                    ("id_hash", pa.uint64()), ("video_tokens", pa.int32())])
 _ARRAYS = tuple(SCHEMA.names[1:])
 _UNITS = ("line", "sample", "row")
 
