@@ -123,3 +123,9 @@ def test_rows_are_keyed_by_content_kind_level_and_rules(tmp_path):
         db.execute("UPDATE checks SET rules = ?", (rules() + " other",))
     assert table.get("ab" * 32, "image", "verify") is None
     assert "Pillow" in rules() and "bomb" in rules()
+    # a video's numbers come back as the probe gave them (30 and 30.0 are written apart in a pack's JSON)
+    video = MediaInfo(320, 240, "mp4", 99, duration_s=2.0, fps=30, frames=60)
+    table.put("ef" * 32, "video", "verify", video)
+    table.close()
+    again = CheckTable(tmp_path / TABLE_NAME).get("ef" * 32, "video", "verify")
+    assert again == video and type(again.fps) is int and type(again.duration_s) is float

@@ -317,7 +317,8 @@ def _result(n: int, rng: np.random.Generator, index: int) -> MeasureResult:
                          media_tokens=arr(np.int32, 900), num_media=arr(np.int32, 5), kind=arr(np.int8, 3),
                          media_bytes=arr(np.int64, 10**9), line=arr(np.int64, 10**6), offset=arr(np.int64, 10**9),
                          rec_offset=arr(np.int64, 10**6), rec_len=arr(np.int64, 10**4), id_kind=arr(np.int8, 3),
-                         label_tokens=arr(np.int32, 900), id_hash=arr(np.uint64, 2**62), media_files=media,
+                         label_tokens=arr(np.int32, 900), video_tokens=arr(np.int32, 900),
+                         id_hash=arr(np.uint64, 2**62), media_files=media,
                          media_sha256=media_files_sha256(media), rejections=rej,
                          stats=ReadStats(n + 2, 1, n + 1, {"invalid_json": 1}), part_sha256="", part_size=0,
                          bound_counted_max=int(rng.integers(0, 10**4)), bound_skipped_min=int(rng.integers(0, 10**9)))
@@ -338,7 +339,7 @@ def test_saved_count_results_read_back_and_any_changed_byte_is_refused(tmp_path,
     back = read_result(store, 7, 1)
     assert back is not None and back.ids_array().to_pylist() == r.ids
     for name in ("num_tokens", "media_tokens", "num_media", "kind", "media_bytes", "line", "offset", "rec_offset",
-                 "rec_len", "id_kind", "label_tokens", "id_hash"):
+                 "rec_len", "id_kind", "label_tokens", "video_tokens", "id_hash"):
         got, want = getattr(back, name), getattr(r, name)
         assert got.dtype == want.dtype and np.array_equal(got, want), name
     assert (back.bound_counted_max, back.bound_skipped_min) == (r.bound_counted_max, r.bound_skipped_min)

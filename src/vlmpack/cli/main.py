@@ -104,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     from vlmpack.errors import Interrupted, RunFailedError
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # vlmpack's own warnings; the libraries' (matplotlib's font cache, transformers, PIL) only as errors
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("vlmpack").setLevel(logging.WARNING)
     signals.install()
     if hasattr(signal, "SIGXFSZ"):  # a file size limit gives EFBIG (one line), not a core dump
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

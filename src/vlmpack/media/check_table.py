@@ -40,8 +40,9 @@ FLUSH_ROWS = 256
 
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS checks (sha256 TEXT NOT NULL, kind TEXT NOT NULL, level TEXT NOT NULL, "
            "rules TEXT NOT NULL, info TEXT NOT NULL, PRIMARY KEY (sha256, kind, level, rules)) WITHOUT ROWID")
-_FIELDS = {"width": int, "height": int, "format": str, "nbytes": int, "duration_s": (float, type(None)),
-           "fps": (float, type(None)), "frames": (int, type(None))}
+# a number is kept as the probe gave it (JSON keeps 30 and 30.0 apart): the packs' JSON stays byte-identical
+_FIELDS = {"width": int, "height": int, "format": str, "nbytes": int, "duration_s": (int, float, type(None)),
+           "fps": (int, float, type(None)), "frames": (int, type(None))}
 
 
 @functools.lru_cache(maxsize=1)
@@ -169,8 +170,9 @@ def open_table(root: str | Path | None) -> CheckTable | None:
 
 def close_tables() -> None:
     """Write what is buffered and close this process's tables; the next :func:`open_table` opens
-    the file again (e.g. after it was replaced)."""
-    for table in _OPEN.values():
-        if table is not None:
+    the file again (e.g. after it was replaced). Tables a parent process opened before forking this
+    one are forgotten, never used or closed here (SQLite connections do not cross a fork)."""
+    for (pid, _), table in _OPEN.items():
+        if table is not None and pid == os.getpid():
             table.close()
     _OPEN.clear()
