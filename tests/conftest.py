@@ -84,6 +84,16 @@ def real_data() -> Path:
 
 
 @pytest.fixture(scope="session")
+def small_demo(tmp_path_factory, real_data) -> list[str]:
+    """The first 600 records of the demo set (a file of their own) + its broken records: two count
+    tasks, real images, some rejections."""
+    d = tmp_path_factory.mktemp("small")
+    lines = (real_data / "real_sft.jsonl").read_bytes().splitlines(keepends=True)[:600]
+    (d / "in.jsonl").write_bytes(b"".join(lines))
+    return [str(d / "in.jsonl"), str(real_data / "broken.jsonl")]
+
+
+@pytest.fixture(scope="session")
 def qwen3_vl_dir() -> Path:
     """The offline Qwen3-VL model directory (tools/demo_data/model_files/qwen3_vl)."""
     from demo_data.model_dirs import build_qwen3_vl_model_dir

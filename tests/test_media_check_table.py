@@ -15,22 +15,12 @@ import logging
 import sqlite3
 from pathlib import Path
 
-import pytest
-
 from vlmpack.config import load_config
 from vlmpack.media import probe
 from vlmpack.media.check_table import TABLE_NAME, CheckTable, rules
 from vlmpack.media.kinds import image as image_kind
 from vlmpack.media.kinds.spec import MediaInfo
 from vlmpack.pack.pipeline import run_pack
-
-
-@pytest.fixture(scope="module")
-def small(tmp_path_factory, real_data) -> list[str]:
-    d = tmp_path_factory.mktemp("small")
-    lines = (real_data / "real_sft.jsonl").read_bytes().splitlines(keepends=True)[:600]
-    (d / "in.jsonl").write_bytes(b"".join(lines))
-    return [str(d / "in.jsonl"), str(real_data / "broken.jsonl")]
 
 
 def _spy(monkeypatch) -> list[str]:
@@ -63,10 +53,10 @@ def _rejects(out: Path) -> list[tuple]:
 
 
 def test_each_accepted_image_is_checked_once_across_runs_with_the_same_decisions(
-        small, real_data, model_dir, tmp_path, monkeypatch):
+        small_demo, real_data, model_dir, tmp_path, monkeypatch):
     seen = _spy(monkeypatch)
     cache = tmp_path / "cache"
-    _, _, checked = _run(small, real_data, model_dir, tmp_path / "a", str(cache), seen)
+    _, _, checked = _run(small_demo, real_data, model_dir, tmp_path / "a", str(cache), seen)
     assert checked > 250 and (cache / TABLE_NAME).is_file()
     with sqlite3.connect(cache / TABLE_NAME) as db:
         rows = db.execute("SELECT COUNT(*), COUNT(DISTINCT sha256) FROM checks").fetchone()
@@ -75,12 +65,12 @@ def test_each_accepted_image_is_checked_once_across_runs_with_the_same_decisions
 
     # another count key (another --special-tokens: nothing of the count cache applies) and another
     # output: only the images that were rejected are checked again
-    again, again_shards, rechecked = _run(small, real_data, model_dir, tmp_path / "b", str(cache), seen,
+    again, again_shards, rechecked = _run(small_demo, real_data, model_dir, tmp_path / "b", str(cache), seen,
                                           special_tokens="split")
     assert again["reused"]["count_tasks_from_cache"] == 0
     assert rechecked == checked - rows[0], (rechecked, checked, rows[0])
     # the same decisions and bytes as a run that checks everything (no cache at all)
-    cold, cold_shards, cold_checked = _run(small, real_data, model_dir, tmp_path / "c", "off", seen,
+    cold, cold_shards, cold_checked = _run(small_demo, real_data, model_dir, tmp_path / "c", "off", seen,
                                            special_tokens="split")
     assert cold_checked >= checked  # without the table, a content at two paths is checked at each
     assert again_shards == cold_shards and _rejects(tmp_path / "b") == _rejects(tmp_path / "c")
@@ -89,14 +79,14 @@ def test_each_accepted_image_is_checked_once_across_runs_with_the_same_decisions
     assert any(r[2] == "media_undecodable" for r in _rejects(tmp_path / "b"))  # broken images still rejected
 
 
-def test_an_edited_or_damaged_table_is_not_trusted(small, real_data, model_dir, tmp_path, monkeypatch, caplog):
+def test_an_edited_or_damaged_table_is_not_trusted(small_demo, real_data, model_dir, tmp_path, monkeypatch, caplog):
     seen = _spy(monkeypatch)
     cache = tmp_path / "cache"
-    _, shards, checked = _run(small, real_data, model_dir, tmp_path / "a", str(cache), seen)
+    _, shards, checked = _run(small_demo, real_data, model_dir, tmp_path / "a", str(cache), seen)
     # rows edited to say something that is not a media check: read as a miss, every image checked again
     with sqlite3.connect(cache / TABLE_NAME) as db:
         db.execute("UPDATE checks SET info = ?", (json.dumps({"width": 1, "height": "x"}),))
-    _, edited_shards, rechecked = _run(small, real_data, model_dir, tmp_path / "b", str(cache), seen,
+    _, edited_shards, rechecked = _run(small_demo, real_data, model_dir, tmp_path / "b", str(cache), seen,
                                        max_media_bytes=100_000_000)  # another count key, the same output
     assert rechecked == checked and edited_shards == shards
     # a table file that is not SQLite: one warning, every image checked, the run goes on
@@ -104,7 +94,7 @@ def test_an_edited_or_damaged_table_is_not_trusted(small, real_data, model_dir, 
         p.unlink()
     (cache / TABLE_NAME).write_bytes(b"not a database" * 100)
     with caplog.at_level(logging.WARNING, logger="vlmpack.media.check_table"):
-        _, damaged_shards, damaged_checked = _run(small, real_data, model_dir, tmp_path / "c", str(cache), seen,
+        _, damaged_shards, damaged_checked = _run(small_demo, real_data, model_dir, tmp_path / "c", str(cache), seen,
                                                   max_media_bytes=200_000_000)  # another count key again
     assert damaged_checked == checked and damaged_shards == shards
     assert any("media check table" in r.getMessage() for r in caplog.records)

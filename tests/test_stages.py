@@ -28,15 +28,6 @@ from vlmpack.sinks import vlmpack as vlmpack_sink
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def small(tmp_path_factory, real_data) -> list[str]:
-    """The first 600 records of the demo set + its broken records: two count tasks, some rejections."""
-    d = tmp_path_factory.mktemp("small")
-    lines = (real_data / "real_sft.jsonl").read_bytes().splitlines(keepends=True)[:600]
-    (d / "in.jsonl").write_bytes(b"".join(lines))
-    return [str(d / "in.jsonl"), str(real_data / "broken.jsonl")]
-
-
 def _cfg(inputs, real_data, model_dir, out, cache, **kw) -> PackConfig:
     return load_config(input=inputs, media_root=str(real_data), model=str(model_dir), output=str(out),
                        progress=False, workers=1, cache_dir=str(cache), **kw)
@@ -73,8 +64,8 @@ def test_every_option_belongs_to_one_stage():
     assert set(stages) == set(PackConfig.model_fields), "a new option must be put in one stage of vlmpack.pack.stages"
 
 
-def test_stage_keys_follow_their_own_inputs(small, real_data, model_dir, tmp_path):
-    base = _cfg(small, real_data, model_dir, tmp_path / "o", tmp_path / "c", seq_len=4096)
+def test_stage_keys_follow_their_own_inputs(small_demo, real_data, model_dir, tmp_path):
+    base = _cfg(small_demo, real_data, model_dir, tmp_path / "o", tmp_path / "c", seq_len=4096)
     payload = base.fingerprint_payload()
     ck, pk = count_key(base, payload), plan_key(base, "m")
     wk = write_key(base, ck, pk, "media")
@@ -84,9 +75,9 @@ def test_stage_keys_follow_their_own_inputs(small, real_data, model_dir, tmp_pat
         other = base.model_copy(update=change)
         assert count_key(other, other.fingerprint_payload()) == ck, change
     for change in ({"media_check": "decode"}, {"special_tokens": "split"}, {"input_schema": "llava"},
-                   {"text_key": "conversations"}, {"input": small[:1]}):
+                   {"text_key": "conversations"}, {"input": small_demo[:1]}):
         kw = {"schema" if k == "input_schema" else k: v for k, v in change.items()}
-        other = _cfg(kw.pop("input", small), real_data, model_dir, tmp_path / "o", tmp_path / "c", seq_len=4096,
+        other = _cfg(kw.pop("input", small_demo), real_data, model_dir, tmp_path / "o", tmp_path / "c", seq_len=4096,
                      **kw)
         assert count_key(other, other.fingerprint_payload()) != ck, change
     for change, plan_same in (({"seq_len": 8192}, False), ({"seed": 3}, False), ({"max_shard_bytes": 1 << 20}, True),
@@ -97,17 +88,17 @@ def test_stage_keys_follow_their_own_inputs(small, real_data, model_dir, tmp_pat
     assert plan_key(base, "other manifest") != pk and write_key(base, ck, pk, "other media") != wk
 
 
-def test_another_seq_len_replans_and_rewrites_without_counting(small, real_data, model_dir, tmp_path, monkeypatch):
+def test_another_seq_len_replans_and_rewrites_without_counting(small_demo, real_data, model_dir, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     calls = _spy_counter(monkeypatch)
-    first = run_pack(_cfg(small, real_data, model_dir, tmp_path / "a", cache, seq_len=4096))
+    first = run_pack(_cfg(small_demo, real_data, model_dir, tmp_path / "a", cache, seq_len=4096))
     n = first["reused"]["count_tasks"]
     assert n == 2 and sorted(calls) == [0, 1] and first["reused"]["count_tasks_reused"] == 0
     calls.clear()
     _forbid_model(monkeypatch)
 
     # the same OUT at another L (--overwrite): planned and written again, nothing counted
-    again = run_pack(_cfg(small, real_data, model_dir, tmp_path / "a", cache, seq_len=8192, overwrite=True))
+    again = run_pack(_cfg(small_demo, real_data, model_dir, tmp_path / "a", cache, seq_len=8192, overwrite=True))
     assert calls == []
     assert first["seconds"]["worker_count"] > 0  # the summary's worker seconds are this run's: none here
     assert again["seconds"]["worker_count"] == again["seconds"]["worker_read_validate"] == 0
@@ -117,24 +108,25 @@ def test_another_seq_len_replans_and_rewrites_without_counting(small, real_data,
     assert again["stage_keys"]["plan"] != first["stage_keys"]["plan"] and again["packs"] < first["packs"]
 
     # a write option only: the plan is kept, the shards are written again
-    split = run_pack(_cfg(small, real_data, model_dir, tmp_path / "a", cache, seq_len=8192, overwrite=True,
+    split = run_pack(_cfg(small_demo, real_data, model_dir, tmp_path / "a", cache, seq_len=8192, overwrite=True,
                           max_packs_per_shard=4))
     assert calls == [] and split["reused"]["plan_reused"] is True and split["reused"]["shards_reused"] == 0
     assert split["packs"] == again["packs"] and split["shards"] == -(-again["packs"] // 4)
     assert split["stage_keys"]["plan"] == again["stage_keys"]["plan"] != split["stage_keys"]["write"]
 
     # a new OUT (another L and algorithm) takes the counts from the shared cache
-    other = run_pack(_cfg(small, real_data, model_dir, tmp_path / "b", cache, seq_len=2048, algorithm="ffd"))
+    other = run_pack(_cfg(small_demo, real_data, model_dir, tmp_path / "b", cache, seq_len=2048, algorithm="ffd"))
     assert calls == [] and other["reused"]["count_tasks_from_cache"] == n and other["samples_packed"] > 0
 
     # a finished run started again: nothing counted, planned or written, no model loaded
-    noop = run_pack(_cfg(small, real_data, model_dir, tmp_path / "b", cache, seq_len=2048, algorithm="ffd"))
+    noop = run_pack(_cfg(small_demo, real_data, model_dir, tmp_path / "b", cache, seq_len=2048, algorithm="ffd"))
     assert calls == [] and noop["reused"]["plan_reused"] and noop["reused"]["shards_reused"] == noop["shards"]
     assert noop["shard_sha256"] == other["shard_sha256"]
     monkeypatch.undo()
 
     # the reused counts give the bytes of a run that counts everything itself (cache off)
-    cold = run_pack(_cfg(small, real_data, model_dir, tmp_path / "cold", "off", seq_len=8192, max_packs_per_shard=4))
+    cold = run_pack(_cfg(small_demo, real_data, model_dir, tmp_path / "cold", "off", seq_len=8192,
+                         max_packs_per_shard=4))
     assert cold["reused"]["count_tasks_reused"] == 0
     assert _shards(tmp_path / "cold") == _shards(tmp_path / "a") and len(_shards(tmp_path / "a")) == 2 * split["shards"]
     assert (tmp_path / "cold" / "rejects.jsonl").read_bytes() == (tmp_path / "a" / "rejects.jsonl").read_bytes()
