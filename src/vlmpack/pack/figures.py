@@ -17,6 +17,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
+from vlmpack.pack.media_tokens import tokens_by_kind
 from vlmpack.records import SAMPLE_KINDS
 
 KIND_COLORS = {"text": "tab:blue", "image": "tab:orange", "video": "tab:green", "all": "black"}
@@ -163,7 +164,7 @@ class ReportData:
     ``overlong`` the indices dropped as overlong; ``offsets`` ``[P+1]`` and ``order`` the plan's
     CSR; ``pack_tokens`` ``[P]`` tokens per pack; ``seq_len`` L in tokens; ``reasons`` reason code
     -> records (overlong included); ``sources`` the report's per-input-file dicts; ``video_tokens``
-    ``[n]`` the part of ``media_tokens`` of each sample's videos (empty: a manifest without it, whose
+    ``[n]`` the part of ``media_tokens`` of each sample's videos (None: a manifest without it, whose
     video samples' media tokens all count as video)."""
 
     lengths: np.ndarray
@@ -176,13 +177,7 @@ class ReportData:
     seq_len: int
     reasons: dict[str, int] = field(default_factory=dict)
     sources: list[dict[str, Any]] = field(default_factory=list)
-    video_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-
-    def media_by_kind(self) -> dict[str, np.ndarray]:
-        """Media tokens of each sample per media kind (``image``, ``video``), int64 ``[n]`` each."""
-        video = (self.video_tokens if len(self.video_tokens) == len(self.media_tokens) else
-                 np.where(self.kinds == SAMPLE_KINDS.index("video"), self.media_tokens, 0))
-        return {"image": self.media_tokens - video, "video": video}
+    video_tokens: np.ndarray | None = None
 
     def kinds_present(self) -> list[tuple[int, str]]:
         return [(i, k) for i, k in enumerate(SAMPLE_KINDS) if (self.kinds == i).any()]
@@ -251,7 +246,7 @@ def draw_media_per_pack(ax, d: ReportData) -> None:
     if len(d.offsets) < 2:
         return _empty(ax, "no media in the packs")
     bins, drawn = np.linspace(0, d.seq_len, 41), 0
-    for k, tokens in d.media_by_kind().items():
+    for k, tokens in tokens_by_kind(d.media_tokens, d.kinds, d.video_tokens).items():
         per = d.per_pack(tokens)
         per = per[per > 0]
         if not per.size:  # no item of this kind in any pack

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from vlmpack.errors import ConfigError, InputError
-from vlmpack.media.kinds import KINDS as MEDIA_KIND_SPECS
+from vlmpack.pack.media_tokens import MEDIA_KINDS, tokens_by_kind
 from vlmpack.packing import PackPlan, lower_bound_l1, lower_bound_l2, plan_packs
 from vlmpack.records import SAMPLE_KINDS
 
@@ -33,8 +33,6 @@ logger = logging.getLogger(__name__)
 MANIFEST = Path(".vlmpack") / "manifest.parquet"
 #: Names of the manifest's ``kind`` codes 0/1/2 (``vlmpack.pack.count_task``).
 KINDS = SAMPLE_KINDS
-#: The media kinds whose tokens are shown apart (``image``, ``video``: :data:`vlmpack.media.kinds.KINDS`).
-MEDIA_KINDS = tuple(MEDIA_KIND_SPECS)
 #: Default share of samples that the recommended L may drop as overlong (issue 12: < 0.1 %).
 MAX_DROP = 0.001
 
@@ -42,7 +40,8 @@ MAX_DROP = 0.001
 @dataclass(frozen=True)
 class PlanInput:
     """Per-sample counts for planning; all int64 ``[n]`` (media arrays zero when unknown).
-    ``video_tokens``: the part of ``media_tokens`` of the sample's videos (the rest is images')."""
+    ``video_tokens``: the part of ``media_tokens`` of the sample's videos (None: unknown, see
+    :func:`vlmpack.pack.media_tokens.tokens_by_kind`)."""
 
     lengths: np.ndarray
     media_counts: np.ndarray
@@ -51,14 +50,6 @@ class PlanInput:
     source: str
     has_media: bool
     video_tokens: np.ndarray | None = None
-
-    def tokens_of(self, kind: str) -> np.ndarray:
-        """Media tokens of each sample's items of media kind ``kind`` (``image`` | ``video``), int64
-        ``[n]``. A manifest without ``video_tokens`` (written by an older vlmpack) gives a video
-        sample's media tokens all to ``video``."""
-        video = self.video_tokens if self.video_tokens is not None else np.where(
-            self.kinds == KINDS.index("video"), self.media_tokens, 0)
-        return video if kind == "video" else self.media_tokens - video
 
 
 def load_plan_input(source: str | Path) -> PlanInput:
@@ -170,8 +161,8 @@ def plan_row(data: PlanInput, seq_len: int, **options: Any) -> tuple[dict[str, A
     }
     if data.has_media:  # per media kind: a sample's image tokens count as image, its video tokens as video
         per_kind, totals = {}, {}
-        for k in MEDIA_KINDS:
-            w = data.tokens_of(k)[plan.order]
+        for k, tokens in tokens_by_kind(data.media_tokens, data.kinds, data.video_tokens).items():
+            w = tokens[plan.order]
             per_pack = np.bincount(seg, weights=w, minlength=plan.num_packs).astype(np.int64)
             per_kind[k] = dict(zip(("p50", "p99", "max"), _pct(per_pack)))
             totals[k] = int(w.sum())

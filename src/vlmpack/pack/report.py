@@ -37,6 +37,7 @@ from vlmpack import __version__
 from vlmpack.config import PackConfig
 from vlmpack.fsio import atomic_write, json_bytes, read_sealed_json, sealed_json_bytes
 from vlmpack.models import family_of
+from vlmpack.pack.media_tokens import tokens_by_kind
 from vlmpack.pack.write import ShardResult
 from vlmpack.packing import PackPlan
 from vlmpack.packing.alignment import aligned_lengths
@@ -120,8 +121,8 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
     order, offsets = np.asarray(plan.order), np.asarray(plan.offsets, dtype=np.int64)
     per_pack_media = (np.add.reduceat(mtok[order], offsets[:-1], dtype=np.int64) if plan.num_packs
                       else np.zeros(0, np.int64))  # packs are never empty
-    vtok = manifest.column("video_tokens").to_numpy().astype(np.int64)
-    by_kind = {"image": mtok[order] - vtok[order], "video": vtok[order]}  # per packed sample, in pack order
+    by_kind = {k: v[order] for k, v in  # per packed sample, in pack order
+               tokens_by_kind(mtok, kind, manifest.column("video_tokens").to_numpy()).items()}
     report = {
         "records_read": stats.records,
         "blank_lines": stats.blank,
