@@ -6,15 +6,15 @@ from pathlib import Path
 
 import typer
 
+from vlmpack.cli.progress import progress_option, verbose_option
+
 
 def check_command(
     output: Path = typer.Argument(..., help="a vlmpack output directory, or a MetadatasetV2 YAML blending several"),
     workers: int = typer.Option(2, "--workers", help="Energon loader workers (0 = in this process)"),
     no_run_dir: bool = typer.Option(False, "--no-run-dir", help="check without OUTPUT/.vlmpack (no completeness)"),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars on stderr (only on a "
-                                  "terminal)"),
-    verbose: bool = typer.Option(False, "--verbose", help="also show the warnings of the libraries it calls (PIL, "
-                                 "transformers, torch, ...)"),
+    progress: bool = progress_option(),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Check OUTPUT against its report and run record, then load it through Megatron-Energon.
 

@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from vlmpack.cli.progress import progress_option, verbose_option
+
 
 def inspect_command(
     output: Path = typer.Argument(..., help="a vlmpack output directory"),
@@ -20,10 +22,8 @@ def inspect_command(
                                         "OUTPUT/.vlmpack/config.json)"),
     plain: bool = typer.Option(False, "--plain", help="no colours: trained tokens marked [[ like this ]] (the "
                                "default when stdout is no terminal)"),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars on stderr (only on a "
-                                  "terminal)"),
-    verbose: bool = typer.Option(False, "--verbose", help="also show the warnings of the libraries it calls (PIL, "
-                                 "transformers, torch, ...)"),
+    progress: bool = progress_option(),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Show packs as the model sees them: samples, sources, token counts and shares, media, and the
     rendered text with the trained (label) tokens highlighted: in colour on a terminal, else (and

@@ -9,6 +9,8 @@ import sys
 import warnings
 from collections.abc import Iterator
 
+import typer
+
 #: Modules whose ``warnings.warn`` a command hides without ``--verbose`` (regex prefixes).
 THIRD_PARTY = ("PIL", "transformers", "torch", "torchvision", "webdataset", "megatron", "numpy", "tokenizers")
 
@@ -44,6 +46,17 @@ class Bars:
         for bar in self._bars.values():
             bar.close()
         self._bars.clear()
+
+
+def progress_option():
+    """The ``--progress/--no-progress`` option of ``check``, ``verify`` and ``inspect`` (see :class:`Bars`)."""
+    return typer.Option(True, "--progress/--no-progress", help="progress bars on stderr (only on a terminal)")
+
+
+def verbose_option():
+    """The ``--verbose`` option of ``check``, ``verify`` and ``inspect`` (see :func:`library_warnings`)."""
+    return typer.Option(False, "--verbose", help="also show the warnings of the libraries it calls (PIL, "
+                        "transformers, torch, ...)")
 
 
 @contextlib.contextmanager

@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from vlmpack.cli.progress import progress_option, verbose_option
+
 
 def verify_command(
     output: Path = typer.Argument(..., help="a vlmpack output directory"),
@@ -17,10 +19,8 @@ def verify_command(
     workers: int = typer.Option(2, "--workers", "-j", help="processes (default: 2)"),
     no_run_dir: bool = typer.Option(False, "--no-run-dir", help="without OUTPUT/.vlmpack: no completeness check "
                                     "(default: off)"),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars on stderr (only on a "
-                                  "terminal)"),
-    verbose: bool = typer.Option(False, "--verbose", help="also show the warnings of the libraries it calls (PIL, "
-                                 "transformers, torch, ...)"),
+    progress: bool = progress_option(),
+    verbose: bool = verbose_option(),
 ) -> None:
     """Re-derive every count of OUTPUT from its shard bytes, check it against report.json and the run
     record, and load it through Megatron-Energon. One 'problem: ...' line per finding; exit 1."""
