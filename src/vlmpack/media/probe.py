@@ -27,7 +27,7 @@ import stat
 
 from vlmpack.errors import MediaError
 from vlmpack.media.check_table import CheckTable, close_tables
-from vlmpack.media.fingerprint import holder_stat, item_sha256
+from vlmpack.media.fingerprint import fingerprint, holder_stat, unchanged
 from vlmpack.media.kinds import KINDS, MediaInfo, MediaKind
 from vlmpack.media.ref import display_ref, is_member, read_ref, ref_identity
 from vlmpack.media.resolve import check_real_path, clear_realpaths
@@ -120,29 +120,22 @@ def _probe_file(path: str, kind: str, check: str, size: int, table: CheckTable |
     """The probe of the file at ``path`` (``size`` bytes), or its :class:`MediaError`: taken from
     ``table`` when its bytes were accepted before, else probed (and kept in ``table`` if accepted and
     the file still holds the bytes hashed before the probe)."""
-    sha = None
+    fp = None
     if table is not None:
         try:
-            sha = item_sha256(path)[0]
+            fp = fingerprint(path)
         except (OSError, EOFError, ValueError, MediaError):
-            sha = None  # unreadable now: the probe says why
-        known = table.get(sha, kind, check) if sha else None
+            fp = None  # unreadable now: the probe says why
+        known = table.get(fp.sha256, kind, check) if fp is not None else None
         if known is not None:
             return known
     try:
         info = _spec(kind).probe(path, size, check, None)
     except MediaError as e:
         return e
-    if sha is not None and table is not None and _same_bytes(path, sha):  # not replaced while probed
-        table.put(sha, kind, check, info)
+    if fp is not None and table is not None and unchanged(fp):  # not replaced while probed (stat, else hash)
+        table.put(fp.sha256, kind, check, info)
     return info
-
-
-def _same_bytes(path: str, sha: str) -> bool:
-    try:
-        return item_sha256(path)[0] == sha
-    except (OSError, EOFError, ValueError, MediaError):
-        return False
 
 
 def probe_bytes(data: bytes, kind: str = "image", check: str = "header", *, name: str = "<bytes>") -> MediaInfo:
