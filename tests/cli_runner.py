@@ -30,8 +30,10 @@ from pathlib import Path
 
 #: What the fork server imports before its first fork: the CLI and what its commands import lazily,
 #: the model families' transformers modules among them (``transformers`` itself imports them only on
-#: first use: 1.7 s of the first ``load_model`` of a command).
+#: first use: 1.7 s of the first ``load_model`` of a command), matplotlib with the report's figures
+#: (about 2 s of every ``vlmpack pack``) and pandas (PyArrow imports it when it reads a table back: 1 s).
 PRELOAD = ["cli_runner", "vlmpack.cli", "vlmpack.check", "vlmpack.pack.pipeline", "vlmpack.verify",
+           "vlmpack.pack.figures", "matplotlib.backends.backend_agg", "pandas",
            "megatron.energon", "transformers", "tokenizers", "pyarrow.parquet", "PIL.Image", "vlmpack.models.qwen2_vl",
            "vlmpack.models.qwen3_vl", "vlmpack.models.internvl", "vlmpack.models.llava_onevision",
            "transformers.models.auto.tokenization_auto", "transformers.models.auto.image_processing_auto",

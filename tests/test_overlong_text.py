@@ -30,8 +30,8 @@ _TEXT = st.lists(st.one_of(st.text(max_size=40), _TRICKY, st.builds(lambda c, k:
 
 @pytest.fixture(scope="module", params=["model_dir", "qwen3_vl_dir", "internvl_dir", "llava_ov_dir"])
 def family(request):
-    """A family and its tokenizer's text bound (read from the tokenizer's JSON once, as the count
-    stage does per worker: about 0.5 s for the Qwen2 vocabulary, not to be paid per example)."""
+    """A family and its tokenizer's text bound (read from the tokenizer once, as the count stage does
+    per process: about 0.2 s for the Qwen2 vocabulary, not to be paid per example)."""
     fam = load_model(str(request.getfixturevalue(request.param)))
     return fam, text_bound(fam.tokenizer)
 
@@ -129,3 +129,38 @@ def test_40000_images_in_one_sample_do_not_overflow_a_count(tmp_path, real_data,
     rej = _rejects(tmp_path / "o")
     assert rej["many"]["reason"] == "overlong", rej.get("many")  # 40,000 images x their tokens > 8,192
     assert report["identity_holds"] and report["samples_packed"] >= 15
+
+
+def _bound_from_json(tokenizer):
+    """The text bound's rule read from the whole ``tokenizer.json`` (the first implementation):
+    BPE + a ByteLevel decoder + Unicode normal forms, the longest vocabulary entry or added token."""
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    dec = spec.get("decoder") or {}
+    if spec["model"]["type"] != "BPE" or not (dec.get("type") == "ByteLevel" or any(
+            d.get("type") == "ByteLevel" for d in dec.get("decoders", ()))):
+        return None
+    norm = spec.get("normalizer")
+    parts = [] if norm is None else norm["normalizers"] if norm["type"] == "Sequence" else [norm]
+    if any(p["type"] not in ("NFC", "NFKC", "NFD", "NFKD") for p in parts):
+        return None
+    longest = max(len(t) for t in spec["model"]["vocab"])
+    added = max((len(a["content"].encode()) for a in spec["added_tokens"]), default=1)
+    return max(longest, added), tuple(p["type"] for p in parts)
+
+
+@pytest.mark.parametrize("fixture", ["model_dir", "internvl_dir", "llava_ov_dir", "qwen3_5_dir"])
+def test_text_bound_equals_the_rule_on_the_whole_tokenizer_json(request, fixture):
+    """:func:`text_bound` reads the tokenizer's parts; the rule on its whole JSON gives the same bound,
+    and a tokenizer the rule does not cover gets none (WordPiece; BPE under a ``Replace`` normalizer)."""
+    from tokenizers import Tokenizer, models, normalizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = load_model(request.getfixturevalue(fixture)).tokenizer
+    got = text_bound(tok)
+    assert (got.max_token_bytes, got.forms) == _bound_from_json(tok)
+    wordpiece = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1})))
+    assert text_bound(wordpiece) is None and _bound_from_json(wordpiece) is None
+    replaced = Tokenizer.from_str(tok.backend_tokenizer.to_str())
+    replaced.normalizer = normalizers.Replace("aa", "a")
+    other = PreTrainedTokenizerFast(tokenizer_object=replaced)
+    assert text_bound(other) is None and _bound_from_json(other) is None

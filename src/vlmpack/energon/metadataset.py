@@ -39,6 +39,7 @@ from pathlib import Path
 
 import yaml
 
+from vlmpack.energon.load import frozen_gc
 from vlmpack.errors import ConfigError
 from vlmpack.fsio import LinkRefused, links_under, read_inside
 from vlmpack.packfmt import loads_json
@@ -362,8 +363,9 @@ def iter_blend(path: str | Path, *, num_workers: int = 0, seed: int = 0):
     """Yield packs (``VlmpackPack``, media as raw bytes) drawn by Energon's own
     ``get_train_dataset(path)`` from the blend ``path``: an endless stream, each pack from
     dataset i with probability ``w_i / sum(w)``; ``pack.__subflavors__`` names its entry's
-    subflavors. Raises :class:`ConfigError` without megatron-energon, and whatever Energon raises
-    for a blend it cannot load."""
+    subflavors. Garbage collection skips the objects alive before the stream until it is closed
+    (:func:`vlmpack.energon.load.frozen_gc`). Raises :class:`ConfigError` without megatron-energon,
+    and whatever Energon raises for a blend it cannot load."""
     try:
         from megatron.energon import WorkerConfig, get_loader, get_train_dataset
     except ImportError:
@@ -371,4 +373,5 @@ def iter_blend(path: str | Path, *, num_workers: int = 0, seed: int = 0):
     wc = WorkerConfig(rank=0, world_size=1, num_workers=num_workers, seed_offset=seed)
     ds = get_train_dataset(str(path), batch_size=None, shuffle_buffer_size=None, max_samples_per_sequence=None,
                            worker_config=wc, auto_decode=False)
-    yield from get_loader(ds)
+    with frozen_gc():
+        yield from get_loader(ds)
