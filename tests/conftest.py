@@ -187,3 +187,15 @@ def logit_diff(model, h, ref, chunk: int = 256) -> float:
             n = min(chunk, len(d) - i)
             worst = max(worst, torch.mm(d[i:i + n], w.T, out=buf[:n]).abs_().max().item())
     return worst
+
+
+@pytest.fixture
+def frozen_objects():
+    """The test runs with this process's objects from before it frozen out of garbage collection
+    (:func:`vlmpack.energon.load.frozen_gc`): Energon's loaders run full collections (at each loader,
+    pass and forked worker), and a test process holds millions of objects (0.5-1 s a collection).
+    For the tests that load through Energon's own ``get_loader`` / ``get_savable_loader``."""
+    from vlmpack.energon.load import frozen_gc
+
+    with frozen_gc():
+        yield

@@ -37,7 +37,8 @@ from vlmpack.energon.task_encoder import VlmpackOnlineTaskEncoder, VlmpackTaskEn
 from vlmpack.packfmt import read_packs
 from vlmpack.train import PackCollator  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning"),
+              pytest.mark.usefixtures("frozen_objects")]
 
 
 def _loader(path, te, **kw):

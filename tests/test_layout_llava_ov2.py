@@ -77,6 +77,7 @@ def test_the_dataset_yaml_is_the_one_their_writer_writes(ov2_out):
     assert sink_of(ov2_out) is SINKS[LAYOUT]
 
 
+@pytest.mark.usefixtures("frozen_objects")
 def test_their_trainer_reads_every_sample_with_its_texts_media_and_a_count_within_l(ov2_out, real_data, model_dir,
                                                                                      tmp_path, monkeypatch):
     from image_memo import shape_only_pixels

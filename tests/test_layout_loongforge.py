@@ -58,6 +58,7 @@ def test_the_meta_is_their_writers(lf_out):
     assert {k.split("_pack_")[0] for k in keys} == {"text", "image"}
 
 
+@pytest.mark.usefixtures("frozen_objects")
 def test_their_trainer_reads_every_sample_with_its_turns_images_and_a_count_within_l(lf_out, real_data, model_dir):
     from image_memo import shape_only_pixels
     from megatron.energon import Cooker, DefaultTaskEncoder, SampleDecoder, WorkerConfig, get_loader, get_train_dataset

@@ -435,6 +435,7 @@ def _loader_decodes_bytes(data: bytes) -> bool:
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+@pytest.mark.usefixtures("frozen_objects")
 def test_energon_loader_names_pack_and_sample_of_an_undecodable_image(broken_pack, model_dir, caplog):
     pytest.importorskip("megatron.energon")
     from megatron.energon import WorkerConfig, get_loader, get_train_dataset

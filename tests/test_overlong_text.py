@@ -148,19 +148,35 @@ def _bound_from_json(tokenizer):
     return max(longest, added), tuple(p["type"] for p in parts)
 
 
-@pytest.mark.parametrize("fixture", ["model_dir", "internvl_dir", "llava_ov_dir", "qwen3_5_dir"])
+@pytest.mark.parametrize("fixture", ["model_dir", "llava_ov_dir"])
 def test_text_bound_equals_the_rule_on_the_whole_tokenizer_json(request, fixture):
-    """:func:`text_bound` reads the tokenizer's parts; the rule on its whole JSON gives the same bound,
-    and a tokenizer the rule does not cover gets none (WordPiece; BPE under a ``Replace`` normalizer)."""
-    from tokenizers import Tokenizer, models, normalizers
+    """:func:`text_bound` reads the tokenizer's parts; the rule on its whole JSON gives the same bound
+    (the Qwen2 vocabulary with Qwen2-VL's and LLaVA-OneVision's added tokens, and small BPE
+    tokenizers with a sequence of normalizers and of decoders), and a tokenizer the rule does not
+    cover gets none (WordPiece; BPE under a ``Replace`` normalizer or without a ByteLevel decoder)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
     from transformers import PreTrainedTokenizerFast
+
+    def small(model, normalizer=None, decoder=None):
+        tok = Tokenizer(model)
+        if normalizer is not None:
+            tok.normalizer = normalizer
+        if decoder is not None:
+            tok.decoder = decoder
+        tok.add_special_tokens(["<|a_long_added_special_token|>"])
+        return PreTrainedTokenizerFast(tokenizer_object=tok)
+
+    def bpe():
+        return models.BPE({"a": 0, "b": 1, "ab": 2, "abab": 3}, [("a", "b"), ("ab", "ab")])
 
     tok = load_model(request.getfixturevalue(fixture)).tokenizer
     got = text_bound(tok)
     assert (got.max_token_bytes, got.forms) == _bound_from_json(tok)
-    wordpiece = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1})))
-    assert text_bound(wordpiece) is None and _bound_from_json(wordpiece) is None
-    replaced = Tokenizer.from_str(tok.backend_tokenizer.to_str())
-    replaced.normalizer = normalizers.Replace("aa", "a")
-    other = PreTrainedTokenizerFast(tokenizer_object=replaced)
-    assert text_bound(other) is None and _bound_from_json(other) is None
+    covered = small(bpe(), normalizers.Sequence([normalizers.NFKC(), normalizers.NFC()]),
+                    decoders.Sequence([decoders.ByteLevel(), decoders.Fuse()]))
+    got = text_bound(covered)
+    assert (got.max_token_bytes, got.forms) == _bound_from_json(covered) == (30, ("NFKC", "NFC"))
+    for other in (small(models.WordPiece({"[UNK]": 0, "a": 1})), small(bpe(), normalizers.Replace("aa", "a"),
+                                                                           decoders.ByteLevel()),
+                  small(bpe(), None, decoders.Fuse())):
+        assert text_bound(other) is None and _bound_from_json(other) is None

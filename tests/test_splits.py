@@ -43,6 +43,7 @@ def _energon_ids(out, part: str) -> list[str]:
     return [str(s["id"]) for pack in get_loader(ds) for s in pack.samples]
 
 
+@pytest.mark.usefixtures("frozen_objects")
 def test_each_split_part_loads_exactly_its_samples(split_out):
     pytest.importorskip("megatron.energon")
     report = json.loads((split_out / "report.json").read_text())
@@ -60,6 +61,7 @@ def test_each_split_part_loads_exactly_its_samples(split_out):
     assert check_output(split_out)["problems"] == []
 
 
+@pytest.mark.usefixtures("frozen_objects")
 def test_a_sample_keeps_its_split_whatever_the_capacity_and_the_node_count(split_out, real_data, model_dir, tmp_path):
     from vlmpack.pack.pipeline import run_pack
 
