@@ -8,7 +8,8 @@ written to files the caller reads back), it never sees the test process's state 
 started before any test ran its code, and forks only from itself), and it calls the console
 script's own ``vlmpack.cli.main`` with ``sys.argv`` as the shell would set it. What differs from
 ``subprocess.run``: modules that a command imports are already imported, so a module must read the
-environment when called, not when imported (vlmpack does: ``VLMPACK_CACHE``, ``VLMPACK_DEBUG``), and
+environment when called, not when imported (vlmpack does: ``VLMPACK_CACHE``, ``VLMPACK_DEBUG``), the
+family of the suite's Qwen2.5-VL directory is already in ``load_model``'s cache (:mod:`cli_preload`), and
 the child leaves through ``os._exit`` after flushing stdout and stderr, as the console script's own
 interrupt path does.
 
@@ -31,7 +32,8 @@ from pathlib import Path
 #: What the fork server imports before its first fork: the CLI and what its commands import lazily,
 #: the model families' transformers modules among them (``transformers`` itself imports them only on
 #: first use: 1.7 s of the first ``load_model`` of a command), matplotlib with the report's figures
-#: (about 2 s of every ``vlmpack pack``) and pandas (PyArrow imports it when it reads a table back: 1 s).
+#: (about 2 s of every ``vlmpack pack``) and pandas (PyArrow imports it when it reads a table back: 1 s);
+#: last, :mod:`cli_preload` loads the family of the suite's Qwen2.5-VL directory into ``load_model``'s cache.
 PRELOAD = ["cli_runner", "vlmpack.cli", "vlmpack.check", "vlmpack.pack.pipeline", "vlmpack.verify",
            "vlmpack.pack.figures", "matplotlib.backends.backend_agg", "pandas",
            "megatron.energon", "transformers", "tokenizers", "pyarrow.parquet", "PIL.Image", "vlmpack.models.qwen2_vl",
@@ -41,7 +43,7 @@ PRELOAD = ["cli_runner", "vlmpack.cli", "vlmpack.check", "vlmpack.pack.pipeline"
            "transformers.models.qwen2_vl.image_processing_pil_qwen2_vl",
            "transformers.models.llava_onevision.image_processing_pil_llava_onevision",
            "transformers.models.got_ocr2.image_processing_pil_got_ocr2",
-           "transformers.models.internvl.processing_internvl"]
+           "transformers.models.internvl.processing_internvl", "cli_preload"]
 
 _context: multiprocessing.context.BaseContext | None = None
 
@@ -49,8 +51,21 @@ _context: multiprocessing.context.BaseContext | None = None
 def _server() -> multiprocessing.context.BaseContext:
     global _context
     if _context is None:
+        from multiprocessing import forkserver
+
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(PRELOAD)  # the server imports them once; sys.path travels with it
+        ctx.set_forkserver_preload(PRELOAD)  # the server imports them once
+        # Python 3.11's fork server is handed sys.path but does not apply it before importing PRELOAD:
+        # the tests folder (cli_runner, cli_preload) reaches it through PYTHONPATH, set while it starts
+        saved = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), *([saved] if saved else [])])
+        try:
+            forkserver.ensure_running()
+        finally:
+            if saved is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = saved
         _context = ctx
     return _context
 
