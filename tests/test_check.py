@@ -371,3 +371,21 @@ def test_ids_compare_as_kind_and_id(out):
 def test_report_of_a_failed_run(out):
     (out / "report.json").write_text(json.dumps({"status": "failed", "stage": "count", "records_read": 300}))
     _assert_fails(out, "failed run", "count")
+
+
+def test_frozen_gc_freezes_what_is_alive_and_always_unfreezes():
+    """The Energon passes' ``frozen_gc``: objects alive at the start are out of collection inside the
+    block (a full collection does not see them), all are back after it, also when the block raises."""
+    import gc
+
+    from vlmpack.energon.load import frozen_gc
+
+    alive = [[i] for i in range(1000)]
+    assert gc.get_freeze_count() == 0
+    with frozen_gc():
+        assert gc.get_freeze_count() >= len(alive)
+        assert not any(o is alive for o in gc.get_objects())
+    assert gc.get_freeze_count() == 0 and any(o is alive for o in gc.get_objects())
+    with pytest.raises(RuntimeError), frozen_gc():
+        raise RuntimeError("stop")
+    assert gc.get_freeze_count() == 0

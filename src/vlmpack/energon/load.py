@@ -59,7 +59,8 @@ def frozen_gc() -> Iterator[None]:
     0.2-1 s: measured over the test suite, 90 % of the time of the ``vlmpack check`` Energon pass
     was spent collecting. Frozen objects are skipped by all of these (and by the forked workers,
     which inherit the frozen set), so they only visit what the pass itself creates. Objects that
-    become garbage in cycles while frozen are collected after the block.
+    become garbage in cycles while frozen are collected after the block. Blocks do not nest: the
+    end of any block unfreezes every object (as Energon's own ``GcDataset`` does at the end of a pass).
     """
     gc.freeze()
     try:
