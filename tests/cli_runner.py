@@ -9,7 +9,8 @@ started before any test ran its code, and forks only from itself), and it calls 
 script's own ``vlmpack.cli.main`` with ``sys.argv`` as the shell would set it. What differs from
 ``subprocess.run``: modules that a command imports are already imported, so a module must read the
 environment when called, not when imported (vlmpack does: ``VLMPACK_CACHE``, ``VLMPACK_DEBUG``), the
-family of the suite's Qwen2.5-VL directory is already in ``load_model``'s cache (:mod:`cli_preload`), and
+family of the suite's Qwen2.5-VL directory is already in ``load_model``'s cache (:mod:`cli_preload`),
+``sys.path`` also holds the tests folder (the server's, see :func:`_server`), and
 the child leaves through ``os._exit`` after flushing stdout and stderr, as the console script's own
 interrupt path does.
 
