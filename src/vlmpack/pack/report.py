@@ -119,10 +119,12 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
     util = tokens / (packs * cfg.seq_len) if packs else 0.0
     ntok, mtok, kind = (manifest.column(c).to_numpy() for c in ("num_tokens", "media_tokens", "kind"))
     order, offsets = np.asarray(plan.order), np.asarray(plan.offsets, dtype=np.int64)
-    per_pack_media = (np.add.reduceat(mtok[order], offsets[:-1], dtype=np.int64) if plan.num_packs
-                      else np.zeros(0, np.int64))  # packs are never empty
-    by_kind = {k: v[order] for k, v in  # per packed sample, in pack order
-               tokens_by_kind(mtok, kind, manifest.column("video_tokens").to_numpy()).items()}
+
+    def summed_per_pack(values: np.ndarray) -> np.ndarray:  # per manifest sample -> per pack (never empty)
+        return (np.add.reduceat(values[order], offsets[:-1], dtype=np.int64) if plan.num_packs
+                else np.zeros(0, np.int64))
+
+    by_kind = tokens_by_kind(mtok, kind, manifest.column("video_tokens").to_numpy())
     report = {
         "records_read": stats.records,
         "blank_lines": stats.blank,
@@ -149,11 +151,9 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
         "overlong_tokens": int(ntok[over_idx].sum(dtype=np.int64)),
         "overlong_tokens_by_kind": {k: int(v) for k, v in zip(SAMPLE_KINDS, np.bincount(
             kind[over_idx], weights=ntok[over_idx], minlength=len(SAMPLE_KINDS)))},
-        "media_tokens_per_pack": _pct(per_pack_media),
-        "media_tokens_by_kind": {k: int(v.sum(dtype=np.int64)) for k, v in by_kind.items()},
-        "media_tokens_per_pack_by_kind": {
-            k: _pct(np.add.reduceat(v, offsets[:-1], dtype=np.int64) if plan.num_packs else np.zeros(0, np.int64))
-            for k, v in by_kind.items()},
+        "media_tokens_per_pack": _pct(summed_per_pack(mtok)),
+        "media_tokens_by_kind": {k: int(v[order].sum(dtype=np.int64)) for k, v in by_kind.items()},
+        "media_tokens_per_pack_by_kind": {k: _pct(summed_per_pack(v)) for k, v in by_kind.items()},
         "algorithm": cfg.algorithm,
         "model": family_of(cfg.model),
         "shard_sha256": {s.name: s.sha256 for s in shards},
