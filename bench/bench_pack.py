@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # the de
 
 from bench_video import video_count_table  # noqa: E402
 from demo_data import build_demo_data, build_qwen2_5_vl_model_dir  # noqa: E402
+from measure import run_tree_measured  # noqa: E402
 
 from vlmpack.config import load_config
 from vlmpack.media.orientation import orientation
@@ -125,71 +126,6 @@ def _run_measured(cmd: list[str]) -> tuple[float, float]:
     return sec, usage.ru_maxrss / 1024
 
 
-def _tree(root: int) -> list[int]:
-    """``root`` and every live descendant (from ``/proc/*/stat`` parent ids)."""
-    parent: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat", "rb") as f:
-                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            parent.setdefault(ppid, []).append(int(d))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo += parent.get(pid, [])
-    return out
-
-
-def _pss_kb(pid: int) -> tuple[int, int]:
-    """``(Pss, Pss_Anon)`` of ``pid`` in kB (0, 0 when it is gone)."""
-    got = {"Pss:": 0, "Pss_Anon:": 0}
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                key, _, rest = line.partition(" ")
-                if key in got:
-                    got[key] = int(rest.split()[0])
-    except (OSError, ValueError):
-        pass
-    return got["Pss:"], got["Pss_Anon:"]
-
-
-def _run_tree_measured(cmd: list[str], every: float = 0.5) -> dict:
-    """Run ``cmd``; wall seconds, CPU seconds (user + system, workers included), its ``ru_maxrss``
-    (MB: the largest single process of the tree) and the peak over time of the process tree's
-    summed PSS / anonymous PSS (MB, polled every ``every`` s)."""
-    import threading
-
-    peak = [0, 0]
-    with tempfile.TemporaryFile() as err:
-        t = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
-        stop = threading.Event()
-
-        def poll() -> None:
-            while not stop.is_set():
-                pss = [_pss_kb(p) for p in _tree(proc.pid)]
-                peak[0] = max(peak[0], sum(x[0] for x in pss))
-                peak[1] = max(peak[1], sum(x[1] for x in pss))
-                stop.wait(every)
-
-        poller = threading.Thread(target=poll, daemon=True)
-        poller.start()
-        _, status, usage = os.wait4(proc.pid, 0)  # the zombie stays readable until reaped here
-        sec = time.perf_counter() - t
-        stop.set()
-        poller.join()
-        if status != 0:
-            err.seek(0)
-            raise RuntimeError(f"{' '.join(cmd)} failed: {err.read().decode()[-500:]}")
-    return {"seconds": sec, "cpu_seconds": usage.ru_utime + usage.ru_stime, "max_rss_mb": usage.ru_maxrss / 1024,
-            "tree_pss_mb": peak[0] / 1024, "tree_anon_mb": peak[1] / 1024}
-
-
 def build_big_parquet(data: Path, target_gb: float, rows_per_group: int) -> Path:
     """The demo rows repeated (ids ``<id>-r<k>``) until the file holds ``target_gb`` GB of image
     bytes, images embedded as ``{bytes, path}`` structs; cached (built under a temporary name,
@@ -250,7 +186,7 @@ def parquet_rss_table(data: Path, model_dir: Path, args) -> None:
             cmd = [sys.executable, "-m", "vlmpack", "pack", "--input", str(path), "--output", str(out),
                    "--model", str(model_dir), "--media-root", str(data), "--seq-len", str(args.seq_len),
                    "--workers", str(args.workers), "--no-progress"]
-            m = _run_tree_measured(cmd)
+            m = run_tree_measured(cmd)
             report = json.loads((out / "report.json").read_text())
         stage, nan = report.get("seconds", {}), float("nan")
         cells = [f"{path.name} ({path.stat().st_size / 1e9:.2f} GB)", f"{meta.num_rows:,}", f"{meta.num_row_groups:,}",

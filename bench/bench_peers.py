@@ -39,14 +39,13 @@ Energon preparation (index files) is skipped by the peer itself here (it imports
 from a module path that megatron-energon 7.4 lacks, and falls back to writing ``split.yaml``); vlmpack
 indexes its shards. That skipped step is timed afterwards on the peer's last shards and printed.
 
-Columns (per run; seconds are wall-clock ``time.perf_counter``): ``wall s`` from the first stage's
-start to the last one's end; ``CPU s`` user + sys of the whole process tree, from
-``resource.getrusage(RUSAGE_CHILDREN)`` deltas around a measuring subprocess that runs the stages
-(includes that subprocess itself, ~0.1 s; a descendant that its parent never waits for would be
-missed); ``max-RSS MB`` the largest peak resident set of any single process of the tree (``ru_maxrss``
-of the children, a max, not a sum; MiB); ``tree RSS MB`` the largest sum of the tree's RSS sampled every
-0.5 s (a shared page counts in every process mapping it: an upper bound; MiB); ``packs``; ``samples`` packed;
-``util %`` = packed tokens / (packs * L); ``out MB`` shard bytes (MiB). Ratios peer/vlmpack are per
+Columns (per run; each stage measured by ``bench/measure.py``'s ``run_tree_measured``, as
+``bench_pack.py`` measures its runs): ``wall s`` the stages' wall-clock seconds summed; ``CPU s`` user
++ sys of each stage's process tree (``os.wait4``: the stage and the descendants it waited for; one its
+parent never waits for would be missed), summed; ``max-RSS MB`` the largest peak resident set of any
+single process (``ru_maxrss``, a max, not a sum; MiB); ``tree PSS MB`` the largest sum of the tree's
+PSS, sampled every 0.5 s (a shared page split between the processes mapping it; MiB); ``packs``;
+``samples`` packed; ``util %`` = packed tokens / (packs * L); ``out MB`` shard bytes (MiB). Ratios peer/vlmpack are per
 interleaved pair, min/median/max over the pairs; ``median`` rows per tool.
 
 Token counts (the last run's outputs): per sample, the peer's s2 ``token_info.txt`` (only the samples
@@ -73,7 +72,6 @@ import contextlib
 import io
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -83,9 +81,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from measure import run_tree_measured
+
 TEST = Path.home() / ".cache" / "vlmpack" / "test"
 PEER_URL = "https://github.com/EvolvingLMMs-Lab/LLaVA-OneVision-2"
-METRICS = ("wall", "cpu", "maxrss_mb", "tree_rss_mb")  # seconds, seconds, MiB, MiB
+METRICS = ("wall", "cpu", "maxrss_mb", "tree_pss_mb")  # seconds, seconds, MiB, MiB
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 
 SHIM = r'''"""vlmpack bench shim for LLaVA-OneVision-2 offline_packing (bench/bench_peers.py docstring)."""
@@ -173,37 +173,6 @@ class _Finder(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, _Finder())
 '''
 
-# Runs the stages one after the other; prints stage walls, the children's ru_maxrss and the sampled tree RSS.
-MEASURE = r'''
-import json, resource, subprocess, sys, threading, time
-import psutil
-steps, peak, done = json.loads(sys.argv[1]), [0], threading.Event()
-def sample():
-    me = psutil.Process()
-    while not done.wait(0.5):
-        total = 0
-        for p in me.children(recursive=True):
-            try:
-                total += p.memory_info().rss
-            except psutil.Error:
-                pass
-        peak[0] = max(peak[0], total)
-threading.Thread(target=sample, daemon=True).start()
-walls = {}
-for name, argv, cwd, log in steps:
-    t = time.perf_counter()
-    with open(log, "w") as f:
-        rc = subprocess.run(argv, cwd=cwd, stdout=f, stderr=subprocess.STDOUT).returncode
-    walls[name] = time.perf_counter() - t
-    if rc:
-        print(json.dumps({"failed": name, "rc": rc, "log": log}))
-        sys.exit(1)
-done.set()
-print(json.dumps({"walls": walls, "maxrss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
-                  "tree_rss_mb": peak[0] / 2**20}))
-'''
-
-
 def _git(*args: str) -> bytes:
     return subprocess.run(["git", *args], check=True, capture_output=True).stdout
 
@@ -237,19 +206,19 @@ def to_peer_layout(src: Path, dst: Path) -> None:
 
 
 def measure(steps: list, env: dict) -> dict:
-    """Run ``steps`` [(name, argv, cwd, log)] in a measuring subprocess; walls, CPU s and RSS MB (docstring)."""
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run([sys.executable, "-c", MEASURE, json.dumps(steps)], env=env, capture_output=True, text=True)
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    lines = proc.stdout.strip().splitlines()
-    res = json.loads(lines[-1]) if lines else {}
-    if "failed" in res:
-        raise SystemExit(f"{res['failed']} failed (rc {res['rc']}):\n{Path(res['log']).read_text()[-3000:]}")
-    if proc.returncode or not res:
-        raise SystemExit(f"the measuring subprocess failed:\n{proc.stderr[-3000:]}")
-    res["cpu"] = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    res["wall"] = sum(res["walls"].values())
-    return res
+    """Run ``steps`` [(name, argv, cwd, log)] one after the other (:func:`measure.run_tree_measured`
+    each): per-stage walls, CPU s summed, max-RSS and tree PSS MB the largest of the stages."""
+    walls, res = {}, {"cpu": 0.0, "maxrss_mb": 0.0, "tree_pss_mb": 0.0}
+    for name, argv, cwd, log in steps:
+        try:
+            m = run_tree_measured(argv, cwd=cwd, env=env, log=log)
+        except RuntimeError as e:
+            raise SystemExit(f"{name} failed: {e}") from None
+        walls[name] = m["seconds"]
+        res["cpu"] += m["cpu_seconds"]
+        res["maxrss_mb"] = max(res["maxrss_mb"], m["max_rss_mb"])
+        res["tree_pss_mb"] = max(res["tree_pss_mb"], m["tree_pss_mb"])
+    return {**res, "walls": walls, "wall": sum(walls.values())}
 
 
 #: Run by the peer's interpreter on its s3 output: [samples, tokens] of each bin, as JSON.
@@ -376,20 +345,20 @@ def main() -> None:
             runs["vlmpack"].append(run_vlmpack(a, tmp / "vlmpack_out", env))
             print(f"run {i + 1}/{a.reps}: peer {runs['peer'][-1]['wall']:.1f} s, "
                   f"vlmpack {runs['vlmpack'][-1]['wall']:.1f} s", file=sys.stderr, flush=True)
-        print("| tool | run | wall s | CPU s | max-RSS MB (largest process) | tree RSS MB (sampled sum) | packs | "
+        print("| tool | run | wall s | CPU s | max-RSS MB (largest process) | tree PSS MB (sampled sum) | packs | "
               "samples | util % | out MB |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for i in range(a.reps):
             for tool in runs:
                 r = runs[tool][i]
                 print(f"| {tool} | {i + 1} | {r['wall']:.1f} | {r['cpu']:.1f} | {r['maxrss_mb']:,.0f} | "
-                      f"{r['tree_rss_mb']:,.0f} | {r['packs']:,} | {r['samples']:,} | "
+                      f"{r['tree_pss_mb']:,.0f} | {r['packs']:,} | {r['samples']:,} | "
                       f"{100 * r['tokens'] / (r['packs'] * a.seq_len):.2f} | {r['out_mb']:,.0f} |")
         for tool, rs in runs.items():
             med = {k: statistics.median(r[k] for r in rs) for k in METRICS}
             print(f"| {tool} | median | {med['wall']:.1f} | {med['cpu']:.1f} | {med['maxrss_mb']:,.0f} | "
-                  f"{med['tree_rss_mb']:,.0f} | | | | |")
-        print(f"\n| ratio peer / vlmpack (min / median / max of {a.reps}) | wall | CPU | max-RSS | tree RSS | packs |")
+                  f"{med['tree_pss_mb']:,.0f} | | | | |")
+        print(f"\n| ratio peer / vlmpack (min / median / max of {a.reps}) | wall | CPU | max-RSS | tree PSS | packs |")
         print("|---|---:|---:|---:|---:|---:|")
         ratios = [[p[c] / v[c] for p, v in zip(runs["peer"], runs["vlmpack"])] for c in (*METRICS, "packs")]
         print("| " + " | ".join(["peer / vlmpack"] + [f"{min(x):.2f} / {statistics.median(x):.2f} / {max(x):.2f}"
