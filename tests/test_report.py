@@ -127,6 +127,47 @@ def test_report_figures_when_nothing_or_everything_is_dropped() -> None:
         assert all(p[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs.values())
 
 
+def test_report_figures_fit_their_texts_without_tight_layout() -> None:
+    """The report's figures are laid out from their texts' sizes (no second drawing pass): on a
+    small run and on a large one (10^6 samples, 20 input files with long names, 10^8 tokens, a long
+    reason code) everything drawn (tick labels, axis labels, titles) lies inside the figure with
+    at most 0.4 in to spare at the left, bottom and top, and each bar's note lies inside its axes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from vlmpack.pack import figure_layout, figures
+    from vlmpack.pack.figures import ReportData
+
+    rng = np.random.default_rng(1)
+    cases = []
+    for n, files, reason in ((300, 2, "invalid_json"), (1_000_000, 20, "media_undecodable_with_a_long_reason_code")):
+        lengths = rng.lognormal(6.5, 1.2, n).astype(np.int64) + 20
+        kinds, L = rng.integers(0, 3, n), 8192
+        ok = np.flatnonzero(lengths <= L)
+        offsets = np.append(np.arange(0, ok.size, 8), ok.size)
+        pack_tokens = np.minimum(np.add.reduceat(lengths[ok], offsets[:-1]), L)
+        src = [{"file": f"/data/a/long/folder/shard-{i:05d}-of-00100.parquet", "tokens": int(rng.integers(1, 10**8)),
+                "records_read": n, "samples_packed": ok.size, "rejected": 10, "dropped_overlong": n - ok.size}
+               for i in range(files)]
+        cases.append(ReportData(lengths, kinds, np.where(kinds > 0, lengths // 2, 0), np.flatnonzero(lengths > L),
+                                offsets, ok, pack_tokens, L, {"overlong": n - ok.size, reason: 123_456}, src,
+                                np.where(kinds == 2, lengths // 3, 0)))
+    for d in cases:
+        for name, _caption, draw in figures.REPORT_FIGURES:
+            fig = Figure(figsize=(7.5, 4.2))
+            ax = fig.subplots()
+            draw(ax, d)
+            renderer = FigureCanvasAgg(fig).get_renderer()
+            figure_layout.png_bytes(fig, tight=False)  # lays out and draws
+            drawn, page = ax.get_tightbbox(renderer), fig.bbox
+            assert page.x0 <= drawn.x0 and drawn.x1 <= page.x1 + 1 and page.y0 <= drawn.y0 and drawn.y1 <= page.y1, name
+            spare = [(drawn.x0 - page.x0) / fig.dpi, (drawn.y0 - page.y0) / fig.dpi, (page.y1 - drawn.y1) / fig.dpi]
+            assert max(spare) <= 0.4, (name, spare)
+            for text in ax.texts:
+                box = text.get_window_extent(renderer)
+                assert ax.bbox.x0 <= box.x0 and box.x1 <= ax.bbox.x1, (name, text.get_text())
+
+
 def test_label_tokens_equal_the_collators_labels(packed, model_dir: Path) -> None:
     """report.json's label_tokens (counted with the tokens, from unexpanded ids) equals what the
     collator trains on over every pack of the output."""

@@ -8,21 +8,21 @@ writes files. Token counts are tokens of the model's tokenizer (``num_tokens`` o
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter, NullLocator
 
+from vlmpack.pack.figure_layout import EDGE, FIGURE_RC, png_bytes, text_inches
 from vlmpack.pack.media_tokens import tokens_by_kind
 from vlmpack.records import SAMPLE_KINDS
 
 KIND_COLORS = {"text": "tab:blue", "image": "tab:orange", "video": "tab:green", "all": "black"}
 BEST_COLOR = "tab:purple"
-DPI = 100
 
 
 def tokens_label(x: float, _pos: Any = None) -> str:
@@ -36,12 +36,6 @@ def tokens_label(x: float, _pos: Any = None) -> str:
 def _decimal_label(y: float, _pos: Any = None) -> str:
     """A count as a short decimal label: 200, 5000, 20k, 1M."""
     return f"{y / 1e6:g}M" if y >= 1e6 else f"{y / 1e3:g}k" if y >= 1e4 else f"{y:g}"
-
-
-def _png(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    return buf.getvalue()
 
 
 def _log2_x(ax, values: Sequence[int]) -> None:
@@ -72,6 +66,13 @@ def plan_figure(rows: list[dict[str, Any]], *, best: dict[str, Any] | None, max_
     and tokens dropped as overlong, per kind; samples per pack p50/p99; media tokens per pack
     p50/p99 per kind. ``best`` (the recommended row) is marked in every panel, ``marked`` (the
     user's L) with dotted lines; ``kinds`` lists the kinds present (empty: no kind information)."""
+    with matplotlib.rc_context(FIGURE_RC):
+        return _plan_figure(rows, best=best, max_drop=max_drop, marked=marked, kinds=kinds, has_media=has_media,
+                            source=source)
+
+
+def _plan_figure(rows: list[dict[str, Any]], *, best: dict[str, Any] | None, max_drop: float, marked: list[int],
+                 kinds: list[str], has_media: bool, source: str) -> bytes:
     rows = sorted(rows, key=lambda r: r["seq_len"])
     L = np.array([r["seq_len"] for r in rows], dtype=float)
     col = lambda key: np.array([r[key] for r in rows], dtype=float)  # noqa: E731
@@ -151,8 +152,7 @@ def plan_figure(rows: list[dict[str, Any]], *, best: dict[str, Any] | None, max_
             if best is not None else f"no L drawn drops < {100 * max_drop:g} % of the samples")
     mark = f"; dotted grey: your --seq-len {', '.join(map(str, marked))}" if marked else ""
     fig.suptitle(f"vlmpack plan: {n:,} samples of {source}\n{what}{mark}", fontsize=11)
-    fig.tight_layout()
-    return _png(fig)
+    return png_bytes(fig)
 
 
 # ---------------------------------------------------------------------------------------- report
@@ -289,14 +289,19 @@ def draw_fill(ax, d: ReportData) -> None:
 
 
 def _barh(ax, labels: list[str], values: list[int], notes: list[str], xlabel: str, title: str) -> None:
-    """Horizontal bars on a log x axis, largest first, each with ``notes`` after its end."""
+    """Horizontal bars on a log x axis, largest first, each with ``notes`` after its end: the axis
+    reaches far enough right for the longest note after the longest bar (the axes' width
+    estimated from the figure's width less the labels' and the margins)."""
     y = np.arange(len(labels))[::-1]
     ax.barh(y, np.maximum(values, 0.8), color="tab:gray")  # a zero stays at the log axis' left edge
     ax.set_yticks(y, labels, fontsize=8)
     for yi, v, note in zip(y, values, notes):
         ax.text(max(v, 1), yi, f" {note}", va="center", fontsize=8)
-    ax.set(xscale="log", xlabel=xlabel, title=title, xlim=(0.8, max(values + [1]) * 8),
-           ylim=(-0.7, len(labels) - 0.3))
+    axes_w = ax.get_figure().get_size_inches()[0] - max(text_inches(s, 8)[0] for s in labels) - 3 * EDGE - 0.1
+    share = min(0.6, (max(text_inches(f" {s}", 8)[0] for s in notes) + 0.05) / max(axes_w, 1.0))
+    lo, top = np.log10(0.8), np.log10(max(values + [1]))
+    hi = max(top + np.log10(8), (top - share * lo) / (1 - share))  # (hi - top) / (hi - lo) >= share
+    ax.set(xscale="log", xlabel=xlabel, title=title, xlim=(0.8, 10**hi), ylim=(-0.7, len(labels) - 0.3))
     ax.xaxis.set_major_formatter(FuncFormatter(_decimal_label))
 
 
@@ -340,11 +345,11 @@ REPORT_FIGURES: tuple[tuple[str, str, Callable[[Any, ReportData], None]], ...] =
 def report_pngs(d: ReportData) -> dict[str, bytes]:
     """One PNG per entry of :data:`REPORT_FIGURES`, by name."""
     out = {}
-    for name, _caption, draw in REPORT_FIGURES:
-        fig = Figure(figsize=(7.5, 4.2))
-        draw(fig.subplots(), d)
-        fig.tight_layout()
-        out[name] = _png(fig)
+    with matplotlib.rc_context(FIGURE_RC):
+        for name, _caption, draw in REPORT_FIGURES:
+            fig = Figure(figsize=(7.5, 4.2))
+            draw(fig.subplots(), d)
+            out[name] = png_bytes(fig, tight=False)
     return out
 
 
