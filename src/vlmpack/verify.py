@@ -109,6 +109,109 @@ def _compare_ids(stored, want, where: str) -> str | None:
             f"{len(want):,} encoded; first at token {at}: {got} stored, {exp} encoded)")
 
 
+def _recount_media(family, s: dict, parts: dict, key: str, where: str, lines: list[str]) -> tuple[list[int], list]:
+    """One sample's media items recounted from their parts' headers: ``(media tokens, MediaSize
+    of each part that could be probed)``; a problem line in ``lines`` for each difference."""
+    from vlmpack.errors import MediaError, MediaRuleError
+    from vlmpack.media.probe import probe_bytes
+    from vlmpack.models import MediaSize
+
+    sid, media = s.get("id"), s.get("media", [])
+    media_tokens: list[int] = []
+    sizes: list = []
+    n_images = sum(m.get("kind", "image") == "image" for m in media)
+    for m in media:
+        part = m.get("part")
+        data = parts.get(part)
+        if data is None:
+            lines.append(f"{where} sample {sid!r}: media part {part!r} is missing")
+            media_tokens.append(int(m.get("num_tokens") or 0))
+            continue
+        try:
+            info = probe_bytes(data, m.get("kind", "image"), name=f"{key}.{part}")
+            if (info.width, info.height) != (m.get("width"), m.get("height")):
+                lines.append(f"{where} sample {sid!r} part {part}: the bytes are {info.width}x"
+                             f"{info.height} pixels but {m.get('width')}x{m.get('height')} is recorded")
+            sizes.append(MediaSize(m.get("kind", "image"), info.width, info.height, info.duration_s,
+                                   info.fps, info.frames))
+            n = family.media_tokens(sizes[-1], sample_images=n_images)
+        except (MediaError, MediaRuleError) as e:
+            lines.append(f"{where} sample {sid!r} part {part}: {e}")
+            n = int(m.get("num_tokens") or 0)
+        if n != m.get("num_tokens"):
+            lines.append(f"{where} sample {sid!r} part {part}: {n} media tokens from its header, "
+                         f"{m.get('num_tokens')} recorded")
+        media_tokens.append(n)
+    return media_tokens, sizes
+
+
+class _Recount:
+    """Samples waiting for their text to be recounted, tokenized together (one batched
+    :meth:`~vlmpack.models.base.ModelFamily.token_ids` call per :data:`BATCH` samples, the
+    processor's batched call); each pack's problem lines keep the order of a sample-by-sample
+    recount: every line of a sample, in sample order, then the pack's own lines."""
+
+    BATCH = 256
+
+    def __init__(self, family, problems: list[str]) -> None:
+        self.family, self.problems = family, problems
+        self.samples: list[tuple] = []  # (where, sample, messages, media tokens, sizes, stored ids, lines)
+        self.packs: list[tuple[list[list[str]], list[str]]] = []  # per pack: its samples' lines, its own lines
+
+    def add(self, where: str, s: dict, media_tokens: list[int], sizes: list, stored, lines: list[str]) -> None:
+        try:
+            msgs = _indexed(s["messages"], [m.get("part") for m in s.get("media", [])])
+        except (KeyError, ValueError, TypeError) as e:
+            lines.append(f"{where} sample {s.get('id')!r}: cannot be re-rendered ({type(e).__name__}: {e})")
+            return
+        self.samples.append((where, s, msgs, media_tokens, sizes, stored, lines))
+
+    def end_pack(self, sample_lines: list[list[str]], pack_lines: list[str]) -> None:
+        self.packs.append((sample_lines, pack_lines))
+        if len(self.samples) >= self.BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Tokenize the waiting samples, compare, and hand every finished pack's lines on."""
+        batch, self.samples = self.samples, []
+        try:
+            all_ids = self.family.token_ids([b[2] for b in batch], [b[1].get("special_tokens") for b in batch],
+                                            [b[1].get("tools") for b in batch])
+        except (KeyError, ValueError, TypeError, VlmpackError):  # one sample's template error: each alone
+            all_ids = [None] * len(batch)
+        for (where, s, msgs, media_tokens, sizes, stored, lines), ids in zip(batch, all_ids):
+            self._compare(where, s, msgs, media_tokens, sizes, stored, lines, ids)
+        for sample_lines, pack_lines in self.packs:
+            for lines in sample_lines:
+                self.problems.extend(lines)
+            self.problems.extend(pack_lines)
+        self.packs = []
+
+    def _compare(self, where, s, msgs, media_tokens, sizes, stored, lines, ids) -> None:
+        sid = s.get("id")
+        try:
+            if ids is None:
+                ids = self.family.token_ids([msgs], [s.get("special_tokens")], [s.get("tools")])[0]
+            total = self.family.num_tokens(ids, media_tokens)
+        except (KeyError, ValueError, TypeError, VlmpackError) as e:  # e.g. a template error on crafted text
+            lines.append(f"{where} sample {sid!r}: cannot be re-rendered ({type(e).__name__}: {e})")
+            return
+        if total != s.get("num_tokens"):
+            lines.append(f"{where} sample {sid!r}: {total} tokens recounted from the shard, "
+                         f"{s.get('num_tokens')} recorded")
+        if stored is None or len(sizes) != len(s.get("media", [])):  # no ids, or a media item without its header
+            return
+        start, stored = stored
+        try:
+            want = _expected_ids(self.family, ids, media_tokens, sizes, s.get("special_tokens"))
+        except (ValueError, VlmpackError) as e:
+            lines.append(f"{where} sample {sid!r}: cannot be encoded again ({type(e).__name__}: {e})")
+            return
+        line = _compare_ids(stored[start:start + s["num_tokens"]], want, f"{where} sample {sid!r}")
+        if line:
+            lines.append(line)
+
+
 def recount_shard(shard: str, model_dir: str, decode: bool = False, processor: str = "", tick=None) -> list[str]:
     """Problem lines for one shard (see the module docstring); ``[]`` when every count holds.
 
@@ -116,11 +219,10 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False, processor: s
     was packed with, ``processor`` its processor options (canonical JSON, :func:`recorded_run`).
     Never raises for bad shard content (an unreadable shard is one problem line).
     A pretokenized pack's ``input_ids.npy`` is compared with its samples encoded again (module
-    docstring). ``tick``: called with no argument after each pack (a progress bar), or None.
+    docstring). The samples' texts are tokenized in batches (:class:`_Recount`). ``tick``:
+    called with no argument after each pack (a progress bar), or None.
     """
-    from vlmpack.errors import MediaError, MediaRuleError
-    from vlmpack.media.probe import probe_bytes
-    from vlmpack.models import MediaSize, load_model
+    from vlmpack.models import load_model
 
     family = load_model(str(model_dir), processor)
     vocab = len(family.tokenizer)  # ids 0 .. len - 1, added tokens included (PackEncoder's rule)
@@ -132,6 +234,7 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False, processor: s
     name = Path(shard).name
     sink = sink_of(Path(shard).parent)
     problems: list[str] = []
+    recount = _Recount(family, problems)
     try:
         for pack in ShardPacks(shard):
             if tick is not None:
@@ -142,69 +245,32 @@ def recount_shard(shard: str, model_dir: str, decode: bool = False, processor: s
                 obj, parts = sink.read_pack(parts)
                 samples = obj["samples"]
             except (KeyError, ValueError, TypeError) as e:
-                problems.append(f"{where}: no readable pack JSON ({type(e).__name__}: {e})")
+                recount.end_pack([], [f"{where}: no readable pack JSON ({type(e).__name__}: {e})"])
                 continue
-            referenced: list[str] = []
+            ids_lines: list[str] = []  # before the samples' own lines, as a sample-by-sample recount finds them
             counts = [s.get("num_tokens") for s in samples]
-            stored = _stored_ids(parts.get("input_ids.npy"), counts, vocab, where, problems)
-            starts = list(accumulate(counts, initial=0))  # each sample's first token in the ids
-            for s, start in zip(samples, starts):  # each field has its type (parse_pack)
-                sid = s.get("id")
-                media, media_tokens, sizes = s.get("media", []), [], []
-                n_images = sum(m.get("kind", "image") == "image" for m in media)
-                for m in media:
-                    part = m.get("part")
-                    referenced.append(part)
-                    data = parts.get(part)
-                    if data is None:
-                        problems.append(f"{where} sample {sid!r}: media part {part!r} is missing")
-                        media_tokens.append(int(m.get("num_tokens") or 0))
-                        continue
-                    try:
-                        info = probe_bytes(data, m.get("kind", "image"), name=f"{key}.{part}")
-                        if (info.width, info.height) != (m.get("width"), m.get("height")):
-                            problems.append(f"{where} sample {sid!r} part {part}: the bytes are {info.width}x"
-                                            f"{info.height} pixels but {m.get('width')}x{m.get('height')} is recorded")
-                        sizes.append(MediaSize(m.get("kind", "image"), info.width, info.height, info.duration_s,
-                                               info.fps, info.frames))
-                        n = family.media_tokens(sizes[-1], sample_images=n_images)
-                    except (MediaError, MediaRuleError) as e:
-                        problems.append(f"{where} sample {sid!r} part {part}: {e}")
-                        n = int(m.get("num_tokens") or 0)
-                    if n != m.get("num_tokens"):
-                        problems.append(f"{where} sample {sid!r} part {part}: {n} media tokens from its header, "
-                                        f"{m.get('num_tokens')} recorded")
-                    media_tokens.append(n)
-                try:
-                    msgs = _indexed(s["messages"], [m.get("part") for m in media])
-                    ids = family.token_ids([msgs], [s.get("special_tokens")], [s.get("tools")])[0]
-                    total = family.num_tokens(ids, media_tokens)
-                except (KeyError, ValueError, TypeError, VlmpackError) as e:  # e.g. a template error on crafted text
-                    problems.append(f"{where} sample {sid!r}: cannot be re-rendered ({type(e).__name__}: {e})")
-                    continue
-                if total != s.get("num_tokens"):
-                    problems.append(f"{where} sample {sid!r}: {total} tokens recounted from the shard, "
-                                    f"{s.get('num_tokens')} recorded")
-                if stored is None or len(sizes) != len(media):  # no ids, or a media item without its header
-                    continue
-                try:
-                    want = _expected_ids(family, ids, media_tokens, sizes, s.get("special_tokens"))
-                except (ValueError, VlmpackError) as e:
-                    problems.append(f"{where} sample {sid!r}: cannot be encoded again ({type(e).__name__}: {e})")
-                    continue
-                line = _compare_ids(stored[start:start + s["num_tokens"]], want, f"{where} sample {sid!r}")
-                if line:
-                    problems.append(line)
+            stored = _stored_ids(parts.get("input_ids.npy"), counts, vocab, where, ids_lines)
+            sample_lines, pack_lines = [ids_lines], []
+            for s, start in zip(samples, accumulate(counts, initial=0)):  # each field has its type (parse_pack)
+                lines: list[str] = []
+                media_tokens, sizes = _recount_media(family, s, parts, key, where, lines)
+                recount.add(where, s, media_tokens, sizes, None if stored is None else (start, stored), lines)
+                sample_lines.append(lines)
+            referenced = sorted(m.get("part") for s in samples for m in s.get("media", []))
             media_parts = sorted(p for p in parts if p.startswith(MEDIA_TAGS))
-            if sorted(referenced) != media_parts:
-                problems.append(f"{where}: media parts {media_parts} but the samples reference {sorted(referenced)}")
+            if referenced != media_parts:
+                pack_lines.append(f"{where}: media parts {media_parts} but the samples reference {referenced}")
             if encoder is not None:
                 try:
                     encoder.encode({**parts, "json": obj, "__key__": key})  # the pack object, whatever the layout
                 except VlmpackError as e:
-                    problems.append(f"{where}: decoded pixels: {e}")
+                    pack_lines.append(f"{where}: decoded pixels: {e}")
+            recount.end_pack(sample_lines, pack_lines)
     except (OSError, tarfile.TarError, EOFError, MemberTooLarge) as e:
+        recount.flush()
         problems.append(f"{name}: cannot be read to the end ({type(e).__name__}: {e})")
+        return problems
+    recount.flush()
     return problems
 
 
