@@ -118,7 +118,8 @@ def replicate(base: list, n: int):
                 num_tokens=cp(r.num_tokens), media_tokens=cp(r.media_tokens), num_media=cp(r.num_media),
                 kind=cp(r.kind), media_bytes=cp(r.media_bytes), line=cp(r.line), offset=cp(r.offset),
                 rec_offset=cp(r.rec_offset), rec_len=cp(r.rec_len), id_kind=cp(r.id_kind),
-                label_tokens=cp(r.label_tokens), media_sha256=r.media_sha256, stats=r.stats,
+                label_tokens=cp(r.label_tokens), video_tokens=cp(r.video_tokens), media_sha256=r.media_sha256,
+                stats=r.stats, bound_counted_max=r.bound_counted_max, bound_skipped_min=r.bound_skipped_min,
                 id_hash=id_key_hashes(ids.to_pylist(), r.id_kind[:k].tolist())))
             left -= k
         copy += 1
@@ -244,6 +245,13 @@ def main() -> None:
         print(f"| {r['n']:,} | {r['manifest_s']:.2f} | {r['plan_s']:.2f} | {r['shard_tasks_s']:.2f} | "
               f"{r['report_s']:.2f} | {r['n'] / secs:,.0f} | {r['rss_peak_mb']:,.0f} | {grow:,.0f} | "
               f"{grow * 2**20 / r['n']:,.0f} |")
+    print("\ndriver RSS over the base after each stage, bytes per sample (the peak so far, sampled every ms)\n")
+    stages = ("results", "manifest", "plan", "shard_tasks", "peak")
+    print("| samples | " + " | ".join(stages) + " |")
+    print("|---:|" + "---:|" * len(stages))
+    for r in rows:
+        print(f"| {r['n']:,} | " + " | ".join(f"{(r[f'rss_{k}_mb'] - r['rss_base_mb']) * 2**20 / r['n']:,.0f}"
+                                              for k in stages) + " |")
     sizes = [int(float(x)) for x in args.e2e.split(",") if x]
     if sizes:
         print("\nend to end, `vlmpack pack` CLI, 2 workers (demo records replicated, media shared)\n")
