@@ -1,6 +1,6 @@
 """Scale of ``vlmpack pack``'s driver: wall time, samples/s and peak RSS per stage, 10^4 ... 10^7 samples.
 
-    python bench/bench_scale.py [--sizes 1e4,1e5,1e6,1e7] [--seq-len 8192] [--e2e 1e4] [--data DIR]
+    python bench/bench_scale.py [--sizes 1e4,1e5,1e6,1e7] [--seq-len 8192] [--e2e 1e4] [--data DIR] [--plot PNG]
 
 Counting runs in the workers and is measured end to end (``--e2e`` sizes: a real ``vlmpack pack``
 CLI run, 2 workers, on the demo records replicated with new ids; media shared). What grows with n
@@ -15,9 +15,10 @@ hash-sort duplicate detection); ``manifest_digest`` + ``_plan`` (``manifest.parq
 id column dropped, BFD) + overlong rejections (ids read back from ``manifest.parquet``);
 ``_shard_tasks`` (array slices); ``build_report``. Writing (workers, bounded by shard size) and
 the HTML figures are left out. RSS is sampled every millisecond; bytes per sample = (peak - RSS
-after the model-free set-up) / n. The reference workflow (LLaVA-OneVision-2's offline packing)
-publishes about 390k samples per node in 40-45 min at L = 4096 (~150 samples/s per node), with no
-global plan.
+after the model-free set-up) / n; driver CPU-ms per sample: the process's CPU time over those stages
+/ n; end to end: the command's CPU time, workers included / n. ``--plot`` draws both against n.
+The reference workflow (LLaVA-OneVision-2's offline packing) publishes about 390k samples per
+node in 40-45 min at L = 4096 (~150 samples/s per node), with no global plan.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import argparse
 import gc
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -36,6 +38,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # the demo builders, outside the wheel
 
 CACHE = Path.home() / ".cache" / "vlmpack" / "bench"
+BYTES_TARGET = 150  # driver bytes per sample (issue 24)
+CPU_TARGET_MS = 1.0  # CPU-ms per sample end to end on the image/text mix (issue 24)
 
 
 def _rss_now_mb() -> float:
@@ -160,6 +164,7 @@ def driver_child(n: int, seq_len: int, base_store: str, model_dir: str) -> dict:
             r.flatten().release()
             results.append(r)
         row["results_s"], row["rss_results_mb"] = time.perf_counter() - t, _rss_mb()
+        cpu = time.process_time()  # the driver's own stages from here (the replication above is the bench's)
         t = time.perf_counter()
         manifest, rejections = build_manifest(InputFiles.of(cfg), results, store)
         row["manifest_s"], row["rss_manifest_mb"] = time.perf_counter() - t, _rss_mb()
@@ -178,6 +183,7 @@ def driver_child(n: int, seq_len: int, base_store: str, model_dir: str) -> dict:
         t = time.perf_counter()
         report = build_report(cfg, "x", read_stats(results), manifest, plan, rejections, [], {}, None)
         row["report_s"], row["rss_peak_mb"] = time.perf_counter() - t, _rss_mb()
+        row["cpu_s"] = time.process_time() - cpu
         peak.stop()
         row.update(samples=int(len(manifest)), packs=int(plan.num_packs), shards=len(tasks),
                    utilization=report.get("utilization"))
@@ -200,15 +206,16 @@ def e2e(n: int, data: Path, model_dir: Path, seq_len: int) -> dict:
                "pack", "--input", f"{tmp}/in.jsonl", "--media-root", str(data), "--model", str(model_dir),
                "--output", f"{tmp}/out", "--seq-len", str(seq_len), "--workers", "2", "--no-progress",
                "--cache-dir", "off"]
-        t = time.perf_counter()
+        t, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         r = subprocess.run(cmd, capture_output=True, text=True)
-        wall = time.perf_counter() - t
+        wall, after = time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN)
         rss = [int(x.split()[1]) for x in r.stderr.splitlines() if x.startswith("RSS ")]
         if r.returncode != 0:
             raise SystemExit(r.stderr[-2000:])
         report = json.loads((Path(tmp) / "out" / "report.json").read_text())
     return {"n": n, "wall_s": wall, "samples_s": n / wall, "driver_rss_mb": rss[-1] / 1024 if rss else float("nan"),
-            "packed": report["samples_packed"], "count_s": report["seconds"].get("measure")}
+            "packed": report["samples_packed"], "count_s": report["seconds"].get("measure"),
+            "cpu_s": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime}
 
 
 def main() -> None:
@@ -217,6 +224,7 @@ def main() -> None:
     ap.add_argument("--e2e", default="1e4", help="end-to-end CLI sizes (samples; '' for none)")
     ap.add_argument("--seq-len", type=int, default=8192)
     ap.add_argument("--data", type=Path, default=CACHE / "real_data")
+    ap.add_argument("--plot", type=Path, default=None, help="write the per-sample figure (PNG) here")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -236,14 +244,15 @@ def main() -> None:
             raise SystemExit(r.stderr[-3000:])
         rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
     print(f"\ndriver stages on n replicated real count results (seq_len {args.seq_len}; one process, one run)\n")
-    print("| samples | manifest s | plan s | shard tasks s | report s | driver samples/s | peak RSS MB | "
-          "RSS over base MB | bytes/sample |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| samples | manifest s | plan s | shard tasks s | report s | driver samples/s | driver CPU-ms/sample | "
+          "peak RSS MB | RSS over base MB | bytes/sample |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         secs = r["manifest_s"] + r["plan_s"] + r["shard_tasks_s"] + r["report_s"]
         grow = r["rss_peak_mb"] - r["rss_base_mb"]
         print(f"| {r['n']:,} | {r['manifest_s']:.2f} | {r['plan_s']:.2f} | {r['shard_tasks_s']:.2f} | "
-              f"{r['report_s']:.2f} | {r['n'] / secs:,.0f} | {r['rss_peak_mb']:,.0f} | {grow:,.0f} | "
+              f"{r['report_s']:.2f} | {r['n'] / secs:,.0f} | {1000 * r['cpu_s'] / r['n']:.4f} | "
+              f"{r['rss_peak_mb']:,.0f} | {grow:,.0f} | "
               f"{grow * 2**20 / r['n']:,.0f} |")
     print("\ndriver RSS over the base after each stage, bytes per sample (the peak so far, sampled every ms)\n")
     stages = ("results", "manifest", "plan", "shard_tasks", "peak")
@@ -253,16 +262,53 @@ def main() -> None:
         print(f"| {r['n']:,} | " + " | ".join(f"{(r[f'rss_{k}_mb'] - r['rss_base_mb']) * 2**20 / r['n']:,.0f}"
                                               for k in stages) + " |")
     sizes = [int(float(x)) for x in args.e2e.split(",") if x]
+    e2e_rows: list[dict] = []
     if sizes:
         print("\nend to end, `vlmpack pack` CLI, 2 workers (demo records replicated, media shared)\n")
-        print("| samples | wall s | samples/s | count stage s | driver peak RSS MB | packed |")
-        print("|---:|---:|---:|---:|---:|---:|")
+        print("| samples | wall s | samples/s | count stage s | CPU-ms/sample | driver peak RSS MB | packed |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
         for n in sizes:
             r = e2e(n, data, model_dir, args.seq_len)
+            e2e_rows.append(r)
             print(f"| {n:,} | {r['wall_s']:.1f} | {r['samples_s']:.0f} | {r['count_s']:.1f} | "
-                  f"{r['driver_rss_mb']:,.0f} | {r['packed']:,} |")
+                  f"{1000 * r['cpu_s'] / n:.2f} | {r['driver_rss_mb']:,.0f} | {r['packed']:,} |")
         print("\nreference workflow (LLaVA-OneVision-2 offline packing, published): ~390k samples per node in "
               "40-45 min at L = 4096 (~150 samples/s per node)")
+    if args.plot is not None:
+        plot(rows, e2e_rows, args.plot)
+
+
+def plot(rows: list[dict], e2e_rows: list[dict], path: Path) -> None:
+    """PNG at ``path``: driver bytes per sample (RSS over the base / n) and CPU-ms per sample
+    (the driver's stages; end to end, workers included, for the ``--e2e`` sizes) against n."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
+
+    fig = Figure(figsize=(11, 4.2))
+    mem, cpu = fig.subplots(1, 2)
+    n = [r["n"] for r in rows]
+    per = [(r["rss_peak_mb"] - r["rss_base_mb"]) * 2**20 / r["n"] for r in rows]
+    mem.plot(n, per, "o-", color="black", label="driver: peak RSS over its set-up, / n")
+    for x, y in zip(n, per):
+        mem.annotate(f"{y:,.0f}", (x, y), textcoords="offset points", xytext=(6, 6), fontsize=8)
+    mem.axhline(BYTES_TARGET, color="tab:red", linestyle=":", label=f"target: {BYTES_TARGET} bytes / sample")
+    mem.set(xscale="log", yscale="log", xlabel="samples n", ylabel="bytes per sample", ylim=(80, max(per) * 2),
+            title="Driver memory per sample (replicated real counts)")
+    cpu.plot(n, [1000 * r["cpu_s"] / r["n"] for r in rows], "o-", color="black",
+             label="driver stages: manifest, plan, shard tasks, report")
+    if e2e_rows:
+        cpu.plot([r["n"] for r in e2e_rows], [1000 * r["cpu_s"] / r["n"] for r in e2e_rows], "s--",
+                 color="tab:blue", label="vlmpack pack end to end, workers, start and model load included")
+    cpu.axhline(CPU_TARGET_MS, color="tab:red", linestyle=":", label=f"target: {CPU_TARGET_MS:g} CPU-ms / sample (mix)")
+    cpu.set(xscale="log", yscale="log", xlabel="samples n", ylabel="CPU-ms per sample", title="CPU time per sample")
+    for ax in (mem, cpu):
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _p: f"{y:g}"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _p: ""))
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=8, loc="upper right" if ax is mem else "center right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"\nwrote {path}")
 
 
 if __name__ == "__main__":
