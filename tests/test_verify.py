@@ -115,3 +115,35 @@ def test_sealed_deleted_sample(out):  # noqa: F811
     assert gone
     problems = _recount_problems(out)
     assert any(repr(gone["id"]) in p or gone["id"] in p for p in problems), problems
+
+
+def test_batched_recount_finds_the_one_sample_whose_template_raises(packed, model_dir):  # noqa: F811
+    """The recount tokenizes a batch of samples at once; a sample that makes the chat template raise
+    (a text part without its text: KeyError) is recounted alone and gets its one problem line,
+    while every other sample of the batch is recounted as usual (no line)."""
+    from vlmpack.models import load_model
+    from vlmpack.packfmt import ShardPacks
+    from vlmpack.sinks import sink_of
+    from vlmpack.verify import _Recount, _recount_media
+
+    shard = sorted(packed.glob("*.tar"))[0]
+    family, sink = load_model(str(model_dir), ""), sink_of(packed)
+    problems: list[str] = []
+    recount = _Recount(family, problems)
+    broken = None
+    for pack in list(ShardPacks(str(shard)))[:12]:
+        obj, parts = sink.read_pack(pack.parts)
+        sample_lines = []
+        for s in obj["samples"]:
+            if broken is None:
+                part = next(c for m in s["messages"] for c in m["content"] if c["type"] == "text")
+                del part["text"]
+                broken = s["id"]
+            lines: list[str] = []
+            media_tokens, sizes = _recount_media(family, s, parts, pack.key, f"{shard.name} {pack.key}", lines)
+            recount.add(f"{shard.name} {pack.key}", s, media_tokens, sizes, None, lines)
+            sample_lines.append(lines)
+        recount.end_pack(sample_lines, [])
+    recount.flush()
+    assert len(problems) == 1 and repr(broken) in problems[0] and "cannot be re-rendered (KeyError" in problems[0], \
+        problems
