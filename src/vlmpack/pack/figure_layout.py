@@ -58,8 +58,8 @@ def _tick_labels(axis) -> list[tuple[float, float, float]]:
     t = axis.get_transform()
     t_lo, t_hi = (float(v) for v in t.transform([lo, hi]))
     locs = [x for x in axis.get_majorticklocs() if min(lo, hi) <= x <= max(lo, hi)]
-    size = (axis.get_ticklabels()[0].get_fontsize() if axis.get_ticklabels()
-            else FontProperties(size=matplotlib.rcParams[f"{axis.axis_name}tick.labelsize"]).get_size_in_points())
+    size = axis.get_tick_params().get("labelsize", matplotlib.rcParams[f"{axis.axis_name}tick.labelsize"])
+    size = FontProperties(size=size).get_size_in_points()
     return [((float(t.transform([x])[0]) - t_lo) / (t_hi - t_lo), *text_inches(label, size))
             for x, label in zip(locs, axis.get_major_formatter().format_ticks(locs)) if label]
 

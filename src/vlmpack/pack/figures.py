@@ -294,7 +294,8 @@ def _barh(ax, labels: list[str], values: list[int], notes: list[str], xlabel: st
     estimated from the figure's width less the labels' and the margins)."""
     y = np.arange(len(labels))[::-1]
     ax.barh(y, np.maximum(values, 0.8), color="tab:gray")  # a zero stays at the log axis' left edge
-    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_yticks(y, labels)
+    ax.tick_params(axis="y", labelsize=8)
     for yi, v, note in zip(y, values, notes):
         ax.text(max(v, 1), yi, f" {note}", va="center", fontsize=8)
     axes_w = ax.get_figure().get_size_inches()[0] - max(text_inches(s, 8)[0] for s in labels) - 3 * EDGE - 0.1
