@@ -17,19 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+from demo_set import CACHE, add_data_option, build_demo_data, demo_model_dir
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # the demo builders, outside the wheel
-
-from demo_data import build_demo_data, build_qwen2_5_vl_model_dir  # noqa: E402
-
-CACHE = Path.home() / ".cache" / "vlmpack" / "bench"
 TARGET = 1.10
 
 
@@ -44,10 +39,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--seq-len", type=int, default=8192)
-    ap.add_argument("--data", type=Path, default=CACHE / "real_data", help="demo data folder (built if absent)")
+    add_data_option(ap)
     args = ap.parse_args()
     data = build_demo_data(args.data)
-    model_dir = build_qwen2_5_vl_model_dir(CACHE / "model")
+    model_dir = demo_model_dir()
     with tempfile.TemporaryDirectory(prefix="vlmpack-bench-layouts-") as tmp:
         tasks = {}
         for name in SINKS:

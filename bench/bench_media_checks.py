@@ -29,11 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # the demo builders, outside the wheel
-
-from demo_data import build_demo_data, build_qwen2_5_vl_model_dir  # noqa: E402
-
-CACHE = Path.home() / ".cache" / "vlmpack" / "bench"
+from demo_set import add_data_option, build_demo_data, demo_model_dir
 
 
 def _rows(table: Path) -> int:
@@ -46,10 +42,10 @@ def _rows(table: Path) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--data", type=Path, default=CACHE / "real_data", help="demo data folder (built if absent)")
+    add_data_option(ap)
     args = ap.parse_args()
     data = build_demo_data(args.data)
-    model_dir = build_qwen2_5_vl_model_dir(CACHE / "model")
+    model_dir = demo_model_dir()
     with tempfile.TemporaryDirectory(prefix="vlmpack-bench-checks-") as tmp:
         cache = Path(tmp) / "cache"
         table = cache / "media-checks.sqlite3"

@@ -38,11 +38,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # the demo builders, outside the wheel
-
-from bench_video import video_count_table  # noqa: E402
-from demo_data import build_demo_data, build_qwen2_5_vl_model_dir  # noqa: E402
-from measure import run_tree_measured  # noqa: E402
+from bench_video import video_count_table
+from demo_set import CACHE, add_data_option, build_demo_data, demo_model_dir
+from measure import run_tree_measured
 
 from vlmpack.config import load_config
 from vlmpack.media.orientation import orientation
@@ -55,8 +53,6 @@ from vlmpack.pack.validate import validate_sample
 from vlmpack.readers import read_range, split_ranges
 from vlmpack.records import ReadStats, Rejection
 from vlmpack.sources import get_source
-
-CACHE = Path.home() / ".cache" / "vlmpack" / "bench"
 
 
 def _median_time(fn, repeat: int) -> tuple[float, object]:
@@ -248,7 +244,7 @@ def main() -> None:
     ap.add_argument("--parquet-rss", action="store_true", help="only the Parquet input size vs memory table")
     ap.add_argument("--parquet-gb", type=float, default=2.0, help="size of the large Parquet input (GB)")
     ap.add_argument("--row-group-rows", type=int, default=500, help="rows per row group of the Parquet inputs")
-    ap.add_argument("--data", type=Path, default=CACHE / "real_data", help="demo data folder (built if absent)")
+    add_data_option(ap)
     args = ap.parse_args()
     data = build_demo_data(args.data)
     if args.media_only:
@@ -257,7 +253,7 @@ def main() -> None:
     if args.video_only:
         video_count_table(data, args.repeat)
         return
-    model_dir = build_qwen2_5_vl_model_dir(CACHE / "model")
+    model_dir = demo_model_dir()
     if args.formats_only:
         format_table(data, model_dir, args)
         return

@@ -35,9 +35,8 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # the demo builders, outside the wheel
+from demo_set import CACHE, add_data_option, build_demo_data, demo_model_dir
 
-CACHE = Path.home() / ".cache" / "vlmpack" / "bench"
 BYTES_TARGET = 150  # driver bytes per sample (issue 24)
 CPU_TARGET_MS = 1.0  # CPU-ms per sample end to end on the image/text mix (issue 24)
 
@@ -223,7 +222,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="1e4,1e5,1e6,1e7", help="driver-stage sizes (samples)")
     ap.add_argument("--e2e", default="1e4", help="end-to-end CLI sizes (samples; '' for none)")
     ap.add_argument("--seq-len", type=int, default=8192)
-    ap.add_argument("--data", type=Path, default=CACHE / "real_data")
+    add_data_option(ap)
     ap.add_argument("--plot", type=Path, default=None, help="write the per-sample figure (PNG) here")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -231,10 +230,8 @@ def main() -> None:
         n, seq_len, base_store, model = args.child
         print(json.dumps(driver_child(int(float(n)), int(seq_len), base_store, model)))
         return
-    from demo_data import build_demo_data, build_qwen2_5_vl_model_dir
-
     data = build_demo_data(args.data)
-    model_dir = build_qwen2_5_vl_model_dir(CACHE / "model")
+    model_dir = demo_model_dir()
     base_store = base_results(data, model_dir)
     rows = []
     for s in [x for x in args.sizes.split(",") if x]:

@@ -27,11 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # the demo builders, outside the wheel
+from demo_set import add_data_option, build_demo_data, demo_model_dir
 
-from demo_data import build_demo_data, build_qwen2_5_vl_model_dir  # noqa: E402
-
-CACHE = Path.home() / ".cache" / "vlmpack" / "bench"
 NOOP_TARGET_S = 3.0
 
 
@@ -54,10 +51,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--data", type=Path, default=CACHE / "real_data", help="demo data folder (built if absent)")
+    add_data_option(ap)
     args = ap.parse_args()
     data = build_demo_data(args.data)
-    model_dir = build_qwen2_5_vl_model_dir(CACHE / "model")
+    model_dir = demo_model_dir()
     with tempfile.TemporaryDirectory(prefix="vlmpack-bench-stages-") as tmp:
         tmp = Path(tmp)
         common = ["--input", str(data / "real_sft.jsonl"), "--input", str(data / "broken.jsonl"), "--media-root",

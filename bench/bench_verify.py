@@ -25,12 +25,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # the demo builders, outside the wheel
+from demo_set import add_data_option, build_demo_data, demo_model_dir
+from measure import run_tree_measured
 
-from demo_data import build_demo_data, build_qwen2_5_vl_model_dir  # noqa: E402
-from measure import run_tree_measured  # noqa: E402
-
-CACHE = Path.home() / ".cache" / "vlmpack" / "bench"
 TARGET = 1.2
 
 
@@ -39,10 +36,10 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=8192)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--data", type=Path, default=CACHE / "demo")
+    add_data_option(ap)
     args = ap.parse_args()
     data = build_demo_data(args.data)
-    model = build_qwen2_5_vl_model_dir(CACHE / "model-qwen2_5_vl")
+    model = demo_model_dir()
     vlmpack = [sys.executable, "-m", "vlmpack"]
     inputs = ["--input", str(data / "real_sft.jsonl"), "--input", str(data / "broken.jsonl"),
               "--media-root", str(data), "--model", str(model), "--cache-dir", "off", "--workers", str(args.workers)]

@@ -20,22 +20,19 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from fractions import Fraction
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # the demo builders, outside the wheel
+from demo_set import CACHE, add_data_option, build_demo_data, demo_model_dir
 
-from demo_data import build_demo_data  # noqa: E402
-from demo_data.model_dirs import build_qwen2_5_vl_model_dir, build_qwen3_vl_model_dir  # noqa: E402
-from demo_data.video_corpus import build_video_corpus  # noqa: E402
+# isort: split
+from demo_data.model_dirs import build_qwen3_vl_model_dir  # tools/ is on sys.path once demo_set is imported
+from demo_data.video_corpus import build_video_corpus
 
 from vlmpack.errors import MediaRuleError
-from vlmpack.media.video import probe_video  # noqa: E402
-from vlmpack.models import MediaSize, load_model  # noqa: E402
-
-CACHE = Path.home() / ".cache" / "vlmpack" / "bench"
+from vlmpack.media.video import probe_video
+from vlmpack.models import MediaSize, load_model
 
 
 def decoded_size(path: Path) -> MediaSize:
@@ -73,7 +70,7 @@ def _tokens(family, media: MediaSize) -> int | str:
 def video_count_table(data: Path, repeat: int) -> None:
     """Print samples/s of header counting vs full-decode counting over the video corpus."""
     videos = build_video_corpus(CACHE / "video_corpus", data)
-    families = {"qwen2_5_vl": load_model(str(build_qwen2_5_vl_model_dir(CACHE / "model"))),
+    families = {"qwen2_5_vl": load_model(str(demo_model_dir())),
                 "qwen3_vl": load_model(str(build_qwen3_vl_model_dir(CACHE / "qwen3_vl")))}
     seconds = sum(decoded_size(v).duration_s or 0 for v in videos)
     rows = []
@@ -102,7 +99,7 @@ def video_count_table(data: Path, repeat: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--data", type=Path, default=CACHE / "real_data", help="demo data folder (built if absent)")
+    add_data_option(ap)
     args = ap.parse_args()
     video_count_table(build_demo_data(args.data), args.repeat)
 
