@@ -39,9 +39,11 @@ import tarfile
 from itertools import accumulate
 from pathlib import Path
 
-from vlmpack.errors import ConfigError, VlmpackError
+from vlmpack.errors import ConfigError, MediaError, MediaRuleError, VlmpackError
 from vlmpack.fsio import read_inside
 from vlmpack.media.kinds import MEDIA_TAGS
+from vlmpack.media.probe import probe_bytes
+from vlmpack.models import MediaSize
 from vlmpack.pack.rundir import RUN_DIR
 from vlmpack.packfmt import MemberTooLarge, ShardPacks, loads_json, parse_input_ids, shard_paths
 from vlmpack.sinks import sink_of
@@ -112,10 +114,6 @@ def _compare_ids(stored, want, where: str) -> str | None:
 def _recount_media(family, s: dict, parts: dict, key: str, where: str, lines: list[str]) -> tuple[list[int], list]:
     """One sample's media items recounted from their parts' headers: ``(media tokens, MediaSize
     of each part that could be probed)``; a problem line in ``lines`` for each difference."""
-    from vlmpack.errors import MediaError, MediaRuleError
-    from vlmpack.media.probe import probe_bytes
-    from vlmpack.models import MediaSize
-
     sid, media = s.get("id"), s.get("media", [])
     media_tokens: list[int] = []
     sizes: list = []
@@ -145,6 +143,11 @@ def _recount_media(family, s: dict, parts: dict, key: str, where: str, lines: li
     return media_tokens, sizes
 
 
+def _unrendered(where: str, s: dict, e: Exception) -> str:
+    """The problem line of a sample whose messages cannot be rendered again."""
+    return f"{where} sample {s.get('id')!r}: cannot be re-rendered ({type(e).__name__}: {e})"
+
+
 class _Recount:
     """Samples waiting for their text to be recounted, tokenized together (one batched
     :meth:`~vlmpack.models.base.ModelFamily.token_ids` call per :data:`BATCH` samples, the
@@ -162,7 +165,7 @@ class _Recount:
         try:
             msgs = _indexed(s["messages"], [m.get("part") for m in s.get("media", [])])
         except (KeyError, ValueError, TypeError) as e:
-            lines.append(f"{where} sample {s.get('id')!r}: cannot be re-rendered ({type(e).__name__}: {e})")
+            lines.append(_unrendered(where, s, e))
             return
         self.samples.append((where, s, msgs, media_tokens, sizes, stored, lines))
 
@@ -194,7 +197,7 @@ class _Recount:
                 ids = self.family.token_ids([msgs], [s.get("special_tokens")], [s.get("tools")])[0]
             total = self.family.num_tokens(ids, media_tokens)
         except (KeyError, ValueError, TypeError, VlmpackError) as e:  # e.g. a template error on crafted text
-            lines.append(f"{where} sample {sid!r}: cannot be re-rendered ({type(e).__name__}: {e})")
+            lines.append(_unrendered(where, s, e))
             return
         if total != s.get("num_tokens"):
             lines.append(f"{where} sample {sid!r}: {total} tokens recounted from the shard, "
