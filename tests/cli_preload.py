@@ -12,10 +12,9 @@ when it is not there yet when the server starts, nothing is loaded here.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+from cache_dir import CACHE
 
-_DIR = Path(os.environ.get("VLMPACK_TEST_CACHE", Path.home() / ".cache" / "vlmpack" / "test")) / "qwen2_5_vl"
+_DIR = CACHE / "qwen2_5_vl"  # conftest's model_dir fixture
 
 if (_DIR / "tokenizer.json").is_file() and (_DIR / "config.json").is_file():
     from vlmpack.models import load_model

@@ -35,7 +35,7 @@ settings.load_profile("vlmpack")
 # the demo-data and model-directory builders live outside the wheel, in tools/
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
-CACHE = Path(os.environ.get("VLMPACK_TEST_CACHE", Path.home() / ".cache" / "vlmpack" / "test"))
+from cache_dir import CACHE  # noqa: E402 - one rule for the suite and the CLI fork server (cli_preload)
 
 # The shared count cache of `vlmpack pack` / `vlmpack plan` (vlmpack.pack.stages.count_cache_dir; on by
 # default for users) is one fresh folder per test session, made by the xdist controller (or the one
