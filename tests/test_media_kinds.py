@@ -102,3 +102,17 @@ def test_check_stored_passes_a_whole_file_and_names_a_truncated_one(demo_files, 
     with pytest.raises(MediaDecodeError) as e:
         KINDS[kind].check_stored(data[: len(data) // 2], part, f"shard/pack sample 's' part {part}")
     assert str(e.value).startswith(f"shard/pack sample 's' part {part}: ") and "\n" not in str(e.value)
+
+
+def test_the_audio_entry_fits_the_registry():
+    """The ``audio`` entry (``media/kinds/audio.py``, probed and decoded on real files in
+    ``tests/test_audio.py``) keeps the registry's rules: a tag that no other tag prefixes, extensions
+    of its own."""
+    from vlmpack.media.kinds.audio import KIND as AUDIO
+
+    tags = (*MEDIA_TAGS, AUDIO.tag)
+    assert AUDIO.name == "audio" and AUDIO.tag == "aud" and len(set(tags)) == len(tags)
+    assert not any(a != b and b.startswith(a) for a in tags for b in tags)
+    others = {e for k in KINDS.values() if k.name != AUDIO.name for e in k.extensions}
+    assert not set(AUDIO.extensions) & others
+    assert all(e == e.lower() and not e.startswith(".") for e in AUDIO.extensions)
