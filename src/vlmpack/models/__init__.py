@@ -19,6 +19,7 @@ from typing import Any
 from vlmpack.errors import ConfigError
 from vlmpack.models.base import COUNTING_FILES, MediaSize, ModelFamily, ProcessedImages
 from vlmpack.models.chat_tokenizer import require_tokenizer_files
+from vlmpack.models.gemma3 import Gemma3Family
 from vlmpack.models.glm4v import Glm4vFamily
 from vlmpack.models.internvl import InternVLFamily
 from vlmpack.models.llava_onevision import LlavaOnevisionFamily
@@ -38,6 +39,7 @@ FAMILIES: dict[str, type] = {
     "qwen3_5_moe": Qwen3_5Family,
     "internvl": InternVLFamily,
     "llava_onevision": LlavaOnevisionFamily,
+    "gemma3": Gemma3Family,
     "glm4v": Glm4vFamily,
 }
 
