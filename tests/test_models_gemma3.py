@@ -348,15 +348,15 @@ CASES = [("sdpa", False), ("eager", False), ("sdpa", True)]  # (attention, pan-a
 @pytest.mark.parametrize("attn,pas", CASES, ids=[f"{a}-{'pas' if p else 'plain'}" for a, p in CASES])
 def test_packed_equals_alone(image_packs, g3_models, g3_alone, gemma3_dir, gemma3_pas_dir, attn, pas):
     model_dir = gemma3_pas_dir if pas else gemma3_dir
-    collator = PackCollator(model_dir, attn_implementation=attn)
+    collator = PackCollator(model_dir, attn_implementation=attn, dense_mask=True)
     fam = collator.family
     worst = 0.0
     for pack in image_packs[pas]:
-        batch = collator(pack)
+        batch = collator(pack)  # dense_mask: the family's masks (Gemma3Family.attention_masks), one per layer type
         assert batch["num_samples"] >= 2 and batch["position_ids"].shape == batch["input_ids"].shape
+        assert sorted(batch["attention_mask"]) == ["full_attention", "sliding_attention"]
         model = g3_models[attn]
         kw = model_inputs(batch, attn)
-        kw["attention_mask"] = fam.attention_masks(batch, attn)
         h = _hidden(model, **kw)
         alone = _alone(g3_alone, g3_models["sdpa"], pack, pas)
         for s, (a, z) in enumerate(zip(batch["cu_seqlens"][:-1].tolist(), batch["cu_seqlens"][1:].tolist())):
@@ -380,7 +380,11 @@ def test_negative_controls_differ(image_packs, g3_models, g3_alone, gemma3_dir):
 
     model = g3_models["sdpa"]
     pack = image_packs[False][0]
-    batch = PackCollator(gemma3_dir, attn_implementation="sdpa")(pack)
+    batch = PackCollator(gemma3_dir, attn_implementation="sdpa")(pack)  # no dense_mask: no masks, and refused
+    with pytest.raises(ConfigError, match="dense_mask=True") as e:
+        model_inputs(batch, "sdpa")
+    assert "\n" not in str(e.value)
+    del batch["dense_mask_required"]  # the controls below set masks of their own
     fam = load_model(str(gemma3_dir))
     alone = _alone(g3_alone, model, pack, False)
     cu = batch["cu_seqlens"].tolist()

@@ -24,7 +24,11 @@ isolated by their segment boundaries). Output keys (all torch tensors unless not
   ``max_seqlen_padded`` (Python int), ``seq_idx`` int32 ``[1, T]`` (segment of every token, padding =
   n, or its sample's with ``cp_size``), ``num_padding`` (int);
 - ``attention_mask`` bool ``[1, 1, T, T]`` block-diagonal causal, only with ``dense_mask=True`` and
-  ``attn_implementation`` ``"sdpa"`` or ``"eager"``;
+  ``attn_implementation`` ``"sdpa"`` or ``"eager"``; for a family with ``attention_masks`` (Gemma 3:
+  bidirectional within each image's tokens, a sliding window on its sliding layers) that method's
+  mapping of bool ``[1, 1, T, T]`` masks instead, and without ``dense_mask`` the batch says
+  ``dense_mask_required`` (True), which :func:`model_inputs` refuses: such a family has no
+  mask-free packed path;
 - the family's image inputs (:meth:`vlmpack.models.base.ModelFamily.batch_image_inputs`; Qwen-VL:
   ``pixel_values`` float32 ``[P, D]``, ``image_grid_thw`` int64 ``[k, 3]``) in sample order and
   ``image_input_keys`` (their names), absent without images;
@@ -253,8 +257,11 @@ class PackCollator:
         out["max_seqlen"] = seg.max_seqlen
         out["max_seqlen_padded"] = seg.max_seqlen_padded
         out["num_padding"] = int(seg.pad)
-        if self.dense_mask:
-            out["attention_mask"] = block_causal_mask(seg.seq_idx)
+        family_masks = getattr(self.family, "attention_masks", None)
+        if self.dense_mask:  # a family whose samples attend beyond causal blocks gives its own (Gemma 3)
+            out["attention_mask"] = family_masks(out, "sdpa") if family_masks else block_causal_mask(seg.seq_idx)
+        elif family_masks:
+            out["dense_mask_required"] = True
         parts = [ProcessedImages(e.pixel_values, e.image_grid_thw, None, e.extra)
                  for e in encs if e.pixel_values is not None]
         if parts:
@@ -331,17 +338,32 @@ def model_inputs(batch: dict, attn_implementation: str | None = None, *,
     when no KV cache is passed, and an eval-mode model creates one otherwise.
     For ``flash_attention_2`` / ``flash_attention_3`` also
     transformers' varlen kwargs ``cu_seq_lens_q``/``cu_seq_lens_k`` (the padded ``cu_seqlens``, which
-    cover every token) and ``max_length_q``/``max_length_k`` (Python ints).
+    cover every token) and ``max_length_q``/``max_length_k`` (Python ints). A mapping of masks (a
+    family's ``attention_masks``, one per layer type) is converted mask by mask. Raises
+    :class:`ConfigError` for a batch marked ``dense_mask_required`` that has no ``attention_mask``.
     """
     keys = ("input_ids", "labels", "position_ids", "attention_mask", *batch.get("image_input_keys", ()),
             *batch.get("video_input_keys", ()))
     kw = {k: batch[k] for k in keys if k in batch}
     kw["use_cache"] = False
     mask = kw.get("attention_mask")
-    if attn_implementation == "eager" and mask is not None and mask.dtype == torch.bool:
-        kw["attention_mask"] = torch.zeros(mask.shape, dtype=mask_dtype).masked_fill_(
-            ~mask, torch.finfo(mask_dtype).min)
+    if mask is None and batch.get("dense_mask_required"):
+        raise ConfigError("this family's packed samples need their own attention masks (Gemma 3: bidirectional "
+                          "image blocks); build the PackCollator with dense_mask=True and attn_implementation "
+                          "'sdpa' or 'eager'")
+    if attn_implementation == "eager" and isinstance(mask, Mapping):  # one mask per layer type
+        kw["attention_mask"] = {k: _additive(m, mask_dtype) for k, m in mask.items()}
+    elif attn_implementation == "eager" and mask is not None:
+        kw["attention_mask"] = _additive(mask, mask_dtype)
     if attn_implementation and attn_implementation.startswith("flash_attention"):
         kw.update(cu_seq_lens_q=batch["cu_seqlens_padded"], cu_seq_lens_k=batch["cu_seqlens_padded"],
                   max_length_q=batch["max_seqlen_padded"], max_length_k=batch["max_seqlen_padded"])
     return kw
+
+
+def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A bool mask (True = attend) as the additive mask transformers' ``eager`` attention adds to the
+    scores: 0 where allowed, ``finfo(dtype).min`` elsewhere; a mask that is not bool is returned as it is."""
+    if mask.dtype != torch.bool:
+        return mask
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill_(~mask, torch.finfo(dtype).min)
