@@ -116,6 +116,10 @@ class ModelFamily(Protocol):
     tokenizer), ``counting_files``, ``special_tokens`` (strings refused in user text),
     ``image_token_id`` (the id whose embeddings the image features replace), ``pad_token_id``,
     ``mrope`` (True: positions are per-sample 3-D mRoPE; False: 1-D).
+
+    Optional: ``attention_masks(batch, attn_implementation) -> {layer type: bool [1, 1, T, T]}`` for
+    a family whose samples attend beyond a causal block (Gemma 3's bidirectional image tokens); the
+    collator then builds those masks with ``dense_mask=True`` and has no mask-free packed path.
     """
 
     name: str
