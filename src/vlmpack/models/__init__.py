@@ -25,6 +25,7 @@ from vlmpack.models.internvl import InternVLFamily
 from vlmpack.models.llava_onevision import LlavaOnevisionFamily
 from vlmpack.models.qwen2_vl import Qwen2VLFamily
 from vlmpack.models.qwen3_vl import Qwen3_5Family, Qwen3VLFamily
+from vlmpack.models.smolvlm import SmolVLMFamily
 
 __all__ = ["COUNTING_FILES", "FAMILIES", "MediaSize", "ModelFamily", "ProcessedImages",
            "check_processor", "family_of", "load_model", "model_type"]
@@ -41,6 +42,7 @@ FAMILIES: dict[str, type] = {
     "llava_onevision": LlavaOnevisionFamily,
     "gemma3": Gemma3Family,
     "glm4v": Glm4vFamily,
+    "smolvlm": SmolVLMFamily,
 }
 
 
