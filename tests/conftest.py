@@ -160,9 +160,10 @@ def llava_ov_dir() -> Path:
 # so the files that take minutes start at once, side by side, and the short ones fill the gaps after;
 # in alphabetical order one of them could start last and alone. Seconds on 2 cores, measured with
 # --durations (a scheduling hint only: a file not named here keeps its place after these).
-LONGEST_FIRST = ("test_models_internvl.py", "test_hostile_runs.py", "test_models_llava_onevision.py",
-                 "test_models_generic.py", "test_models_qwen3_vl.py", "test_check.py", "test_hostile_outputs.py",
-                 "test_train_video.py", "test_train_video_families.py", "test_video.py")
+LONGEST_FIRST = ("test_models_smolvlm.py", "test_models_internvl.py", "test_hostile_runs.py",
+                 "test_models_llava_onevision.py", "test_models_generic.py", "test_models_qwen3_vl.py",
+                 "test_models_glm4v.py", "test_models_gemma3.py", "test_check.py", "test_hostile_outputs.py",
+                 "test_train_video.py", "test_train_video_families.py", "test_video.py", "test_audio.py")
 
 
 def pytest_collection_modifyitems(config, items):
