@@ -68,6 +68,17 @@ def part_filter(part: str) -> bool:
     return part in ("json", "input_ids.npy") or part.startswith(@MEDIA_TAGS@)
 '''.replace("@MEDIA_TAGS@", "(" + ", ".join(f'"{t}"' for t in MEDIA_TAGS) + ")")  # ("img", "vid")
 
+#: sha256 (hex) of the ``sample_loader.py`` bytes earlier vlmpack versions wrote, each one a loader
+#: vlmpack itself wrote (never an unknown one): ``vlmpack check`` accepts them in an output it
+#: wrote before a media kind was added to :data:`vlmpack.media.kinds.KINDS` (the loader's
+#: ``part_filter`` tags changed; the loader is otherwise the same, and an output written then holds
+#: no member of the new kind). The check's Energon pass loads :data:`SAMPLE_LOADER_SOURCE` anyway.
+#: ``f8991efb...``: the image + video loader (``("img", "vid")``), written up to issue 23 item 3.
+EARLIER_SAMPLE_LOADERS: frozenset[str] = frozenset({
+    "f8991efb235cd72efb7f3e3e2c5473e7148cb709f52ea1c957be8daa3ffdcb08",
+})
+
+
 DATASET_YAML = """sample_type:
   __module__: vlmpack.energon.sample
   __class__: VlmpackPack

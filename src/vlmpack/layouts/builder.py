@@ -32,7 +32,7 @@ class Builder:
 
     def __init__(self, pending: dict[str, list[object]]) -> None:
         self.pending = pending
-        self.used = {"image": 0, "video": 0}
+        self.used = dict.fromkeys(MEDIA_KINDS, 0)
         self.media: list[tuple[str, object]] = []
         self.messages: list[dict] = []
 
