@@ -26,14 +26,24 @@ def assistant_label_mask(ids: np.ndarray, *, im_start_id: int, assistant_id: int
     heads = np.flatnonzero((ids[:-1] == im_start_id) & (ids[1:] == assistant_id))
     if not len(heads):
         return mask
-    content = heads + 2
-    has_nl = content < n
-    has_nl[has_nl] = ids[content[has_nl]] == newline_id
-    content = content + has_nl
+    content = skip_token(ids, heads + 2, newline_id)
     ends = np.flatnonzero(ids == im_end_id)
     k = np.searchsorted(ends, content)
     stop = np.where(k < len(ends), ends[np.minimum(k, len(ends) - 1)] + 1, n)
+    return spans_mask(n, content, stop)
+
+
+def skip_token(ids: np.ndarray, at: np.ndarray, token_id: int) -> np.ndarray:
+    """int ``[k]``: each position of ``at`` moved one on where ``ids`` holds ``token_id`` there (a
+    header's own ``"\n"`` token before a turn's content); positions at or past the end stay."""
+    has = at < len(ids)
+    has[has] = ids[at[has]] == token_id
+    return at + has
+
+
+def spans_mask(n: int, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """bool ``[n]``: True on ``[starts[i], stops[i])`` for every i (positions past ``n`` clipped)."""
     delta = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(delta, np.minimum(content, n), 1)
-    np.add.at(delta, stop, -1)
+    np.add.at(delta, np.minimum(starts, n), 1)
+    np.add.at(delta, np.minimum(stops, n), -1)
     return np.cumsum(delta[:n]) > 0

@@ -55,6 +55,7 @@ import numpy as np
 from vlmpack.errors import ConfigError, MediaRuleError
 from vlmpack.models.base import COUNTING_FILES, MediaSize, ProcessedVideos
 from vlmpack.models.chat_tokenizer import load_chat_tokenizer
+from vlmpack.models.chatml import skip_token, spans_mask
 from vlmpack.models.qwen2_vl import Qwen2VLFamily
 from vlmpack.models.special_tokens import special_token_pattern, special_token_strings
 
@@ -86,19 +87,12 @@ def glm_label_mask(ids: np.ndarray, *, assistant_id: int, newline_id: int, role_
     heads = np.flatnonzero(ids == assistant_id)
     if not len(heads):
         return mask
-    content = heads + 1
-    has_nl = content < n
-    has_nl[has_nl] = ids[content[has_nl]] == newline_id
-    content = content + has_nl
+    content = skip_token(ids, heads + 1, newline_id)
     roles = np.flatnonzero(np.isin(ids, np.asarray(role_ids)))
     k = np.searchsorted(roles, content)
     end = np.where(k < len(roles), roles[np.minimum(k, len(roles) - 1)], n)
     inclusive = (end < n) & np.isin(ids[np.minimum(end, n - 1)], np.asarray(stop_ids))
-    stop = end + inclusive
-    delta = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(delta, np.minimum(content, n), 1)
-    np.add.at(delta, stop, -1)
-    return np.cumsum(delta[:n]) > 0
+    return spans_mask(n, content, end + inclusive)
 
 
 class Glm4vFamily(Qwen2VLFamily):
