@@ -216,3 +216,23 @@ def assert_sample_encodes(fam, s: dict, tokens: list[int], want, batch_ids) -> N
     got = fam.encode(s["messages"], tokens, s.get("special_tokens"))
     assert np.array_equal(got, want), where
     assert np.array_equal(batch_ids, want), where
+
+
+def assert_grid_pack(fam, key: str, batch: dict, at: list, images: list[list], ref: dict, wants: list) -> int:
+    """The per-pack assertions of the every-image sweeps of the families whose processor returns
+    ``image_grid_thw`` with a 2 x 2 merge (Qwen3-VL, Qwen3.5, GLM-4.1V: ``t * h * w // 4`` tokens an
+    image): ``at`` holds each image sample of the pack as ``(pack-JSON entry, start, end)`` in the
+    collator's ``batch``; ``images``, ``ref`` and ``wants`` are :func:`pack_reference`'s answer for
+    those samples (``ref["image_grid_thw"]`` int ``[images, 3]`` in order). Each sample's image-token
+    count is its grids' and :func:`assert_sample_encodes` holds; no grid is left over (``key``: the
+    pack, for the message). Returns the number of images compared."""
+    grids = iter((np.asarray(ref["image_grid_thw"]).prod(-1) // 4).tolist())  # per image, in order
+    n_media = 0
+    for j, (s, a, z) in enumerate(at):
+        want = wants[j]
+        tokens = [next(grids) for _ in images[j]]
+        assert np.count_nonzero(want == fam.image_token_id) == sum(tokens), f"sample {s['id']!r}"
+        assert_sample_encodes(fam, s, tokens, want, batch["input_ids"][0, a:z].numpy())
+        n_media += len(images[j])
+    assert next(grids, None) is None, key
+    return n_media

@@ -38,8 +38,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import cache_lock, logit_diff
-from demo_data.packs import demo_packs
-from image_memo import assert_sample_encodes, shared_preprocess
+from demo_data.packs import demo_packs, first_image_packs
+from image_memo import assert_grid_pack, shared_preprocess
 from PIL import Image
 
 from vlmpack.config import load_config
@@ -211,15 +211,8 @@ def test_every_image_sample_equals_glm4v_processor(tmp_path_factory, real_data, 
             # same order, as the collator's image-processor call: one pixel computation, see image_memo)
             images, ref, wants = _pack_reference(proc, raw, [s for s, _, _ in at])
             n_image_packs += 1
-            grids = iter((np.asarray(ref["image_grid_thw"]).prod(-1) // 4).tolist())  # per image, in order
-            for j, (s, a, z) in enumerate(at):
-                want = wants[j]
-                tokens = [next(grids) for _ in images[j]]
-                assert np.count_nonzero(want == fam.image_token_id) == sum(tokens), f"sample {s['id']!r}"
-                assert_sample_encodes(fam, s, tokens, want, batch["input_ids"][0, a:z].numpy())
-                compared += 1
-                n_media += len(images[j])
-            assert next(grids, None) is None, raw["__key__"]
+            n_media += assert_grid_pack(fam, raw["__key__"], batch, at, images, ref, wants)
+            compared += len(at)
     print(f"glm4v: compared {compared} image samples ({n_media} images) with Glm4vProcessor; "
           f"{len(rejected)} image samples rejected: {sorted({r['reason'] for r in rejected.values()})}")
     # the collator and the processor saw the same pixels and options for every pack (one computation each)
@@ -258,15 +251,7 @@ def tiny_glm4v(model_dir: Path, *, attn_implementation: str = "sdpa", seed: int 
 @pytest.fixture(scope="module")
 def image_packs(real_data, glm4v_dir):
     """Two real image packs of >= 2 samples holding >= 2 images together."""
-    packs = []
-    for p in read_packs(demo_packs(real_data, glm4v_dir, seq_len=SEQ_LEN, n_lines=300)):
-        meta = json.loads(p["json"])
-        if sum(len(s["media"]) for s in meta["samples"]) >= 2 and len(meta["samples"]) >= 2:
-            packs.append(p)
-        if len(packs) == 2:
-            break
-    assert len(packs) == 2, "the demo subset must give multi-sample image packs"
-    return packs
+    return first_image_packs(demo_packs(real_data, glm4v_dir, seq_len=SEQ_LEN, n_lines=300))
 
 
 @pytest.fixture(scope="module")

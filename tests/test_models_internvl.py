@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from demo_data.packs import demo_packs
+from demo_data.packs import demo_packs, first_image_packs
 from image_memo import assert_sample_encodes, pack_reference, shared_preprocess
 from PIL import Image
 
@@ -190,15 +190,7 @@ SEQ_LEN = 1024
 @pytest.fixture(scope="module")
 def image_packs(real_data, internvl_dir):
     out = demo_packs(real_data, internvl_dir, seq_len=SEQ_LEN, n_lines=300)
-    packs = []
-    for p in read_packs(out):
-        meta = json.loads(p["json"])
-        if sum(len(s["media"]) for s in meta["samples"]) >= 2 and len(meta["samples"]) >= 2:
-            packs.append(p)
-        if len(packs) == 2:
-            break
-    assert len(packs) == 2, "the demo subset must give multi-sample image packs"
-    return packs
+    return first_image_packs(out)
 
 
 @pytest.fixture(scope="module")

@@ -45,6 +45,24 @@ def demo_packs(real_data: str | Path, model_dir: str | Path, *, seq_len: int = 1
     return dest
 
 
+def first_image_packs(out: str | Path, n: int = 2) -> list[dict]:
+    """The first ``n`` packs of the output ``out`` (raw WebDataset dicts, in shard order) that hold
+    >= 2 samples and >= 2 images together (the training-side equivalence tests of the Qwen3-VL,
+    InternVL and GLM-4.1V families). ``AssertionError`` when the output holds fewer."""
+    import json
+
+    from vlmpack.packfmt import read_packs
+
+    packs = []
+    for p in read_packs(out):
+        samples = json.loads(p["json"])["samples"]
+        if sum(len(s["media"]) for s in samples) >= 2 and len(samples) >= 2:
+            packs.append(p)
+            if len(packs) == n:
+                return packs
+    raise AssertionError("the demo subset must give multi-sample image packs")
+
+
 def multi_sample_image_packs(out: str | Path) -> list[dict]:
     """Two real multi-sample image packs of the output ``out`` (raw WebDataset dicts): the first
     with a multi-image sample, the next with >= 3 samples (the training-side equivalence tests).
