@@ -22,6 +22,7 @@ from vlmpack.models.chat_tokenizer import require_tokenizer_files
 from vlmpack.models.gemma3 import Gemma3Family
 from vlmpack.models.glm4v import Glm4vFamily
 from vlmpack.models.internvl import InternVLFamily
+from vlmpack.models.kimi_k25 import KimiK25Family
 from vlmpack.models.llava_onevision import LlavaOnevisionFamily
 from vlmpack.models.qwen2_vl import Qwen2VLFamily
 from vlmpack.models.qwen3_vl import Qwen3_5Family, Qwen3VLFamily
@@ -43,6 +44,7 @@ FAMILIES: dict[str, type] = {
     "gemma3": Gemma3Family,
     "glm4v": Glm4vFamily,
     "smolvlm": SmolVLMFamily,
+    "kimi_k25": KimiK25Family,
 }
 
 

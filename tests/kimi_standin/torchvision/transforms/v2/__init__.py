@@ -1,0 +1,3 @@
+"""``torchvision.transforms.v2``: ``functional``."""
+
+from . import functional  # noqa: F401
