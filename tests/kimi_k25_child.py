@@ -106,7 +106,8 @@ def sweep(packs: str, model_dir: str, dest: str, n_collate: int, fixture: str) -
     np.savez(dest, keys=np.array(keys), ids=np.array(sids), ref_ids=np.concatenate(ref_ids),
              ref_len=np.array(ref_len), tokens=np.array(tokens, dtype=np.int64), n_images=np.array(n_images),
              col_ids=np.concatenate(col_ids), col_len=np.array(col_len), n_packs=np.array(n_packs),
-             fixture_grids=fixture_grids(proc, fixture))
+             fixture_grids=fixture_grids(proc, fixture),
+             image_kwargs=np.array(sorted(type(proc.image_processor).valid_kwargs.__annotations__)))
 
 
 def tiny_kimi(model_dir: str, attn_implementation: str, seed: int = 0):

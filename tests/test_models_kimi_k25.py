@@ -249,3 +249,21 @@ def test_verify_passes_on_a_kimi_output(real_data, kimi_dir):
 
     res = verify_output(demo_packs(real_data, kimi_dir, seq_len=SEQ_LEN, n_lines=300), workers=1)
     assert res["problems"] == [] and res["recounted_shards"] >= 1 and res["samples"] > 200
+
+
+def test_processor_kwargs_count_without_torchvision(kimi_runs, kimi_dir, tmp_path):
+    """``--processor-kwargs`` reach the header rule without importing the torchvision-only image
+    processor: the settings accepted are its ``valid_kwargs`` (restated, compared with the real class
+    in the child), and ``max_patches`` lowers the counts as ``navit_resize`` says."""
+    from vlmpack.models.kimi_k25 import KimiK25Family
+    from vlmpack.models.options import accepted_keys
+
+    assert sorted(KimiK25Family.image_valid_kwargs().__annotations__) == kimi_runs["ref"]["image_kwargs"].tolist()
+    assert {"max_patches", "patch_size", "merge_size", "size"} <= accepted_keys(KimiK25Family)["image"]
+    fam = load_model(str(kimi_dir), processor=json.dumps({"kwargs": {"max_patches": 1024}}))
+    assert fam.max_patches == 1024
+    for w, h in [(4000, 3000), (640, 480), (7169, 10)]:
+        grid = navit_grid(h, w, patch_size=14, merge_size=2, max_patches=1024, max_side=512)
+        assert fam.media_tokens(MediaSize("image", w, h)) == grid[0] * grid[1] // 4
+    assert fam.media_tokens(MediaSize("image", 4000, 3000)) < load_model(str(kimi_dir)).media_tokens(
+        MediaSize("image", 4000, 3000))

@@ -144,6 +144,22 @@ class KimiK25Family(Qwen2VLFamily):
             raise ConfigError(NEEDS_TORCHVISION) from None
         return Kimi_K25ImageProcessor
 
+    @classmethod
+    def image_valid_kwargs(cls) -> type:
+        """``Kimi_K25ImageProcessor.valid_kwargs`` restated without torchvision (the settings
+        ``--processor-kwargs`` may give it; :func:`vlmpack.models.options.accepted_keys`): transformers'
+        ``ImagesKwargs`` + ``max_patches``, ``patch_size``, ``merge_size``, as
+        ``Kimi_K25ImageProcessorKwargs`` (transformers 5.24; the test compares the two in its
+        torchvision child), so counting with options needs no torchvision."""
+        from transformers.processing_utils import ImagesKwargs
+
+        class Kimi_K25ImageProcessorKwargs(ImagesKwargs, total=False):  # noqa: N801 - transformers' name
+            max_patches: int
+            patch_size: int
+            merge_size: int
+
+        return Kimi_K25ImageProcessorKwargs
+
     def __init__(self, model_dir: str | Path):  # noqa: D107 - documented on the class
         d = Path(model_dir)
         self.model_dir = str(model_dir)

@@ -104,8 +104,11 @@ def accepted_keys(family_cls: type) -> dict[str, frozenset[str]]:
     set: the image processor class's ``valid_kwargs`` (transformers' own list, as ``from_dict``
     filters kwargs), the video settings the family reads (``video_option_keys``) and the processor
     init arguments it reads (``processor_option_keys``), per-call arguments left out."""
-    image_cls = family_cls.image_processor_class()
-    image = set(getattr(image_cls.valid_kwargs, "__annotations__", {})) - _CALL_ONLY
+    # a family whose image processor class cannot be imported everywhere (Kimi-K2.5's is
+    # torchvision-only, counting is not) restates its valid_kwargs as ``image_valid_kwargs``
+    restated = getattr(family_cls, "image_valid_kwargs", None)
+    valid = restated() if restated is not None else family_cls.image_processor_class().valid_kwargs
+    image = set(getattr(valid, "__annotations__", {})) - _CALL_ONLY
     return {"image": frozenset(image), "video": frozenset(getattr(family_cls, "video_option_keys", ())),
             "processor": frozenset(getattr(family_cls, "processor_option_keys", ()))}
 
