@@ -121,7 +121,8 @@ def replicate(base: list, n: int):
                 num_tokens=cp(r.num_tokens), media_tokens=cp(r.media_tokens), num_media=cp(r.num_media),
                 kind=cp(r.kind), media_bytes=cp(r.media_bytes), line=cp(r.line), offset=cp(r.offset),
                 rec_offset=cp(r.rec_offset), rec_len=cp(r.rec_len), id_kind=cp(r.id_kind),
-                label_tokens=cp(r.label_tokens), video_tokens=cp(r.video_tokens), media_sha256=r.media_sha256,
+                label_tokens=cp(r.label_tokens), media_sha256=r.media_sha256,
+                kind_tokens={c: cp(a) for c, a in r.kind_tokens.items()},
                 stats=r.stats, bound_counted_max=r.bound_counted_max, bound_skipped_min=r.bound_skipped_min,
                 id_hash=id_key_hashes(ids.to_pylist(), r.id_kind[:k].tolist())))
             left -= k

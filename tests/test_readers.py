@@ -621,7 +621,8 @@ def test_hand_written_forms_of_each_schema(real_data):
         ({"conversations": []}, "prompts", "unknown_schema"),
         ({"messages": []}, "llava", "unknown_schema"),
         ({"prompts": ["a"], "captions": []}, "auto", "wrong_type"),
-        ({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]}, "auto", "media_unsupported"),
+        ({"messages": [{"role": "user", "content": [{"type": "input_file"}]}]}, "auto", "media_unsupported"),
+        ({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]}, "auto", "wrong_type"),
         ({"messages": [{"role": "developer", "content": "x"}]}, "auto", "unknown_role"),
         ({"messages": [{"role": "tool", "content": "x"}]}, "auto", "bad_turn_order"),
         ({"image": "a.png", "images": ["a.png"], "conversations": []}, "auto", "wrong_type"),
@@ -647,7 +648,7 @@ def test_hand_written_forms_of_each_schema(real_data):
 
 
 @pytest.mark.parametrize("record, text_key, reason", [
-    ({"texts": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "media": "audio"},
+    ({"texts": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "media": "speech"},
      None, "media_unsupported"),
     ({"texts": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "media": "pdf"},
      None, "wrong_type"),

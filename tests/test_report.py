@@ -20,6 +20,7 @@ import pytest
 from vlmpack.config import load_config
 from vlmpack.pack.figures import REPORT_FIGURES
 from vlmpack.pack.pipeline import run_pack
+from vlmpack.records import SAMPLE_KINDS
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +101,7 @@ def test_report_json_new_keys_add_up(packed, real_data: Path) -> None:
     assert all(tokens[i] > cfg.seq_len for i in over)
     by_kind = report["overlong_tokens_by_kind"]
     assert by_kind == {k: sum(tokens[i] for i in over if kinds[i] == code)
-                       for code, k in enumerate(("text", "image", "video"))}
+                       for code, k in enumerate(SAMPLE_KINDS)}  # text, image, video, audio
     mtp = report["media_tokens_per_pack"]
     assert 0 < mtp["p50"] <= mtp["p99"] <= mtp["max"] <= cfg.seq_len
     assert report["tokens"] + report["overlong_tokens"] == int(np.sum(manifest.column("num_tokens").to_numpy()))
@@ -151,7 +152,7 @@ def test_report_figures_fit_their_texts_without_tight_layout() -> None:
                for i in range(files)]
         cases.append(ReportData(lengths, kinds, np.where(kinds > 0, lengths // 2, 0), np.flatnonzero(lengths > L),
                                 offsets, ok, pack_tokens, L, {"overlong": n - ok.size, reason: 123_456}, src,
-                                np.where(kinds == 2, lengths // 3, 0)))
+                                {"video_tokens": np.where(kinds == 2, lengths // 3, 0)}))
     for d in cases:
         for name, _caption, draw in figures.REPORT_FIGURES:
             fig = Figure(figsize=(7.5, 4.2))

@@ -219,7 +219,7 @@ def test_video_packs_load_through_energon_and_collate_to_recorded_counts(packs, 
                                                                         processors, alone_cache, name):
     fam = families[name]
     report = json.loads((outputs[name] / "report.json").read_text())
-    assert report["samples_by_kind"] == {"text": 2, "image": 1, "video": 5}, report["samples_by_kind"]
+    assert report["samples_by_kind"] == {"text": 2, "image": 1, "video": 5, "audio": 0}, report["samples_by_kind"]
     assert report["samples_packed"] == N_SAMPLES and report["rejected"] == 0, report
     collator = PackCollator(dirs[name], attn_implementation="sdpa")
     seen, tokens = set(), 0

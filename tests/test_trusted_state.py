@@ -34,6 +34,7 @@ from vlmpack.fsio import atomic_write, read_sealed_json, sealed_json_bytes
 from vlmpack.media import fingerprint as fpmod
 from vlmpack.pack import pipeline
 from vlmpack.pack.count_task import MeasureResult, arrays_path, media_files_sha256, part_path, result_path
+from vlmpack.pack.media_tokens import TOKEN_COLUMNS
 from vlmpack.pack.pipeline import run_pack
 from vlmpack.pack.results import read_result, save_result
 from vlmpack.packfmt import read_packs
@@ -317,7 +318,8 @@ def _result(n: int, rng: np.random.Generator, index: int) -> MeasureResult:
                          media_tokens=arr(np.int32, 900), num_media=arr(np.int32, 5), kind=arr(np.int8, 3),
                          media_bytes=arr(np.int64, 10**9), line=arr(np.int64, 10**6), offset=arr(np.int64, 10**9),
                          rec_offset=arr(np.int64, 10**6), rec_len=arr(np.int64, 10**4), id_kind=arr(np.int8, 3),
-                         label_tokens=arr(np.int32, 900), video_tokens=arr(np.int32, 900),
+                         label_tokens=arr(np.int32, 900),
+                         kind_tokens={c: arr(np.int32, 900) for c in TOKEN_COLUMNS.values()},
                          id_hash=arr(np.uint64, 2**62), media_files=media,
                          media_sha256=media_files_sha256(media), rejections=rej,
                          stats=ReadStats(n + 2, 1, n + 1, {"invalid_json": 1}), part_sha256="", part_size=0,
@@ -339,8 +341,9 @@ def test_saved_count_results_read_back_and_any_changed_byte_is_refused(tmp_path,
     back = read_result(store, 7, 1)
     assert back is not None and back.ids_array().to_pylist() == r.ids
     for name in ("num_tokens", "media_tokens", "num_media", "kind", "media_bytes", "line", "offset", "rec_offset",
-                 "rec_len", "id_kind", "label_tokens", "video_tokens", "id_hash"):
-        got, want = getattr(back, name), getattr(r, name)
+                 "rec_len", "id_kind", "label_tokens", "id_hash", *TOKEN_COLUMNS.values()):
+        got, want = ((getattr(back, name), getattr(r, name)) if name not in TOKEN_COLUMNS.values()
+                     else (back.kind_tokens[name], r.kind_tokens[name]))
         assert got.dtype == want.dtype and np.array_equal(got, want), name
     assert (back.bound_counted_max, back.bound_skipped_min) == (r.bound_counted_max, r.bound_skipped_min)
     assert (back.media_files, back.rejections, back.stats) == (r.media_files, r.rejections, r.stats)

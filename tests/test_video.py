@@ -323,6 +323,7 @@ def test_media_tokens_per_kind_in_report_summary_and_plan(real_data, model_dir, 
     ``media_tokens_by_kind`` equals the per-item counts the pack JSONs record, summed by media kind
     (the mixed sample's image tokens as image, its video tokens as video), the summary prints them,
     and ``vlmpack plan OUT`` shows the same totals from the manifest."""
+    from vlmpack.pack.media_tokens import MEDIA_KINDS
     from vlmpack.packfmt import read_packs
 
     video = [json.loads(x) for x in (real_data / "real_sft_video.jsonl").read_text().splitlines()]
@@ -338,7 +339,7 @@ def test_media_tokens_per_kind_in_report_summary_and_plan(real_data, model_dir, 
                  "-j", "1", "--no-progress"])
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
-    want = {"image": 0, "video": 0}
+    want = dict.fromkeys(MEDIA_KINDS, 0)  # every registered kind (audio: 0 here)
     mixed_kinds = None
     for raw in read_packs(out):
         for s in json.loads(raw["json"])["samples"]:

@@ -8,7 +8,7 @@ Canonical ``messages`` (the form written into packs, docs/format.md)::
 
     [{"role": "system" | "user" | "assistant" | "tool",
       "content": [{"type": "text", "text": str} | {"type": "image", "index": int}
-                  | {"type": "video", "index": int}],
+                  | {"type": "video", "index": int} | {"type": "audio", "index": int}],
       # only where set: an assistant's reasoning and tool calls, a tool result's call id / name
       "reasoning_content": str, "tool_calls": [{"type": "function", "function": {"name", "arguments"}}],
       "tool_call_id": str, "name": str}, ...]
@@ -28,9 +28,9 @@ from typing import Literal, get_args
 #: The media kinds a record may hold: the names of :data:`vlmpack.media.kinds.KINDS`, in its order
 #: (this layer sits below media, so the names are repeated here; ``tests/test_media_kinds.py``
 #: checks they agree).
-MediaKind = Literal["image", "video"]
+MediaKind = Literal["image", "video", "audio"]
 #: A sample's kind (:attr:`Sample.kind`): ``"text"`` then the media kinds; a later one wins when a
-#: sample holds several (video over image). The position is the kind's code in per-sample arrays.
+#: sample holds several (video over image, audio over both). The position is the kind's code in per-sample arrays.
 MEDIA_KINDS: tuple[str, ...] = get_args(MediaKind)
 SAMPLE_KINDS: tuple[str, ...] = ("text", *MEDIA_KINDS)
 
@@ -50,7 +50,7 @@ REASONS: dict[str, str] = {
     "bad_turn_order": "the first non-system turn is not a user turn",
     "no_assistant_turn": "the conversation has no assistant turn",
     "empty_turn": "a turn has neither text nor media",
-    "placeholder_mismatch": "the number of <image>/<video> placeholders differs from the media given",
+    "placeholder_mismatch": "the number of <image>/<video>/<audio> placeholders differs from the media given",
     "media_outside_root": "a media path resolves outside --media-root",
     "media_missing": "a media file does not exist or is not a regular file",
     "media_undecodable": "a media file's header does not decode (unknown format, truncated, corrupt)",
@@ -182,8 +182,9 @@ class Sample:
 
     @property
     def kind(self) -> str:
-        """``"text"``, ``"image"`` or ``"video"`` (video wins over image when both occur): the last
-        of :data:`SAMPLE_KINDS` among the sample's media, ``"text"`` without any."""
+        """``"text"``, ``"image"``, ``"video"`` or ``"audio"`` (a later kind wins when several occur:
+        video over image, audio over both): the last of :data:`SAMPLE_KINDS` among the sample's
+        media, ``"text"`` without any."""
         kinds = {m.kind for m in self.media}
         return next((k for k in reversed(SAMPLE_KINDS) if k in kinds), "text")
 

@@ -2,10 +2,12 @@
 structural checks (all of them live here, at parse time, so that :mod:`vlmpack.pack.validate`
 only touches the file system).
 
-Top-level media: ``image`` (a string or a list) / ``images`` (a list) and ``video`` / ``videos``,
-each entry a reference or a Hugging Face ``Image`` struct (:func:`top_level_media`); ``<image>`` /
-``<video>`` placeholders in the text and ``{"type": "image"}`` / ``{"type": "video"}`` parts that
-carry no media (the Hugging Face / TRL chat-template layout) consume them in order. A key set to
+Top-level media, per media kind of the registry (``records.MEDIA_KINDS``): ``image`` (a string or a
+list) / ``images`` (a list), ``video`` / ``videos`` and ``audio`` / ``audios`` (LLaMA-Factory's
+column), each entry a reference or a Hugging Face ``Image`` struct (:func:`top_level_media`);
+``<image>`` / ``<video>`` / ``<audio>`` placeholders in the text and ``{"type": "image"}`` /
+``{"type": "video"}`` / ``{"type": "audio"}`` parts that carry no media (the Hugging Face / TRL
+chat-template layout) consume them in order. A key set to
 ``null`` counts as absent; a ``null`` *entry* of a list is ``wrong_type``.
 
 Structural checks (:meth:`Builder.finish`): no empty turn, placeholders == media given, at least
@@ -20,8 +22,9 @@ from vlmpack.errors import RecordError
 from vlmpack.layouts.base import Canonical, short
 from vlmpack.records import MEDIA_KINDS
 
-PLACEHOLDER = re.compile(r"(<image>|<video>)")
-_PLACEHOLDER_KIND = {"<image>": "image", "<video>": "video"}
+#: ``<kind>`` of each media kind (``<image>``, ``<video>``, ``<audio>``: LLaMA-Factory's placeholders).
+_PLACEHOLDER_KIND = {f"<{kind}>": kind for kind in MEDIA_KINDS}
+PLACEHOLDER = re.compile("(" + "|".join(map(re.escape, _PLACEHOLDER_KIND)) + ")")
 
 
 class Builder:
@@ -41,7 +44,8 @@ class Builder:
         return {"type": kind, "index": len(self.media) - 1}
 
     def add_all_pending(self, content: list[dict]) -> None:
-        """Append every top-level media item (images, then videos) that no placeholder consumed."""
+        """Append every top-level media item (images, then videos, then audios: the registry's order)
+        that no placeholder consumed."""
         for kind in MEDIA_KINDS:
             for ref in self.pending[kind][self.used[kind]:]:
                 content.append(self.add_media(kind, ref))
@@ -101,7 +105,7 @@ class Builder:
 
 
 def top_level_media(obj: dict) -> dict[str, list[object]]:
-    """The record's top-level media per kind (``{"image": [...], "video": [...]}``). An entry is a
+    """The record's top-level media per kind (``{"image": [...], "video": [...], "audio": [...]}``). An entry is a
     reference string or a Hugging Face ``datasets`` ``Image`` / ``Video`` struct as JSON writes it:
     ``{"path": str}`` (the file), or ``{"bytes": base64 str}`` (the bytes, as a ``data:`` URI;
     ``bytes`` wins when both are set, as in ``datasets.features.Image.decode_example``). Raises

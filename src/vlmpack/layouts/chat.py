@@ -10,8 +10,11 @@ are read by :mod:`vlmpack.layouts.tools`. Parts: a bare string,
 ``{"type": "image", "base64": data}`` (the keys transformers' ``apply_chat_template`` loads an
 image from, ``transformers.processing_utils``), ``{"type": "image"}`` alone (a placeholder for the
 next top-level ``images`` entry: the Hugging Face / TRL layout, e.g. HuggingFaceH4/llava-instruct-mix-vsft),
-``{"type": "image_url", "image_url": {"url": ref}}`` (or the url string) and the same for
-``video`` / ``video_url``; audio and file parts are ``media_unsupported``.
+``{"type": "image_url", "image_url": {"url": ref}}`` (or the url string) and the same for every
+media kind of the registry (``records.MEDIA_KINDS``): ``video`` / ``video_url``, ``audio`` /
+``audio_url`` (vLLM's form); OpenAI's ``{"type": "input_audio", "input_audio": {"data": base64,
+"format": "wav"}}`` is an audio item of those bytes (a ``data:`` reference); file parts are
+``media_unsupported``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from vlmpack.records import MEDIA_KINDS
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
          "tool": "tool", "observation": "tool", "function": "tool", "function_call": "assistant"}
 _MEDIA_PART_KEYS = ("path", "url")  # keys of {"type": kind, kind|"path"|"url": ref} parts, in order
-_UNSUPPORTED_PARTS = ("audio", "input_audio", "audio_url", "file", "input_file")
+_URL_PARTS = {f"{kind}_url": kind for kind in MEDIA_KINDS}  # {"type": "image_url", "image_url": {"url": ref}}
+_UNSUPPORTED_PARTS = ("file", "input_file")
 
 
 def chat_turns(turns: object, key: str, builder: Builder, names: tuple[str, str], alt_names: tuple[str, str],
@@ -40,8 +44,8 @@ def chat_turns(turns: object, key: str, builder: Builder, names: tuple[str, str]
         raise RecordError("empty_conversation", f"{key!r} is an empty list")
     role_key, text_key = names
     alt_role, alt_text = alt_names
-    leading = leading and not PLACEHOLDER.search(repr(turns)) and "'type': 'image" not in repr(turns) \
-        and "'type': 'video" not in repr(turns)
+    text = repr(turns)
+    leading = leading and not PLACEHOLDER.search(text) and not any(f"'type': '{k}" in text for k in MEDIA_KINDS)
     for i, turn in enumerate(turns):
         where = f"{key}[{i}]"
         if not isinstance(turn, dict):
@@ -96,14 +100,21 @@ def _content_part(part: object, where: str, content: list[dict], builder: Builde
             content.append(builder.take(ptype))
         else:
             content.append(builder.add_media(ptype, _media_ref(ref, ptype, where)))
-    elif ptype in ("image_url", "video_url"):
-        kind = ptype[:-4]
+    elif ptype in _URL_PARTS:
+        kind = _URL_PARTS[ptype]
         spec = part.get(ptype)
         ref = spec.get("url") if isinstance(spec, dict) else spec
         content.append(builder.add_media(kind, _media_ref(ref, kind, where)))
+    elif ptype == "input_audio":  # OpenAI: the bytes inline, base64
+        spec = part.get("input_audio")
+        data = spec.get("data") if isinstance(spec, dict) else None
+        if not isinstance(data, str) or not data:
+            raise RecordError("wrong_type", f"{where} input_audio part needs 'input_audio': {{'data': base64 str}}, "
+                              f"got {short(spec)}")
+        content.append(builder.add_media("audio", f"data:;base64,{data}"))
     elif ptype in _UNSUPPORTED_PARTS:
         raise RecordError(
-            "media_unsupported", f"{where} has a {ptype!r} part; only images and videos are supported"
+            "media_unsupported", f"{where} has a {ptype!r} part; only {', '.join(MEDIA_KINDS)} media are supported"
         )
     else:
         raise RecordError("wrong_type", f"{where} has unknown part type {short(ptype)}")

@@ -1,7 +1,8 @@
 """The WDS-native packer's schema, rewritten into the ``messages`` layout before detection.
 
 Megatron-Energon ``sample_loader`` datasets of the WDS-native packer write ``texts`` turns of
-``role`` / ``content``, ``media`` or ``media_type`` = ``"text"`` / ``"image"`` / ``"video"`` and
+``role`` / ``content``, ``media`` or ``media_type`` = ``"text"`` or a media kind of the registry
+(``"image"`` / ``"video"`` / ``"audio"``) and
 the media names in ``name`` or ``media_files``. :func:`normalize_native` turns such a record (or
 any record whose turns sit under ``--text-key``) into a ``messages`` record; when its text holds
 no placeholder, its media go before the first user turn's text (the :data:`LEADING` marker).
@@ -29,12 +30,13 @@ def normalize_native(obj: dict, text_key: str | None = None) -> dict:
 
     - turns: ``obj[text_key]`` (``--text-key``), else ``obj["texts"]`` when the record has no
       ``conversations``/``messages`` key, become ``obj["messages"]``;
-    - ``media`` / ``media_type`` (a string ``text``/``image``/``video``) with the names in
-      ``name`` / ``media_files`` (a list or one string) become ``images`` or ``videos``; without
-      names the source supplies them (a WebDataset sample's parts by extension).
+    - ``media`` / ``media_type`` (a string ``text`` or a media kind: ``image``/``video``/``audio``)
+      with the names in ``name`` / ``media_files`` (a list or one string) become ``images``,
+      ``videos`` or ``audios`` (the other kinds' lists empty); without names the source supplies
+      them (a WebDataset sample's parts by extension).
     Idempotent. Raises :class:`RecordError`: ``unknown_schema`` (``text_key`` given but absent),
     ``wrong_type`` (turns under two keys, an unknown media kind, names for a ``text`` sample),
-    ``media_unsupported`` (``audio``).
+    ``media_unsupported`` (``speech`` / ``sound``: say ``audio``).
     """
     key = text_key if text_key else ("texts" if "texts" in obj and "conversations" not in obj
                                      and "messages" not in obj else None)
@@ -51,8 +53,8 @@ def normalize_native(obj: dict, text_key: str | None = None) -> dict:
         return obj
     obj.pop("media", None)
     obj.pop("media_type", None)
-    if kind in ("audio", "speech", "sound"):
-        raise RecordError("media_unsupported", f"media {kind!r}: only images and videos are supported")
+    if kind in ("speech", "sound"):
+        raise RecordError("media_unsupported", f"media {kind!r}: not a media kind; audio files go under media 'audio'")
     if kind not in NATIVE_KINDS:
         raise RecordError("wrong_type", f"'media' must be one of {', '.join(NATIVE_KINDS)}, got {short(kind)}")
     names = obj.pop("name") if "name" in obj else obj.pop("media_files", None)
@@ -61,11 +63,13 @@ def normalize_native(obj: dict, text_key: str | None = None) -> dict:
     if kind == "text":
         if names:
             raise RecordError("wrong_type", f"media 'text' but {len(names)} media name(s) given")
-        obj["images"], obj["videos"] = [], []
+        for other in NATIVE_KINDS[1:]:
+            obj[other + "s"] = []
     else:
-        other = "videos" if kind == "image" else "images"
         if names is not None:
             obj[kind + "s"] = names
-        obj.setdefault(other, [])
+        for other in NATIVE_KINDS[1:]:
+            if other != kind:
+                obj.setdefault(other + "s", [])
     obj[LEADING] = True
     return obj

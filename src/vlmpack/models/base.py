@@ -154,7 +154,10 @@ class ModelFamily(Protocol):
         ``tools_list``: each conversation's tool schemas (``apply_chat_template(tools=...)``)."""
 
     def check_ids(self, ids: np.ndarray, n_images: int, n_videos: int) -> str | None:
-        """A one-line problem when unexpanded ``ids`` do not hold one placeholder per media item."""
+        """A one-line problem when unexpanded ``ids`` do not hold one placeholder per media item.
+        The count stage passes the counts of the kinds after video as keywords ``n_<kind>s``
+        (``n_audios``), and only to a family whose ``media_tokens`` counted such items: a family
+        that takes another kind adds that keyword (:class:`~vlmpack.models.qwen2_5_omni.Qwen25OmniFamily`)."""
 
     def num_tokens(self, ids: np.ndarray, media_tokens: Sequence[int]) -> int:
         """Length of :meth:`expand` ``(ids, media_tokens)`` without building it."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from vlmpack.media.check_table import open_table
 from vlmpack.media.fingerprint import Fingerprint, fingerprint, unchanged
 from vlmpack.media.ref import display_ref
 from vlmpack.models import load_model
+from vlmpack.pack.media_tokens import TOKEN_COLUMNS, sample_kind_tokens
 from vlmpack.pack.turn_split import SplitStats, split_overlong
 from vlmpack.pack.validate import skip_overlong_texts, text_bound_of, validate_sample
 from vlmpack.packfmt import PackEntry, sample_entry
@@ -91,8 +93,10 @@ class MeasureResult:
     1 image, 2 video), ``media_bytes`` int64 (bytes of the original media), ``line`` int64,
     ``offset`` int64 (bytes, in the decompressed input), ``rec_offset``/``rec_len`` int64 (bytes,
     in the task's records part file), ``id_kind`` int8 (index into :data:`vlmpack.records.ID_KINDS`),
-    ``label_tokens`` int32 (tokens that carry a label, the family's label mask), ``video_tokens``
-    int32 (the part of ``media_tokens`` of its videos; the rest is its images').
+    ``label_tokens`` int32 (tokens that carry a label, the family's label mask), ``kind_tokens``:
+    per media kind after the first, its column name of :data:`vlmpack.pack.media_tokens.TOKEN_COLUMNS`
+    (``video_tokens``, ``audio_tokens``) -> int32 (the part of ``media_tokens`` of the sample's
+    items of that kind; the rest is its images').
     ``ids``: an Arrow ``string`` array (one contiguous buffer: no per-sample Python object on the
     driver). ``media_files``: the :class:`~vlmpack.media.fingerprint.Fingerprint` (sha256 of the
     bytes) of every media item the accepted samples use, as counted: a resume whose media changed
@@ -119,7 +123,8 @@ class MeasureResult:
     rec_len: np.ndarray
     id_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
     label_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
-    video_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    kind_tokens: dict[str, np.ndarray] = field(
+        default_factory=lambda: {c: np.zeros(0, np.int32) for c in TOKEN_COLUMNS.values()})
     media_files: list[Fingerprint] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
     stats: ReadStats = field(default_factory=ReadStats)
@@ -154,8 +159,9 @@ class MeasureResult:
         self.released = True
         empty = np.zeros(0, np.int64)
         for name in ("num_tokens", "media_tokens", "num_media", "kind", "media_bytes", "line", "offset",
-                     "rec_offset", "rec_len", "id_kind", "label_tokens", "video_tokens", "id_hash"):
+                     "rec_offset", "rec_len", "id_kind", "label_tokens", "id_hash"):
             setattr(self, name, empty)
+        self.kind_tokens = dict.fromkeys(self.kind_tokens, empty)
         self.ids = pa.array([], pa.string())
 
     def flatten(self) -> MeasureResult:
@@ -271,7 +277,7 @@ def _count_media(family, sample: Sample) -> Rejection | None:
         try:
             m.num_tokens = family.media_tokens(m, sample_images=n_images)
         except MediaRuleError as e:
-            return Rejection(sample.locator, "media_unsupported", f"{m.ref}: {e}", sample.id)
+            return Rejection(sample.locator, "media_unsupported", f"{display_ref(m.ref)}: {e}", sample.id)
     return None
 
 
@@ -322,8 +328,9 @@ def count_samples(family, samples: list[Sample], special_tokens: str = "reject"
                 rejected.append(ids)
                 continue
             arr = np.asarray(ids, dtype=np.int64)
-            n_img = sum(m.kind == "image" for m in s.media)
-            problem = family.check_ids(arr, n_img, len(s.media) - n_img)
+            n_kind = Counter(m.kind for m in s.media)
+            later = {f"n_{k}s": n for k, n in n_kind.items() if k not in ("image", "video")}  # n_audios
+            problem = family.check_ids(arr, n_kind["image"], n_kind["video"], **later)
             if problem:
                 rejected.append(Rejection(s.locator, "special_token_in_text", problem, s.id))
                 continue
@@ -394,8 +401,7 @@ def run_task(task: MeasureTask) -> MeasureResult:
         index=task.index, file_idx=task.file_idx, ids=pa.array([s.id for s in counted], pa.string()),
         num_tokens=np.array([s.num_tokens for s in counted], dtype=np.int32),
         media_tokens=np.array([sum(m.num_tokens for m in s.media) for s in counted], dtype=np.int32),
-        video_tokens=np.array([sum(m.num_tokens for m in s.media if m.kind == "video") for s in counted],
-                              dtype=np.int32),
+        kind_tokens=sample_kind_tokens(s.media for s in counted),
         num_media=np.array([len(s.media) for s in counted], dtype=np.int32),
         kind=np.array([KIND_CODE[s.kind] for s in counted], dtype=np.int8),
         media_bytes=np.array([sum(m.nbytes for m in s.media) for s in counted], dtype=np.int64),

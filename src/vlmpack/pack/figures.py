@@ -3,7 +3,7 @@
 Every public function returns PNG bytes (or draws into a given ``Axes``); nothing here reads or
 writes files. Token counts are tokens of the model's tokenizer (``num_tokens`` of the manifest),
 ``L`` is the pack capacity in tokens (``--seq-len``). Kinds are the manifest's ``kind`` codes
-0/1/2 = text/image/video, drawn in the same colours in every figure.
+0/1/2/3 = text/image/video/audio (``records.SAMPLE_KINDS``), drawn in the same colours in every figure.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from vlmpack.pack.figure_layout import EDGE, FIGURE_RC, png_bytes, text_inches
 from vlmpack.pack.media_tokens import tokens_by_kind
 from vlmpack.records import SAMPLE_KINDS
 
-KIND_COLORS = {"text": "tab:blue", "image": "tab:orange", "video": "tab:green", "all": "black"}
+#: One colour per sample kind of the registry (text, image, video, audio, ...: ``records.SAMPLE_KINDS``), in order.
+_KIND_PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
+KIND_COLORS = {**{k: _KIND_PALETTE[i % len(_KIND_PALETTE)] for i, k in enumerate(SAMPLE_KINDS)}, "all": "black"}
 BEST_COLOR = "tab:purple"
 
 
@@ -163,9 +165,10 @@ class ReportData:
     ``lengths``/``kinds``/``media_tokens`` ``[n]`` per manifest sample (tokens; kind 0/1/2);
     ``overlong`` the indices dropped as overlong; ``offsets`` ``[P+1]`` and ``order`` the plan's
     CSR; ``pack_tokens`` ``[P]`` tokens per pack; ``seq_len`` L in tokens; ``reasons`` reason code
-    -> records (overlong included); ``sources`` the report's per-input-file dicts; ``video_tokens``
-    ``[n]`` the part of ``media_tokens`` of each sample's videos (None: a manifest without it, whose
-    video samples' media tokens all count as video)."""
+    -> records (overlong included); ``sources`` the report's per-input-file dicts; ``kind_tokens``
+    the manifest's per-kind token columns (:func:`vlmpack.pack.media_tokens.token_columns`: column
+    name -> ``[n]`` the part of ``media_tokens`` of each sample's items of that kind, None for one
+    a manifest lacks; see :func:`~vlmpack.pack.media_tokens.tokens_by_kind`)."""
 
     lengths: np.ndarray
     kinds: np.ndarray
@@ -177,7 +180,7 @@ class ReportData:
     seq_len: int
     reasons: dict[str, int] = field(default_factory=dict)
     sources: list[dict[str, Any]] = field(default_factory=list)
-    video_tokens: np.ndarray | None = None
+    kind_tokens: dict[str, np.ndarray | None] = field(default_factory=dict)
 
     def kinds_present(self) -> list[tuple[int, str]]:
         return [(i, k) for i, k in enumerate(SAMPLE_KINDS) if (self.kinds == i).any()]
@@ -246,7 +249,7 @@ def draw_media_per_pack(ax, d: ReportData) -> None:
     if len(d.offsets) < 2:
         return _empty(ax, "no media in the packs")
     bins, drawn = np.linspace(0, d.seq_len, 41), 0
-    for k, tokens in tokens_by_kind(d.media_tokens, d.kinds, d.video_tokens).items():
+    for k, tokens in tokens_by_kind(d.media_tokens, d.kinds, d.kind_tokens).items():
         per = d.per_pack(tokens)
         per = per[per > 0]
         if not per.size:  # no item of this kind in any pack

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vlmpack.pack.count_task import MeasureResult
+from vlmpack.pack.media_tokens import TOKEN_COLUMNS
 from vlmpack.pack.results import read_result
 from vlmpack.records import ID_KINDS, Locator, Rejection
 from vlmpack.sources import get_source, resolve_format
@@ -87,7 +88,7 @@ def duplicate_positions(ids, id_kind: np.ndarray, hashes: np.ndarray | None = No
 
 
 #: Per-sample array fields of :class:`MeasureResult` and their manifest dtypes.
-_COLUMNS = {"num_tokens": np.int32, "media_tokens": np.int32, "video_tokens": np.int32, "num_media": np.int32,
+_COLUMNS = {"num_tokens": np.int32, "media_tokens": np.int32, "num_media": np.int32,
             "kind": np.int8, "media_bytes": np.int64, "line": np.int64, "offset": np.int64, "rec_offset": np.int64,
             "rec_len": np.int64}
 
@@ -108,6 +109,8 @@ def build_manifest(inputs: InputFiles, results: list[MeasureResult],
     counts = [r.num_samples if r.released else len(r.ids) for r in results]
     total = int(sum(counts))
     cols = {k: np.empty(total, dt) for k, dt in _COLUMNS.items()}
+    for col in TOKEN_COLUMNS.values():  # per media kind after the first (video_tokens, audio_tokens)
+        cols[col] = np.empty(total, np.int32)
     cols["id_kind"] = np.empty(total, np.int8)
     cols["label_tokens"] = np.empty(total, np.int32)
     hashes: np.ndarray | None = np.empty(total, np.uint64)
@@ -120,6 +123,8 @@ def build_manifest(inputs: InputFiles, results: list[MeasureResult],
                 raise ValueError(f"the counts of task {r.index} cannot be read back from {store}")
         for k in _COLUMNS:
             cols[k][pos:pos + n] = getattr(full, k)
+        for col in TOKEN_COLUMNS.values():
+            cols[col][pos:pos + n] = full.kind_tokens[col]
         kinds, labels = getattr(full, "id_kind", ()), getattr(full, "label_tokens", ())
         cols["id_kind"][pos:pos + n] = kinds if len(kinds) == n else 0
         cols["label_tokens"][pos:pos + n] = labels if len(labels) == n else -1  # -1: counted by an older vlmpack
@@ -152,7 +157,7 @@ def build_manifest(inputs: InputFiles, results: list[MeasureResult],
         keep[dups] = False
         ids = ids.filter(pa.array(keep))
         cols = {k: v[keep] for k, v in cols.items()}
-    order = ("id_kind", "num_tokens", "media_tokens", "video_tokens", "label_tokens", "num_media", "kind",
+    order = ("id_kind", "num_tokens", "media_tokens", *TOKEN_COLUMNS.values(), "label_tokens", "num_media", "kind",
              "media_bytes", "file_idx", "line", "offset", "part", "rec_offset", "rec_len")
     return pa.table({"id": ids, **{k: cols[k] for k in order}}), rejections
 

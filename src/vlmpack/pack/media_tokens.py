@@ -1,31 +1,61 @@
-"""Media tokens per media kind: a sample's image tokens count as image, its video tokens as video.
+"""Media tokens per media kind (image, video, audio: the registry :data:`vlmpack.media.kinds.KINDS`).
 
-The count stage records per sample its ``media_tokens`` (all items) and ``video_tokens`` (its
-videos' part; manifest column, :mod:`vlmpack.pack.manifest`); the report, ``vlmpack plan`` and the
-report figures split them with :func:`tokens_by_kind`.
+The count stage records per sample its ``media_tokens`` (all items) and, for each media kind after
+the first, the part of them its items of that kind hold (:data:`TOKEN_COLUMNS`: ``video_tokens``,
+``audio_tokens``; columns of the count results and the manifest, :mod:`vlmpack.pack.results`,
+:mod:`vlmpack.pack.manifest`); the first kind's (image) tokens are the rest. The report, ``vlmpack
+plan`` and the report figures split them with :func:`tokens_by_kind`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
 from vlmpack.media.kinds import KINDS
 from vlmpack.records import SAMPLE_KINDS
 
-#: The media kinds whose tokens are shown apart (``image``, ``video``: :data:`vlmpack.media.kinds.KINDS`).
+#: The media kinds whose tokens are shown apart, in registry order (``image``, ``video``, ``audio``).
 MEDIA_KINDS = tuple(KINDS)
+#: Kind -> the name of its per-sample token column (int32, tokens), for every media kind but the
+#: first: ``{"video": "video_tokens", "audio": "audio_tokens"}``. A new kind gets its column here
+#: (and in the count results' schema, whose format version then changes) by being registered.
+TOKEN_COLUMNS: dict[str, str] = {k: f"{k}_tokens" for k in MEDIA_KINDS[1:]}
+
+
+def sample_kind_tokens(media_per_sample: Iterable[Iterable[Any]]) -> dict[str, np.ndarray]:
+    """The :data:`TOKEN_COLUMNS` arrays of counted samples: column name -> int32 ``[n]``, the sum
+    of ``num_tokens`` (tokens) over each sample's media items (``.kind``, ``.num_tokens``: a
+    :class:`vlmpack.records.Media`) of that kind. ``media_per_sample``: one media list per sample."""
+    lists = [list(media) for media in media_per_sample]
+    return {col: np.array([sum(m.num_tokens for m in media if m.kind == k) for media in lists], dtype=np.int32)
+            for k, col in TOKEN_COLUMNS.items()}
+
+
+def token_columns(table: Any) -> dict[str, np.ndarray | None]:
+    """The :data:`TOKEN_COLUMNS` of a manifest table (``pyarrow.Table``) as int64 arrays, None for
+    a column it lacks (a manifest written by an older vlmpack: see :func:`tokens_by_kind`)."""
+    return {col: (table.column(col).to_numpy(zero_copy_only=False).astype(np.int64)
+                  if col in table.column_names else None) for col in TOKEN_COLUMNS.values()}
 
 
 def tokens_by_kind(media_tokens: np.ndarray, kinds: np.ndarray,
-                   video_tokens: np.ndarray | None) -> dict[str, np.ndarray]:
+                   columns: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]:
     """Media tokens of each sample per media kind, int64 ``[n]`` each, keyed as :data:`MEDIA_KINDS`.
 
-    ``media_tokens``, ``video_tokens`` int ``[n]`` (tokens); ``kinds`` int ``[n]`` sample kinds
-    (index into :data:`vlmpack.records.SAMPLE_KINDS`). ``video_tokens`` None (a manifest written by
-    an older vlmpack, without the column): a video sample's media tokens all count as video."""
+    ``media_tokens`` int ``[n]`` (tokens); ``kinds`` int ``[n]`` sample kinds (index into
+    :data:`vlmpack.records.SAMPLE_KINDS`); ``columns``: column name of :data:`TOKEN_COLUMNS` ->
+    int ``[n]`` (the part of ``media_tokens`` of the sample's items of that kind) or None / absent
+    (a manifest written before the column existed: a sample *of that kind* gives it all its media
+    tokens, as ``video_tokens`` did before it was recorded; no sample of a kind registered later
+    exists in such a manifest). The first kind (image) gets the rest."""
     media = np.asarray(media_tokens, dtype=np.int64)
-    if video_tokens is None:
-        video = np.where(np.asarray(kinds) == SAMPLE_KINDS.index("video"), media, 0)
-    else:
-        video = np.asarray(video_tokens, dtype=np.int64)
-    return {"image": media - video, "video": video}
+    out: dict[str, np.ndarray] = {}
+    for k, col in TOKEN_COLUMNS.items():
+        given = columns.get(col)
+        out[k] = (np.where(np.asarray(kinds) == SAMPLE_KINDS.index(k), media, 0) if given is None
+                  else np.asarray(given, dtype=np.int64))
+    rest = media - sum(out.values(), np.zeros_like(media))
+    return {MEDIA_KINDS[0]: rest, **out}

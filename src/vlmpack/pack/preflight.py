@@ -1,37 +1,39 @@
 """Pre-flight planning (``vlmpack plan``): how a choice of ``seq_len`` would pack, writing no shards.
 
 Input: the counted manifest of a ``pack`` run (``OUT/.vlmpack/manifest.parquet`` with columns
-``num_tokens``, ``media_tokens``, ``video_tokens``, ``num_media``, ``kind``), that parquet file, a lengths file
+``num_tokens``, ``media_tokens``, the per-kind token columns ``video_tokens`` / ``audio_tokens``
+(:data:`vlmpack.pack.media_tokens.TOKEN_COLUMNS`), ``num_media``, ``kind``), that parquet file, a lengths file
 (``.npy`` integer array, or text with one integer per line), or the inputs and model themselves
 (``vlmpack plan --input ... --model ...``: counted through the count stage and its cache,
 :func:`vlmpack.pack.count_stage.count_inputs`, so a later ``pack`` does not count again). For each
 ``seq_len`` it reports samples, overlong (count, %, tokens lost, per kind), packs, the lower bounds
 L1 = ceil(sum/L) and L2 (Martello–Toth), utilization, samples per pack and media tokens per pack (p50/p99/max,
-media tokens also per media kind: a sample's image tokens count as image, its video tokens as video; and
-their totals). :func:`sweep_lengths` adds a geometric grid of L so that :func:`plot` draws curves
-against L, and :func:`recommend_seq_len` picks the smallest L that drops fewer than ``max_drop`` of
-the samples (issue 12: "the smallest L with < 0.1 % samples dropped").
+media tokens also per media kind of the registry: a sample's image tokens count as image, its video
+tokens as video, its audio tokens as audio; and their totals). :func:`sweep_lengths` adds a
+geometric grid of L so that :func:`plot` draws curves against L, and :func:`recommend_seq_len` picks
+the smallest L that drops fewer than ``max_drop`` of the samples (issue 12: "the smallest L with
+< 0.1 % samples dropped").
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from vlmpack.errors import ConfigError, InputError
-from vlmpack.pack.media_tokens import MEDIA_KINDS, tokens_by_kind
+from vlmpack.pack.media_tokens import MEDIA_KINDS, token_columns, tokens_by_kind
 from vlmpack.packing import PackPlan, lower_bound_l1, lower_bound_l2, plan_packs
 from vlmpack.records import SAMPLE_KINDS
 
 logger = logging.getLogger(__name__)
 
 MANIFEST = Path(".vlmpack") / "manifest.parquet"
-#: Names of the manifest's ``kind`` codes 0/1/2 (``vlmpack.pack.count_task``).
+#: Names of the manifest's ``kind`` codes 0/1/2/3 (``vlmpack.pack.count_task``).
 KINDS = SAMPLE_KINDS
 #: Default share of samples that the recommended L may drop as overlong (issue 12: < 0.1 %).
 MAX_DROP = 0.001
@@ -40,7 +42,8 @@ MAX_DROP = 0.001
 @dataclass(frozen=True)
 class PlanInput:
     """Per-sample counts for planning; all int64 ``[n]`` (media arrays zero when unknown).
-    ``video_tokens``: the part of ``media_tokens`` of the sample's videos (None: unknown, see
+    ``kind_tokens``: column name of :data:`vlmpack.pack.media_tokens.TOKEN_COLUMNS` -> the part of
+    ``media_tokens`` of the sample's items of that kind (None or absent: unknown, see
     :func:`vlmpack.pack.media_tokens.tokens_by_kind`)."""
 
     lengths: np.ndarray
@@ -49,7 +52,7 @@ class PlanInput:
     kinds: np.ndarray
     source: str
     has_media: bool
-    video_tokens: np.ndarray | None = None
+    kind_tokens: dict[str, np.ndarray | None] = field(default_factory=dict)
 
 
 def load_plan_input(source: str | Path) -> PlanInput:
@@ -89,8 +92,8 @@ def load_plan_input(source: str | Path) -> PlanInput:
 
 def plan_input_from_table(table: Any, source: str) -> PlanInput:
     """The :class:`PlanInput` of a manifest table (``pyarrow.Table`` with int ``num_tokens`` and
-    optionally ``media_tokens``, ``video_tokens``, ``num_media``, ``kind``; missing media columns read
-    as zeros):
+    optionally ``media_tokens``, the per-kind token columns (``video_tokens``, ``audio_tokens``),
+    ``num_media``, ``kind``; missing media columns read as zeros):
     a parquet file's, or the one :func:`vlmpack.pack.count_stage.count_inputs` builds. ``source`` names
     it in the plot. Raises :class:`InputError` when ``num_tokens`` is missing."""
     if "num_tokens" not in table.column_names:
@@ -103,8 +106,8 @@ def plan_input_from_table(table: Any, source: str) -> PlanInput:
         return np.zeros(n, dtype=np.int64)
 
     has_media = "media_tokens" in table.column_names
-    video = col("video_tokens") if "video_tokens" in table.column_names else None
-    return PlanInput(col("num_tokens"), col("num_media"), col("media_tokens"), col("kind"), source, has_media, video)
+    return PlanInput(col("num_tokens"), col("num_media"), col("media_tokens"), col("kind"), source, has_media,
+                     token_columns(table))
 
 
 def _pct(a: np.ndarray) -> tuple[float, float, int]:
@@ -159,9 +162,9 @@ def plan_row(data: PlanInput, seq_len: int, **options: Any) -> tuple[dict[str, A
         "media_tokens_by_kind": None,
         "seconds": seconds,
     }
-    if data.has_media:  # per media kind: a sample's image tokens count as image, its video tokens as video
+    if data.has_media:  # per media kind: a sample's image tokens count as image, its video tokens as video, ...
         per_kind, totals = {}, {}
-        for k, tokens in tokens_by_kind(data.media_tokens, data.kinds, data.video_tokens).items():
+        for k, tokens in tokens_by_kind(data.media_tokens, data.kinds, data.kind_tokens).items():
             w = tokens[plan.order]
             per_pack = np.bincount(seg, weights=w, minlength=plan.num_packs).astype(np.int64)
             per_kind[k] = dict(zip(("p50", "p99", "max"), _pct(per_pack)))

@@ -37,7 +37,7 @@ from vlmpack import __version__
 from vlmpack.config import PackConfig
 from vlmpack.fsio import atomic_write, json_bytes, read_sealed_json, sealed_json_bytes
 from vlmpack.models import family_of
-from vlmpack.pack.media_tokens import tokens_by_kind
+from vlmpack.pack.media_tokens import TOKEN_COLUMNS, token_columns, tokens_by_kind
 from vlmpack.pack.write import ShardResult
 from vlmpack.packing import PackPlan
 from vlmpack.packing.alignment import aligned_lengths
@@ -124,7 +124,7 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
         return (np.add.reduceat(values[order], offsets[:-1], dtype=np.int64) if plan.num_packs
                 else np.zeros(0, np.int64))
 
-    by_kind = tokens_by_kind(mtok, kind, manifest.column("video_tokens").to_numpy())
+    by_kind = tokens_by_kind(mtok, kind, token_columns(manifest))
     report = {
         "records_read": stats.records,
         "blank_lines": stats.blank,
@@ -296,7 +296,7 @@ def report_data(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, report: dic
     reasons["overlong"] = report.get("dropped_overlong", 0)
     return ReportData(col("num_tokens"), col("kind"), col("media_tokens"), plan.overlong, plan.offsets,
                       plan.order, plan.pack_tokens, cfg.seq_len, reasons, report.get("sources", []),
-                      video_tokens=col("video_tokens"))
+                      kind_tokens=token_columns(manifest))
 
 
 def _table(rows: list[tuple[str, str]], head: tuple[str, ...] = ()) -> str:
@@ -357,7 +357,7 @@ def write_report_html(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, repor
 
     path = Path(cfg.output) / REPORT_HTML
     h = hashlib.sha256()  # what report_data() holds, without importing matplotlib
-    for name in ("num_tokens", "kind", "media_tokens", "video_tokens"):
+    for name in ("num_tokens", "kind", "media_tokens", *TOKEN_COLUMNS.values()):
         h.update(manifest.column(name).to_numpy().astype(np.int64).tobytes())
     for arr in (plan.overlong, plan.offsets, plan.order, plan.pack_tokens):
         h.update(np.asarray(arr, dtype=np.int64).tobytes() + b"|")

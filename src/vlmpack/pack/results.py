@@ -29,22 +29,28 @@ import pyarrow as pa
 from vlmpack.fsio import atomic_write, file_sha256, read_sealed_json, sealed_json_bytes
 from vlmpack.media.fingerprint import Fingerprint
 from vlmpack.pack.count_task import MeasureResult, arrays_path, media_files_sha256, part_path, result_path
+from vlmpack.pack.media_tokens import TOKEN_COLUMNS
 from vlmpack.records import Locator, ReadStats, Rejection
 
 #: The ``format`` of a result file this code reads and writes.
-FORMAT = "vlmpack.count-result/3"  # /2: num_media int32, text_bounds; /3: video_tokens
-#: The columns of ``part-<task>.arrow``: the per-sample fields of MeasureResult (``id``: its ``ids``).
+#: /2: num_media int32, text_bounds; /3: video_tokens; /4: a token column per media kind after the
+#: first, from the registry (:data:`vlmpack.pack.media_tokens.TOKEN_COLUMNS`: + audio_tokens). A
+#: result of another format is counted again, never read.
+FORMAT = "vlmpack.count-result/4"
+#: The columns of ``part-<task>.arrow``: the per-sample fields of MeasureResult (``id``: its ``ids``;
+#: the token columns: its ``kind_tokens``).
 SCHEMA = pa.schema([("id", pa.string()), ("num_tokens", pa.int32()), ("media_tokens", pa.int32()),
                     ("num_media", pa.int32()), ("kind", pa.int8()), ("media_bytes", pa.int64()),
                     ("line", pa.int64()), ("offset", pa.int64()), ("rec_offset", pa.int64()),
                     ("rec_len", pa.int64()), ("id_kind", pa.int8()), ("label_tokens", pa.int32()),
-                    ("id_hash", pa.uint64()), ("video_tokens", pa.int32())])
-_ARRAYS = tuple(SCHEMA.names[1:])
+                    ("id_hash", pa.uint64()), *((col, pa.int32()) for col in TOKEN_COLUMNS.values())])
+_ARRAYS = tuple(n for n in SCHEMA.names[1:] if n not in TOKEN_COLUMNS.values())
 _UNITS = ("line", "sample", "row")
 
 
 def _arrow_bytes(r: MeasureResult) -> bytes:
-    cols = [r.ids_array()] + [pa.array(np.asarray(getattr(r, name)), type=SCHEMA.field(name).type) for name in _ARRAYS]
+    cols = [r.ids_array()] + [pa.array(np.asarray(getattr(r, name) if name in _ARRAYS else r.kind_tokens[name]),
+                                       type=SCHEMA.field(name).type) for name in SCHEMA.names[1:]]
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, SCHEMA) as w:
         w.write_table(pa.Table.from_arrays(cols, schema=SCHEMA))
@@ -132,6 +138,7 @@ def read_result(store: str | Path, index: int, file_idx: int, *, check_part: boo
         r = MeasureResult(
             index=index, file_idx=file_idx, ids=cols["id"],
             **{name: cols[name].to_numpy(zero_copy_only=False) for name in _ARRAYS},
+            kind_tokens={col: cols[col].to_numpy(zero_copy_only=False) for col in TOKEN_COLUMNS.values()},
             media_files=media, media_sha256=media_files_sha256(media),
             rejections=[_rejection(x) for x in meta["rejections"]], stats=stats,
             seconds_read=float(meta["seconds_read"]), seconds_count=float(meta["seconds_count"]),

@@ -1,6 +1,7 @@
 """The media kinds: one module per kind (:mod:`~vlmpack.media.kinds.image`,
-:mod:`~vlmpack.media.kinds.video`), each defining ``KIND``, a :class:`MediaKind` (name, pack member
-tag, file extensions, header probe, training-side decoder), and this registry of them.
+:mod:`~vlmpack.media.kinds.video`, :mod:`~vlmpack.media.kinds.audio`), each defining ``KIND``, a
+:class:`MediaKind` (name, pack member tag, file extensions, header probe, training-side decoder),
+and this registry of them.
 
 A new kind (see CONTRIBUTING.md, "A new media kind"): its module here, its line in
 :data:`KINDS`, its name in :data:`vlmpack.records.MediaKind`, and the token rule of each model
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from vlmpack.media.kinds import image, video
+from vlmpack.media.kinds import audio, image, video
 from vlmpack.media.kinds.spec import MediaInfo, MediaKind
 
 __all__ = ["KINDS", "MEDIA_TAGS", "PART_RE", "MediaInfo", "MediaKind", "kind_of_ext", "kind_of_part", "kind_spec",
@@ -21,9 +22,10 @@ __all__ = ["KINDS", "MEDIA_TAGS", "PART_RE", "MediaInfo", "MediaKind", "kind_of_
 KINDS: dict[str, MediaKind] = {k.name: k for k in (
     image.KIND,
     video.KIND,
+    audio.KIND,
 )}
 
-#: The pack member tags of all kinds (``("img", "vid")``), e.g. for ``str.startswith``.
+#: The pack member tags of all kinds (``("img", "vid", "aud")``), e.g. for ``str.startswith``.
 MEDIA_TAGS: tuple[str, ...] = tuple(k.tag for k in KINDS.values())
 #: A media member name of a pack: ``<tag><N>.<ext>`` (group 1 the tag, group 2 N).
 PART_RE = re.compile(rf"({'|'.join(map(re.escape, MEDIA_TAGS))})(\d+)\.")

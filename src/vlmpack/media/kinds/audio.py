@@ -9,9 +9,10 @@ container's extension, ``frames`` the sample frames per channel at the source ra
 token rule starts from), ``fps`` the sample rate in Hz (sample frames per second), ``duration_s``
 ``frames / fps``.
 
-Not yet in :data:`vlmpack.media.kinds.KINDS`: registering a kind changes the ``sample_loader.py``
-every output ships (its ``part_filter`` tags), the report's per-kind keys and the layouts' media
-lists; see the report of issue 23 item 3 for the steps.
+Registered in :data:`vlmpack.media.kinds.KINDS` after ``video`` (sample kind code 3): records
+reference audio as ``audios`` / ``audio`` lists with ``<audio>`` placeholders or ``{"type":
+"audio"}`` parts (:mod:`vlmpack.layouts`); a model family without an audio token rule rejects such
+a sample (``media_unsupported``).
 """
 
 from __future__ import annotations
