@@ -164,7 +164,7 @@ LONGEST_FIRST = ("test_models_smolvlm.py", "test_models_internvl.py", "test_host
                  "test_models_llava_onevision.py", "test_models_generic.py", "test_models_qwen3_vl.py",
                  "test_models_glm4v.py", "test_models_gemma3.py", "test_check.py", "test_hostile_outputs.py",
                  "test_models_kimi_k25.py", "test_train_video.py", "test_train_video_families.py", "test_video.py",
-                 "test_audio.py")
+                 "test_audio.py", "test_models_qwen2_5_omni.py", "test_audio_records.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -24,6 +24,7 @@ from vlmpack.models.glm4v import Glm4vFamily
 from vlmpack.models.internvl import InternVLFamily
 from vlmpack.models.kimi_k25 import KimiK25Family
 from vlmpack.models.llava_onevision import LlavaOnevisionFamily
+from vlmpack.models.qwen2_5_omni import Qwen25OmniFamily
 from vlmpack.models.qwen2_vl import Qwen2VLFamily
 from vlmpack.models.qwen3_vl import Qwen3_5Family, Qwen3VLFamily
 from vlmpack.models.smolvlm import SmolVLMFamily
@@ -35,6 +36,7 @@ __all__ = ["COUNTING_FILES", "FAMILIES", "MediaSize", "ModelFamily", "ProcessedI
 FAMILIES: dict[str, type] = {
     "qwen2_vl": Qwen2VLFamily,
     "qwen2_5_vl": Qwen2VLFamily,
+    "qwen2_5_omni": Qwen25OmniFamily,
     "qwen3_vl": Qwen3VLFamily,
     "qwen3_vl_moe": Qwen3VLFamily,
     "qwen3_5": Qwen3_5Family,
