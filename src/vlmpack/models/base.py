@@ -26,6 +26,19 @@ image token, frames being image tiles to the model), and ``pack_media(images, vi
 which merges a pack's :class:`ProcessedImages` and :class:`ProcessedVideos` when the model takes
 video frames among the image inputs (InternVL: one ``pixel_values``, media in text order).
 
+Media of a kind after video (the registry :data:`vlmpack.media.kinds.KINDS`: ``"audio"``) reach a
+family through two more optional members, which the collator calls for any such kind present in a
+pack (it names no family): ``process_media(kind, items, items_per_sample)``, the items of one pack
+decoded by the kind's registry decoder (audio: float32 16 kHz mono waveforms) ->
+:class:`ProcessedMedia`, and ``batch_media_inputs(kind, parts)``, the model keyword arguments of a
+batch from those of its packs. The family's ``<kind>_token_id`` (``audio_token_id``) is the token
+whose embeddings the kind's features replace; the encoder checks its count against
+:attr:`ProcessedMedia.tokens`. A family without them cannot train on such a kind
+(:class:`ConfigError`). An mRoPE family whose model's ``get_rope_index`` takes other inputs than
+the Qwen-VL ones (Qwen2.5-Omni: audio lengths, no ``mm_token_type_ids``) gives
+``mrope_indexer(impl)``: an object with the ``pack_positions`` of
+:class:`vlmpack.train.rope.MRopeIndexer`, which the collator then uses instead.
+
 Media of any kind go through the same methods (``kind`` is ``"image"`` or ``"video"``); a family
 that cannot count a kind raises :class:`MediaRuleError`, which becomes a ``media_unsupported``
 rejection. Adding a family is one module with a class that satisfies this protocol and one line
@@ -96,6 +109,22 @@ class ProcessedVideos:
     features: np.ndarray
     model_kwargs: dict
     layouts: list
+
+
+@dataclass(slots=True)
+class ProcessedMedia:
+    """The items of one kind after video (``kind``, e.g. ``"audio"``) of one pack, in sample order
+    (``process_media``, see the module docstring).
+
+    ``tokens``: int64 ``[k]`` the feature tokens of each item as the model's processor counts them
+    from the processed data (Qwen2.5-Omni: from the feature attention mask), which the encoder
+    compares with :meth:`ModelFamily.media_tokens`' count recorded at pack time; ``model_kwargs``:
+    the tensors ``forward`` takes for these items, one row per item on dim 0 (Qwen2.5-Omni:
+    ``input_features`` float32 ``[k, 128, 30000]``, ``feature_attention_mask`` int32 ``[k, 30000]``)."""
+
+    kind: str
+    tokens: np.ndarray
+    model_kwargs: dict
 
 
 def cat_rows(tensors: Sequence[Any]) -> Any:

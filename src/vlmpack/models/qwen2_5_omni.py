@@ -1,5 +1,6 @@
 """The Qwen2.5-Omni family (``model_type`` ``qwen2_5_omni``, the thinker's text): images by the
-Qwen2-VL rule, audio by :mod:`vlmpack.models.qwen_omni_audio`; counting only.
+Qwen2-VL rule, audio by :mod:`vlmpack.models.qwen_omni_audio`; counting, and the collator's audio
+features and mRoPE positions.
 
 What ``Qwen2_5OmniProcessor.__call__`` (transformers 5.24) does to the rendered conversation, and
 what this family restates:
@@ -17,25 +18,39 @@ what this family restates:
 
 Videos are refused (``media_unsupported``): the processor's video path needs
 ``Qwen2VLVideoProcessor`` (torchvision) and, with ``load_audio_from_video``, the interleaving of
-:func:`~vlmpack.models.qwen_omni_audio.interleaved_runs`, neither wired here. Training (collator,
-mRoPE of the thinker with audio positions) is not built: :meth:`Qwen25OmniFamily.rope_model_class`
-raises :class:`ConfigError`.
+:func:`~vlmpack.models.qwen_omni_audio.interleaved_runs`, neither wired here.
+
+Training side: the collator's audio inputs are the processor's (:meth:`Qwen25OmniFamily.process_media`:
+``WhisperFeatureExtractor.__call__`` on each sample's waveforms, decoded at 16 kHz, as
+``Qwen2_5OmniProcessor._process_audio`` calls it: ``input_features`` and ``feature_attention_mask``;
+the tokens from the mask by ``_get_feat_extract_output_lengths``), the images the Qwen2-VL ones.
+Positions: the thinker's own ``get_rope_index``
+(``Qwen2_5OmniPreTrainedModelForConditionalGeneration``, whose inputs are not those of the Qwen-VL
+models: :class:`OmniRopeIndexer`, the collator's indexer through :meth:`Qwen25OmniFamily.mrope_indexer`)
+once per sample, as ``Qwen2_5OmniThinkerModel.compute_3d_position_ids`` calls it for the sample alone.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from vlmpack.errors import ConfigError, MediaRuleError
-from vlmpack.models.base import MediaSize
+from vlmpack.media.audio import SAMPLING_RATE
+from vlmpack.models.base import MediaSize, ProcessedMedia, cat_rows
 from vlmpack.models.qwen2_vl import Qwen2VLFamily
-from vlmpack.models.qwen_omni_audio import audio_tokens
+from vlmpack.models.qwen_omni_audio import audio_tokens, encoder_tokens
 
-__all__ = ["Qwen25OmniFamily"]
+#: The model inputs of audio items, as ``Qwen2_5OmniProcessor`` names them (the feature extractor's
+#: ``attention_mask`` renamed ``feature_attention_mask`` by its ``_process_audio``).
+AUDIO_KEYS = ("input_features", "feature_attention_mask")
+
+__all__ = ["OmniRopeIndexer", "Qwen25OmniFamily"]
 
 
 class Qwen25OmniFamily(Qwen2VLFamily):
@@ -53,7 +68,8 @@ class Qwen25OmniFamily(Qwen2VLFamily):
         super().__init__(model_dir)
         tok = self.tokenizer
         ids = {}
-        for attr in ("image_token", "audio_token", "video_token", "vision_bos_token", "vision_eos_token"):
+        for attr in ("image_token", "audio_token", "video_token", "vision_bos_token", "vision_eos_token",
+                     "audio_bos_token"):
             token = getattr(tok, attr, None)
             token_id = tok.convert_tokens_to_ids(token) if isinstance(token, str) else None
             if token_id is None or token_id == tok.unk_token_id:
@@ -62,6 +78,7 @@ class Qwen25OmniFamily(Qwen2VLFamily):
         self.image_token_id, self.audio_token_id, self.video_token_id = (
             ids["image_token"], ids["audio_token"], ids["video_token"])
         self.vision_start_token_id, self.vision_end_token_id = ids["vision_bos_token"], ids["vision_eos_token"]
+        self.audio_start_token_id = ids["audio_bos_token"]
         fe = json.loads((Path(model_dir) / "preprocessor_config.json").read_text())
         try:
             self.hop_length = int(fe["hop_length"])
@@ -106,7 +123,152 @@ class Qwen25OmniFamily(Qwen2VLFamily):
         reps[pads] = np.asarray(media_tokens, dtype=np.int64)
         return np.repeat(ids, reps)
 
+    def feature_extractor(self):
+        """The directory's feature extractor as ``Qwen2_5OmniProcessor.from_pretrained`` builds it
+        (``AutoFeatureExtractor.from_pretrained``: ``WhisperFeatureExtractor`` of
+        ``preprocessor_config.json``), built once. Raises :class:`ConfigError` when it cannot be
+        built or does not take 16 kHz (the rate the processor passes and the token rule assumes)."""
+        fe = getattr(self, "_feature_extractor", None)
+        if fe is None:
+            from transformers import AutoFeatureExtractor
+
+            try:
+                fe = AutoFeatureExtractor.from_pretrained(str(self.model_dir))
+            except Exception as e:  # noqa: BLE001 - transformers raises many kinds here
+                raise ConfigError(f"{self.model_dir}: the feature extractor cannot be built ({type(e).__name__}: "
+                                  f"{str(e).splitlines()[0] if str(e) else ''})") from None
+            if int(getattr(fe, "sampling_rate", 0)) != SAMPLING_RATE:
+                raise ConfigError(f"{self.model_dir}: the feature extractor takes {fe.sampling_rate} Hz; "
+                                  f"Qwen2_5OmniProcessor feeds it {SAMPLING_RATE} Hz")
+            self._feature_extractor = fe
+        return fe
+
+    def process_media(self, kind: str, items: Sequence, items_per_sample: Sequence[int] | None = None
+                      ) -> ProcessedMedia:
+        """The audio items of one pack -> :class:`ProcessedMedia` as ``Qwen2_5OmniProcessor`` makes
+        them for each sample alone: ``items`` float32 mono waveforms at 16 kHz
+        (:func:`vlmpack.media.audio.decode_audio`, what the processor is fed), ``items_per_sample``
+        how many of them each sample holds (sum ``len(items)``; None: one per sample). Per sample with
+        audio, ``WhisperFeatureExtractor.__call__(waves, sampling_rate=16000, padding="max_length",
+        return_attention_mask=True, return_tensors="pt")`` (``_process_audio``): every item cut /
+        padded to ``n_samples`` (300 s), log-mel ``input_features`` float32 ``[k, feature_size,
+        n_samples // hop_length]`` (per-item dynamic range: the extractor's batched max is per row)
+        and ``feature_attention_mask`` int32 ``[k, n_samples // hop_length]``, concatenated in sample
+        order; ``tokens`` int64 ``[k]`` = ``_get_feat_extract_output_lengths(mask.sum(-1))``
+        (:func:`~vlmpack.models.qwen_omni_audio.encoder_tokens`). Raises :class:`ConfigError` for
+        a kind other than audio or a feature extractor that cannot be built, ``ValueError`` when
+        ``items_per_sample`` does not sum to ``len(items)``."""
+        if kind != "audio":
+            raise ConfigError(f"{self.model_dir}: {self.name} cannot train on {kind} items")
+        fe = self.feature_extractor()
+        counts = list(items_per_sample) if items_per_sample is not None else [1] * len(items)
+        if sum(counts) != len(items):
+            raise ValueError(f"items_per_sample sums to {sum(counts)} for {len(items)} audio items")
+        feats, masks, start = [], [], 0
+        for n in counts:
+            if n:
+                out = fe(list(items[start:start + n]), sampling_rate=SAMPLING_RATE, padding="max_length",
+                         return_attention_mask=True, return_tensors="pt")
+                feats.append(out["input_features"])
+                masks.append(out["attention_mask"])
+            start += n
+        if not feats:
+            return ProcessedMedia(kind, np.zeros(0, dtype=np.int64), {})
+        mask = cat_rows(masks)
+        tokens = np.array([encoder_tokens(int(x)) for x in mask.sum(-1).tolist()], dtype=np.int64)
+        return ProcessedMedia(kind, tokens, dict(zip(AUDIO_KEYS, (cat_rows(feats), mask))))
+
+    def batch_media_inputs(self, kind: str, parts: Sequence[ProcessedMedia]) -> dict:
+        """The thinker's audio keyword arguments for a batch: ``input_features`` and
+        ``feature_attention_mask`` of its packs' :meth:`process_media` outputs concatenated on dim
+        0, in order (``Qwen2_5OmniThinkerForConditionalGeneration.forward`` takes them so)."""
+        parts = [p for p in parts if p.model_kwargs]
+        return {key: cat_rows([p.model_kwargs[key] for p in parts]) for key in AUDIO_KEYS} if parts else {}
+
     def rope_model_class(self) -> type:
-        """Not built: the thinker's mRoPE with audio positions is not restated (module docstring)."""
-        raise ConfigError(f"{self.model_dir}: training {self.name} (collator, mRoPE with audio) is not supported; "
-                          "vlmpack counts and packs it only")
+        """transformers' ``Qwen2_5OmniThinkerForConditionalGeneration``: its ``get_rope_index``
+        defines the positions; its inputs differ from the Qwen-VL models' (no
+        ``mm_token_type_ids``, ``audio_seqlens``), so the collator takes :meth:`mrope_indexer`."""
+        from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniThinkerForConditionalGeneration
+
+        return Qwen2_5OmniThinkerForConditionalGeneration
+
+    def mrope_indexer(self, impl: str = "transformers") -> OmniRopeIndexer:
+        """The collator's per-sample mRoPE (:class:`OmniRopeIndexer`); ``impl`` must be
+        ``"transformers"`` (no vectorised rule is restated): :class:`ConfigError` otherwise."""
+        if impl != "transformers":
+            raise ConfigError(f"rope_impl {impl!r} is not available for {self.name}; use rope_impl='transformers'")
+        return OmniRopeIndexer(self)
+
+
+class OmniRopeIndexer:
+    """Per-sample mRoPE positions of Qwen2.5-Omni packs, from transformers' own
+    ``Qwen2_5OmniPreTrainedModelForConditionalGeneration.get_rope_index`` (the thinker's), called once
+    per sample on a light stand-in that holds the directory's ``thinker_config`` (no weights), with
+    what ``Qwen2_5OmniThinkerModel.compute_3d_position_ids`` passes for the sample alone: its ids, an
+    all-ones attention mask, its image grids (None without images: the method then gives text
+    positions to the whole sample), no videos, ``use_audio_in_video=False`` and ``audio_seqlens``.
+    The method reads ``audio_seqlens`` only through ``((s - 1) // 2 + 1 - 2) // 2 + 1``, the
+    item's ``<|AUDIO|>`` tokens, so each item is given ``4 * n - 1`` frames for its run of ``n``
+    tokens in the ids (which the encoder checked against the item's feature mask).
+    The token ids the method reads from its config (``image_token_id``, ``video_token_id``,
+    ``audio_token_id``, ``vision_start_token_id``, ``audio_start_token_id``) are set to the
+    tokenizer's named tokens, the ids ``Qwen2_5OmniProcessor`` writes into the text (a published
+    ``thinker_config`` names the same ids; the model could not place its features otherwise).
+    Raises :class:`ConfigError` for a directory without a thinker vision config."""
+
+    def __init__(self, family: Qwen25OmniFamily):
+        from transformers import AutoConfig
+        from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import (
+            Qwen2_5OmniPreTrainedModelForConditionalGeneration as Omni,
+        )
+
+        cfg = AutoConfig.from_pretrained(str(family.model_dir))
+        thinker = getattr(cfg, "thinker_config", cfg)
+        try:
+            merge = int(thinker.vision_config.spatial_merge_size)
+        except AttributeError:
+            raise ConfigError(f"{family.model_dir}: config.json has no thinker vision_config.spatial_merge_size "
+                              "(Qwen2.5-Omni's mRoPE reads it)") from None
+        shim = type("_OmniRopeShim", (), {name: getattr(Omni, name) for name in (
+            "get_rope_index", "get_llm_pos_ids_for_vision", "get_chunked_index")})()
+        thinker = copy.deepcopy(thinker)
+        for name, value in (("image_token_id", family.image_token_id), ("video_token_id", family.video_token_id),
+                            ("audio_token_id", family.audio_token_id),
+                            ("vision_start_token_id", family.vision_start_token_id),
+                            ("audio_start_token_id", family.audio_start_token_id)):
+            setattr(thinker, name, int(value))
+        shim.config, shim.spatial_merge_size = thinker, merge
+        self._shim = shim
+        self.audio_token_id = int(family.audio_token_id)
+
+    def sample_positions(self, ids: np.ndarray, grids: np.ndarray) -> np.ndarray:
+        """int64 ``[3, n]`` positions of one sample: ``ids`` int ``[n]``, ``grids`` int ``[k, 3]``
+        its images' (t, h, w) in order. ``ValueError`` when the method's output does not cover the ids."""
+        import torch
+
+        ids = np.asarray(ids, dtype=np.int64)
+        at = np.flatnonzero(ids == self.audio_token_id)
+        runs = np.diff(np.concatenate(([0], np.flatnonzero(np.diff(at) != 1) + 1, [len(at)]))) if len(at) else []
+        t_ids = torch.from_numpy(ids)[None]
+        kw: dict[str, Any] = {"audio_seqlens": torch.tensor([4 * int(n) - 1 for n in runs], dtype=torch.long)}
+        grid_t = torch.as_tensor(np.asarray(grids, dtype=np.int64)).reshape(-1, 3) if len(grids) else None
+        try:
+            pos, _ = self._shim.get_rope_index(t_ids, grid_t, None, torch.ones_like(t_ids), False, **kw)
+        except (IndexError, RuntimeError) as e:
+            raise ValueError(f"the thinker's get_rope_index fails on the sample ({type(e).__name__}: {e})") from None
+        if pos.shape != (3, 1, len(ids)):
+            raise ValueError(f"the thinker's get_rope_index gives {tuple(pos.shape)} positions for {len(ids)} ids")
+        return pos[:, 0].numpy()
+
+    def pack_positions(self, ids: np.ndarray, lengths: Sequence[int], grids: Sequence[np.ndarray],
+                       video_grids: Sequence | None = None, video_seconds: Sequence | None = None) -> np.ndarray:
+        """int64 ``[3, T]``: :meth:`sample_positions` of each sample (``lengths`` tokens each, ``grids``
+        per sample), concatenated (the collator's call of
+        :meth:`vlmpack.train.rope.MRopeIndexer.pack_positions`; no video reaches here: the family
+        counts none)."""
+        out, start = [], 0
+        for n, g in zip(lengths, grids):
+            out.append(self.sample_positions(ids[start:start + n], g))
+            start += n
+        return np.concatenate(out, axis=1) if out else np.zeros((3, 0), dtype=np.int64)

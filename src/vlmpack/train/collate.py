@@ -14,7 +14,8 @@ isolated by their segment boundaries). Output keys (all torch tensors unless not
   ``<|im_end|>``; the first token of every sample is -100, so the usual one-token shift never
   crosses a sample boundary);
 - ``position_ids``: int64 ``[1, T]`` restarting at ``position_start`` per sample, or for mRoPE
-  families (``ModelFamily.mrope``: Qwen2-VL, Qwen2.5-VL, Qwen3-VL) the per-sample mRoPE
+  families (``ModelFamily.mrope``: Qwen2-VL, Qwen2.5-VL, Qwen3-VL; Qwen2.5-Omni through its
+  ``mrope_indexer``) the per-sample mRoPE
   ``[3, 1, T]`` (``position_layout=3``) or ``[4, 1, T]`` with a text
   row (``position_layout=4``, what transformers' Qwen-VL models need to isolate samples from
   ``position_ids`` alone); ``text_position_ids`` int64 ``[1, T]`` always;
@@ -36,7 +37,12 @@ isolated by their segment boundaries). Output keys (all torch tensors unless not
   ``pixel_values_videos`` float32 ``[P, D]``, ``video_grid_thw`` int64 ``[k, 3]``, Qwen2.5-VL also
   ``second_per_grid_ts`` float32 ``[k]`` seconds; LLaVA-OneVision: ``pixel_values_videos`` float32
   ``[videos, F, 3, 384, 384]``; InternVL: none, its frames are ``pixel_values`` tiles among the
-  images') and ``video_input_keys``, absent without videos.
+  images') and ``video_input_keys``, absent without videos;
+- per kind after video present in the batch (audio; :mod:`vlmpack.train.kind_media`) the family's
+  ``batch_media_inputs`` (Qwen2.5-Omni: ``input_features`` float32 ``[k, 128, 30000]`` log-mel and
+  ``feature_attention_mask`` int32 ``[k, 30000]``, as ``Qwen2_5OmniProcessor`` gives them per
+  sample, items in sample order), ``<kind>_input_keys`` (``audio_input_keys``) and
+  ``<kind>s_per_sample`` int32 ``[n]`` (``audios_per_sample``); absent without such items.
   No ``mm_token_type_ids``: the per-sample mRoPE ``position_ids`` already hold what the model
   would derive from them (``get_rope_index`` with 1 on image pads, 2 on video pads);
 - ``images_per_sample``, ``videos_per_sample``, ``media_tokens_per_sample`` int32 ``[n]`` per
@@ -58,9 +64,11 @@ import numpy as np
 import torch
 
 from vlmpack.errors import ConfigError, PackMismatchError, PackTooLongError
+from vlmpack.media.kinds import KINDS
 from vlmpack.models.base import ProcessedImages, ProcessedVideos
 from vlmpack.packing.alignment import aligned_lengths, sample_multiple
 from vlmpack.train.encode import IGNORE_INDEX, EncodedPack, PackEncoder
+from vlmpack.train.kind_media import batch_media_inputs
 from vlmpack.train.masks import LossWeighting, block_causal_mask, loss_weights, segments
 from vlmpack.train.rope import MRopeIndexer, RopeImpl
 
@@ -151,7 +159,11 @@ class PackCollator:
         self.position_start = position_start
         self.loss_weighting = loss_weighting
         self.placeholder_image = placeholder_image
-        self.rope = MRopeIndexer(self.family, impl=rope_impl) if self.mrope else None
+        indexer = getattr(self.family, "mrope_indexer", None)  # a get_rope_index of other inputs (Qwen2.5-Omni)
+        if not self.mrope:
+            self.rope = None
+        else:
+            self.rope = indexer(rope_impl) if indexer else MRopeIndexer(self.family, impl=rope_impl)
         self.pad_token_id = int(self.family.pad_token_id)
         self._placeholder: EncodedPack | None = None
 
@@ -274,6 +286,11 @@ class PackCollator:
             videos = self.family.batch_video_inputs(vparts)
             out.update(videos)
             out["video_input_keys"] = tuple(videos)
+        for kind, inputs in batch_media_inputs(self.family, encs).items():  # audio: the family's hook
+            out.update(inputs)
+            out[f"{kind}_input_keys"] = tuple(inputs)
+            out[f"{kind}s_per_sample"] = torch.from_numpy(np.concatenate(
+                [np.asarray(e.media_per_sample.get(kind) or [0] * len(e.lengths), dtype=np.int32) for e in encs]))
         valid = labels != IGNORE_INDEX
         out["num_label_tokens"] = int(valid.sum())
         if self.loss_weighting:
@@ -328,9 +345,11 @@ def model_inputs(batch: dict, attn_implementation: str | None = None, *,
                  mask_dtype: torch.dtype = torch.float32) -> dict:
     """The keyword arguments of a transformers model's ``forward`` from a collated batch.
 
-    Always: ``input_ids``, ``labels``, ``position_ids`` (+ ``attention_mask`` and the family's image
-    and video inputs named by ``batch["image_input_keys"]`` / ``batch["video_input_keys"]``, e.g.
-    ``pixel_values``, ``image_grid_thw``, ``pixel_values_videos``, ``video_grid_thw``, when present).
+    Always: ``input_ids``, ``labels``, ``position_ids`` (+ ``attention_mask`` and the family's media
+    inputs named by ``batch["<kind>_input_keys"]`` for every registered kind (``image_input_keys``,
+    ``video_input_keys``, ``audio_input_keys``), e.g. ``pixel_values``, ``image_grid_thw``,
+    ``pixel_values_videos``, ``video_grid_thw``, ``input_features``, ``feature_attention_mask``,
+    when present).
     transformers' ``eager`` attention *adds* a prepared 4D mask
     to the scores, so for ``"eager"`` the bool block mask becomes an additive ``mask_dtype`` mask
     (0 where allowed, ``finfo.min`` elsewhere); ``sdpa`` takes the bool mask as it is.
@@ -342,8 +361,8 @@ def model_inputs(batch: dict, attn_implementation: str | None = None, *,
     family's ``attention_masks``, one per layer type) is converted mask by mask. Raises
     :class:`ConfigError` for a batch marked ``dense_mask_required`` that has no ``attention_mask``.
     """
-    keys = ("input_ids", "labels", "position_ids", "attention_mask", *batch.get("image_input_keys", ()),
-            *batch.get("video_input_keys", ()))
+    keys = ("input_ids", "labels", "position_ids", "attention_mask",
+            *(k for kind in KINDS for k in batch.get(f"{kind}_input_keys", ())))
     kw = {k: batch[k] for k in keys if k in batch}
     kw["use_cache"] = False
     mask = kw.get("attention_mask")

@@ -17,7 +17,9 @@ Accepted inputs (:func:`read_pack`):
   ``"index"`` (canonical form) or ``"part"``.
 Videos (``{"type": "video"}`` parts; ``"videos": [...]`` in an unpacked dict) stay raw bytes, paths
 or file objects here; the family decodes their sampled frames
-(:meth:`~vlmpack.models.base.ModelFamily.process_videos`).
+(:meth:`~vlmpack.models.base.ModelFamily.process_videos`). Items of a later kind (audio: ``{"type":
+"audio"}`` parts, ``"audios": [...]``) too; :mod:`vlmpack.train.kind_media` decodes them with the
+kind's registry decoder for the family's ``process_media``.
 Images are opened like transformers' ``load_image``: ``ImageOps.exif_transpose`` then
 ``convert("RGB")``.
 """
@@ -39,6 +41,7 @@ from vlmpack.media.kinds import KINDS, PART_RE
 from vlmpack.media.kinds.image import open_image
 from vlmpack.models.chatml import assistant_label_mask
 from vlmpack.packfmt import parse_input_ids
+from vlmpack.train.kind_media import check_media, expand_with_media, process_pack_media, sample_media_counts
 from vlmpack.train.processor_encode import encode_with_processor
 from vlmpack.train.videos import (
     check_videos,
@@ -71,6 +74,8 @@ class PackItem:
     kinds: list[str] | None = None  # "image"/"video" per media item in order of appearance (None: images only)
     recorded_videos: list[tuple[str, int]] | None = None  # (part, num_tokens) per video, in order
     tools: list[dict] | None = None  # tool schemas the chat template renders (apply_chat_template's tools=)
+    other: list = field(default_factory=list)  # (kind, raw, label) per item of a later kind (audio), in order
+    recorded_other: list[tuple[str, str, int | None]] | None = None  # (kind, part, num_tokens) per later-kind item
 
 
 @dataclass(slots=True)
@@ -103,6 +108,8 @@ class EncodedPack:
       video_grid_thw, videos_per_sample, pixel_values_videos, video_extra: the same for videos
         (:class:`~vlmpack.models.base.ProcessedVideos`; ``video_extra`` e.g. ``video_grid_thw``,
         ``second_per_grid_ts`` float32 ``[k]`` seconds per temporal patch for Qwen2.5-VL).
+      media, media_per_sample: per later kind present (audio) its
+        :class:`~vlmpack.models.base.ProcessedMedia` and items per sample (:mod:`vlmpack.train.kind_media`).
     """
 
     key: str
@@ -119,6 +126,8 @@ class EncodedPack:
     videos_per_sample: list[int] = field(default_factory=list)
     pixel_values_videos: torch.Tensor | None = None
     video_extra: dict = field(default_factory=dict)
+    media: dict = field(default_factory=dict)
+    media_per_sample: dict = field(default_factory=dict)
 
     @property
     def num_tokens(self) -> int:
@@ -178,7 +187,7 @@ def _from_pack_fields(key: str, samples: list[dict], media: list, parts: list[st
     by_part = dict(zip(parts, media))
     items = []
     for s in samples:
-        imgs, rec, vids, rec_v = [], [], [], []
+        imgs, rec, vids, rec_v, other, rec_o = [], [], [], [], [], []
         media_tokens = {m.get("part"): m.get("num_tokens") for m in s.get("media", [])}
         parts_ = _media_parts_in_order(s["messages"])
         for p in parts_:
@@ -191,10 +200,14 @@ def _from_pack_fields(key: str, samples: list[dict], media: list, parts: list[st
                 rec_v.append((name, media_tokens.get(name)))
                 vids.append((by_part[name], where))
                 continue
+            if p["type"] != "image":  # a later kind (audio): decoded by kind_media
+                rec_o.append((p["type"], name, media_tokens.get(name)))
+                other.append((p["type"], by_part[name], where))
+                continue
             rec.append((name, media_tokens.get(name)))
             imgs.append(open_image(by_part[name], where=where))
         items.append(PackItem(str(s["id"]), s["messages"], imgs, s.get("num_tokens"), rec, s.get("special_tokens"),
-                              vids, [p["type"] for p in parts_], rec_v, s.get("tools")))
+                              vids, [p["type"] for p in parts_], rec_v, s.get("tools"), other, rec_o))
     return PackInput(key, items, None if num_tokens is None else int(num_tokens),
                      None if seq_len is None else int(seq_len))
 
@@ -209,20 +222,25 @@ def _item_from_unpacked(s: Any) -> PackItem:
                 for p in parts_ if p["type"] == "image"]
         vids = [(s.media[p["index"]].path or s.media[p["index"]].ref, f"sample {s.id!r} media {p['index']}")
                 for p in parts_ if p["type"] == "video"]
+        other = [(p["type"], s.media[p["index"]].path or s.media[p["index"]].ref,
+                  f"sample {s.id!r} media {p['index']}") for p in parts_ if p["type"] not in ("image", "video")]
         return PackItem(str(s.id), s.messages, imgs, s.num_tokens or None, videos=vids,
-                        kinds=[p["type"] for p in parts_], tools=s.tools)
+                        kinds=[p["type"] for p in parts_], tools=s.tools, other=other)
     if isinstance(s, dict) and "messages" in s:
-        imgs, vids, seen = [], [], dict.fromkeys(KINDS, 0)
+        imgs, vids, other, seen = [], [], [], dict.fromkeys(KINDS, 0)
         parts_ = _media_parts_in_order(s["messages"])
         for p in parts_:
             idx = p.get("index", seen[p["type"]])
             seen[p["type"]] += 1
             if p["type"] == "video":
                 vids.append((s.get("videos", [])[idx], f"sample {s.get('id')!r} video {idx}"))
+            elif p["type"] != "image":  # a later kind: "audios": [...]
+                other.append((p["type"], s.get(f"{p['type']}s", [])[idx],
+                              f"sample {s.get('id')!r} {p['type']} {idx}"))
             else:
                 imgs.append(open_image(s.get("images", [])[idx], where=f"sample {s.get('id')!r} image {idx}"))
         return PackItem(str(s.get("id", "?")), s["messages"], imgs, s.get("num_tokens"), videos=vids,
-                        kinds=[p["type"] for p in parts_], tools=s.get("tools"))
+                        kinds=[p["type"] for p in parts_], tools=s.get("tools"), other=other)
     raise ConfigError(f"cannot read an unpacked sample of type {type(s).__name__}; give records.Sample or "
                       "{'id', 'messages', 'images'}")
 
@@ -362,22 +380,28 @@ class PackEncoder:
         processed, videos = merge_pack_media(f, processed, videos, [k for it in pack.items
                                                                     for k in (it.kinds or ["image"] * len(it.images))])
         pixel_values, grids, tokens_per_image = processed.pixel_values, processed.grids, processed.tokens
+        media, media_per_sample = process_pack_media(f, [it.other for it in pack.items])
         ids_list, labels_list, lengths, per_sample = [], [], [], []
         gi = vi = 0
+        mi: dict[str, int] = {}
         for it, ids0 in zip(pack.items, raw_ids):
             k, kv = len(it.images), len(it.videos)
             if isinstance(ids0, _Expanded):  # pretokenized: pads already expanded
                 ids = ids0.ids.astype(np.int64)
             else:
                 ids0 = np.asarray(ids0, dtype=np.int32)
-                problem = f.check_ids(ids0, k, kv)
+                later = sample_media_counts(it)
+                problem = f.check_ids(ids0, k, kv, **{f"n_{kind}s": n for kind, n in later.items()})
                 if problem:
                     raise PackMismatchError(f"pack {pack.key!r} sample {it.id!r}: {problem}")
-                if kv:
+                if later:
+                    ids = expand_with_media(f, ids0, it, tokens_per_image[gi:gi + k], media, mi).astype(np.int64)
+                elif kv:
                     ids = expand_with_videos(f, ids0, it, tokens_per_image[gi:gi + k], videos, vi).astype(np.int64)
                 else:
                     ids = f.expand(ids0, tokens_per_image[gi:gi + k]).astype(np.int64)
             check_videos(f, pack.key, it, ids, videos, vi, self.check_num_tokens)
+            check_media(f, pack.key, it, ids, media, mi, self.check_num_tokens)
             n_pad = int(np.count_nonzero(ids == f.image_token_id))
             n_feat = int(tokens_per_image[gi:gi + k].sum()) + video_features_on_images(f, videos, vi, kv)
             if n_pad != n_feat:  # pretokenized ids vs features of the decoded images (or a family change)
@@ -397,6 +421,8 @@ class PackEncoder:
                     f"{it.recorded_tokens}; the tokenizer/processor differ from those 'vlmpack pack' used "
                     "(pass the same --model directory or re-pack)")
             gi, vi = gi + k, vi + kv
+            for kind, n in sample_media_counts(it).items():
+                mi[kind] = mi.get(kind, 0) + n
             ids_list.append(ids)
             labels_list.append(self.labels_for(ids))
             lengths.append(len(ids))
@@ -412,5 +438,6 @@ class PackEncoder:
                            image_grid_thw=grids, images_per_sample=per_sample, pixel_values=pixel_values,
                            extra=processed.model_kwargs, video_grid_thw=videos.grids,
                            videos_per_sample=[len(it.videos) for it in pack.items],
-                           pixel_values_videos=videos.pixel_values, video_extra=videos.model_kwargs)
+                           pixel_values_videos=videos.pixel_values, video_extra=videos.model_kwargs,
+                           media=media, media_per_sample=media_per_sample)
 
