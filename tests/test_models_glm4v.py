@@ -29,7 +29,6 @@ is never read stale.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 from pathlib import Path
@@ -62,13 +61,10 @@ SEQ_LEN = 1024
 def glm4v_dir() -> Path:
     """The offline GLM-4.1V model directory, built once per content of its builder and files."""
     import demo_data.glm4v_dir as builder
-    from cache_dir import CACHE
+    from cache_dir import content_dir
 
-    h = hashlib.sha256(Path(builder.__file__).read_bytes())
-    for f in sorted((Path(builder.__file__).parent / "model_files" / "glm4v").iterdir()):
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
     with cache_lock():
-        return builder.build_glm4v_model_dir(CACHE / f"glm4v-{h.hexdigest()[:12]}")
+        return builder.build_glm4v_model_dir(content_dir(builder.__file__, "glm4v"))
 
 
 def _processor(model_dir: Path):

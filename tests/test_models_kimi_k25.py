@@ -34,7 +34,6 @@ it. The stand-in makes sizes exact, not pixels, so:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -70,13 +69,10 @@ N_COLLATE = 3  # image packs the collator encodes in the sweep
 def kimi_dir() -> Path:
     """The offline Kimi-K2.5 model directory, built once per content of its builder and files."""
     import demo_data.kimi_k25_dir as builder
-    from cache_dir import CACHE
+    from cache_dir import content_dir
 
-    h = hashlib.sha256(Path(builder.__file__).read_bytes())
-    for f in sorted((Path(builder.__file__).parent / "model_files" / "kimi_k25").iterdir()):
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
     with cache_lock():
-        return builder.build_kimi_k25_model_dir(CACHE / f"kimi_k25-{h.hexdigest()[:12]}")
+        return builder.build_kimi_k25_model_dir(content_dir(builder.__file__, "kimi_k25"))
 
 
 def run_child(*args: str) -> None:

@@ -64,14 +64,16 @@ def audio_files(real_data) -> dict[str, Path]:
     return {name: files[name] for name in AUDIO}
 
 
-def _records(real_data: Path, audio_files: dict[str, Path]) -> list[dict]:
-    demo = [json.loads(x) for x in (real_data / "real_sft.jsonl").read_text().splitlines()[:60]]
+def omni_records(real_data: Path, audio_files: dict[str, Path], *, n_demo: int = 60, at: int = 30,
+                 with_video: bool = True) -> list[dict]:
+    """The first ``n_demo`` demo records (absolute image paths) with, after the first ``at`` of them,
+    one audio-only record per file of ``audio_files``, an image-and-audio record, a two-audio record
+    and (``with_video``) the first demo video record."""
+    demo = [json.loads(x) for x in (real_data / "real_sft.jsonl").read_text().splitlines()[:n_demo]]
     for r in demo:
         if r.get("images"):
             r["images"] = [str(real_data / x) for x in r["images"]]
     first_image = next(r["images"][0] for r in demo if r.get("images"))
-    video = json.loads((real_data / "real_sft_video.jsonl").read_text().splitlines()[0])
-    video["videos"] = [str(real_data / x) for x in video["videos"]]
     audio = [{"id": f"audio-{name}", "messages": [
         {"role": "user", "content": [{"type": "audio", "path": str(path)}, {"type": "text", "text": "What is it?"}]},
         {"role": "assistant", "content": "A sound from the corpus."}]} for name, path in audio_files.items()]
@@ -81,7 +83,11 @@ def _records(real_data: Path, audio_files: dict[str, Path]) -> list[dict]:
     two = {"id": "two-audio", "audios": [str(audio_files["word_11k.wav"]), str(audio_files["turns.flac"])],
            "conversations": [{"from": "human", "value": "<audio> first, then <audio>: same voice?"},
                              {"from": "gpt", "value": "Yes."}]}
-    return [*demo[:30], *audio, both, two, video, *demo[30:]]
+    videos = []
+    if with_video:
+        videos = [json.loads((real_data / "real_sft_video.jsonl").read_text().splitlines()[0])]
+        videos[0]["videos"] = [str(real_data / x) for x in videos[0]["videos"]]
+    return [*demo[:at], *audio, both, two, *videos, *demo[at:]]
 
 
 def test_packed_counts_equal_the_omni_processor(real_data, omni_dir, audio_files, tmp_path):
@@ -92,7 +98,7 @@ def test_packed_counts_equal_the_omni_processor(real_data, omni_dir, audio_files
     from vlmpack.models.processor_build import build_processor
     from vlmpack.packfmt import read_packs
 
-    records = _records(real_data, audio_files)
+    records = omni_records(real_data, audio_files)
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in records))
     out = tmp_path / "out"

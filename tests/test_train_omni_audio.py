@@ -44,7 +44,7 @@ import torch
 from cli_runner import run_cli
 from conftest import logit_diff
 from test_audio import shape_only_fbank
-from test_models_qwen2_5_omni import audio_files, omni_dir  # noqa: F401 - module fixtures used here
+from test_models_qwen2_5_omni import audio_files, omni_dir, omni_records  # noqa: F401 - module fixtures used here
 
 from vlmpack.errors import ConfigError, PackMismatchError
 from vlmpack.media.kinds import KINDS
@@ -64,21 +64,7 @@ def omni_packs(real_data, omni_dir, audio_files, tmp_path_factory) -> list[dict]
     """The packs (raw WebDataset dicts) of the audio samples + 8 demo records."""
     from vlmpack.packfmt import read_packs
 
-    demo = [json.loads(x) for x in (real_data / "real_sft.jsonl").read_text().splitlines()[:8]]
-    for r in demo:
-        if r.get("images"):
-            r["images"] = [str(real_data / x) for x in r["images"]]
-    first_image = next(r["images"][0] for r in demo if r.get("images"))
-    audio = [{"id": f"audio-{name}", "messages": [
-        {"role": "user", "content": [{"type": "audio", "path": str(path)}, {"type": "text", "text": "What is it?"}]},
-        {"role": "assistant", "content": "A sound from the corpus."}]} for name, path in audio_files.items()]
-    both = {"id": "image-and-audio", "images": [first_image], "audios": [str(audio_files["word.mp3"])],
-            "conversations": [{"from": "human", "value": "<image>\nDoes <audio> match the picture?"},
-                              {"from": "gpt", "value": "No."}]}
-    two = {"id": "two-audio", "audios": [str(audio_files["word_11k.wav"]), str(audio_files["turns.flac"])],
-           "conversations": [{"from": "human", "value": "<audio> first, then <audio>: same voice?"},
-                             {"from": "gpt", "value": "Yes."}]}
-    records = [*demo[:4], *audio, both, two, *demo[4:]]
+    records = omni_records(real_data, audio_files, n_demo=8, at=4, with_video=False)
     d = tmp_path_factory.mktemp("omni_train")
     (d / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     r = run_cli(["pack", "-i", d / "in.jsonl", "--model", omni_dir, "-o", d / "out", "--seq-len", str(SEQ_LEN),
