@@ -5,7 +5,9 @@ downloaded or edited output may hold) and names what ``vlmpack check`` / ``verif
 (``problem:`` lines, exit 1; a class of :data:`VERIFY_ONLY` is sealed so that ``check`` passes it and
 only ``verify`` finds it) and, where it applies, what ``vlmpack inspect`` must say (one error
 line, exit 2). Each class of :data:`BLENDS` is a hand-made blend YAML over a real output and the
-one problem ``vlmpack check BLEND.yaml`` must give.
+one problem ``vlmpack check BLEND.yaml`` must give. Each class of :data:`AUDIO_OUTPUTS` replaces an
+audio member of a packed Qwen2.5-Omni output (another real audio file of another length, or of the
+same length with other bytes) and names what ``check`` and ``verify`` must say.
 
 Two witnesses, both outside ``OUT``:
 
@@ -327,15 +329,33 @@ def header_names_another_module(doc, ran):
 
 
 # ------------------------------------------------------------------------- item 3: every edit is seen
-def reseal_report(out: Path, offsets: list[int] | None = None) -> None:
+def reseal_report(out: Path, offsets: list[int] | None = None, shard: str = SHARD) -> None:
     """The attack of issue 19 item 3: the shard's sha256 (and the shards' total size) resealed in
     ``report.json`` (and its ``.tar.idx`` from ``offsets``), the run directory left as the run wrote it."""
     report = json.loads((out / "report.json").read_text())
-    report["shard_sha256"][SHARD] = hashlib.sha256((out / SHARD).read_bytes()).hexdigest()
+    report["shard_sha256"][shard] = hashlib.sha256((out / shard).read_bytes()).hexdigest()
     report["shard_bytes"] = sum((out / name).stat().st_size for name in report["shard_sha256"])
     (out / "report.json").write_text(json.dumps(report, indent=1))
     if offsets is not None:
-        (out / (SHARD + ".idx")).write_bytes(np.asarray(offsets, "<u8").tobytes())
+        (out / (shard + ".idx")).write_bytes(np.asarray(offsets, "<u8").tobytes())
+
+
+def reseal_content_record(out: Path, offsets: list[int], shard: str = SHARD) -> None:
+    """The shard resealed everywhere a checksum of a file or of a sample's content could catch an
+    edit: ``report.json`` and ``.tar.idx`` (:func:`reseal_report`), its marker with the content sha256
+    of the samples as they now are, and the run's hash record: only the count stage's record of each
+    media item's sha256 (``.vlmpack/records``) is left as the run wrote it."""
+    from vlmpack.packfmt import parse_pack, sample_digest
+
+    digests = {}
+    for key, parts in _read_tar(out / shard):
+        parts = dict(parts)
+        digests[key] = [sample_digest(s, [hashlib.sha256(parts[m["part"]]).hexdigest() for m in s["media"]])
+                        for s in parse_pack(parts["json"])["samples"]]
+    data = (out / shard).read_bytes()
+    reseal_report(out, offsets, shard)
+    reseal_marker(out, shard, sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data), content_sha256=digests)
+    write_hashes(out, list(json.loads((out / "report.json").read_text())["shard_sha256"]))
 
 
 def edit_answer_digit(out: Path) -> str:
@@ -432,18 +452,7 @@ def image_replaced_report_resealed(out, outside, ran):
 def image_replaced_content_record_resealed(out, outside, ran):
     """The shard, its marker (content sha256 of the samples as they are now included) and the hash
     record all agree: only the count stage's record of each media item's sha256 can see it."""
-    from vlmpack.packfmt import parse_pack, sample_digest
-
-    offsets = replace_image(out)
-    digests = {}
-    for key, parts in _read_tar(out / SHARD):
-        parts = dict(parts)
-        digests[key] = [sample_digest(s, [hashlib.sha256(parts[m["part"]]).hexdigest() for m in s["media"]])
-                        for s in parse_pack(parts["json"])["samples"]]
-    data = (out / SHARD).read_bytes()
-    reseal_report(out, offsets)
-    reseal_marker(out, SHARD, sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data), content_sha256=digests)
-    write_hashes(out, list(json.loads((out / "report.json").read_text())["shard_sha256"]))
+    reseal_content_record(out, replace_image(out))
 
 
 @output_class(("the count record", "cannot be read", "media identity cannot be checked"))
@@ -452,3 +461,56 @@ def count_record_is_a_fifo(out, outside, ran):
     for part in sorted((out / ".vlmpack" / "records").glob("part-*.jsonl")):
         part.unlink()
         fifo(part)
+
+
+# ------------------------------------------------------------------------- audio members (issue 23 item 3)
+def replace_audio(out: Path, same_tokens: bool) -> tuple[str, list[int]]:
+    """An audio member (``aud<N>.<ext>``) of the output replaced, under its own name, by the bytes of
+    another audio member of the output with the same extension and other bytes, whose recorded media
+    tokens are the same (``same_tokens``: equal length, e.g. the same word at another sample rate) or
+    not (another length). Returns the shard edited and its new ``.tar.idx`` offsets."""
+    def audio(path):
+        for key, parts in _read_tar(path):
+            parts = dict(parts)
+            for s in json.loads(parts["json"])["samples"]:
+                for m in s["media"]:
+                    if m["kind"] == "audio":
+                        yield m["part"].rsplit(".", 1)[1], m["num_tokens"], key, m["part"], parts[m["part"]]
+
+    shards = sorted(p.name for p in out.glob("*.tar"))
+    every = [a for name in shards for a in audio(out / name)]
+    for name in shards:
+        for ext, tokens, key, part, data in audio(out / name):
+            other = next((d for e, n, _, _, d in every if e == ext and d != data and (n == tokens) == same_tokens),
+                         None)
+            if other is not None:
+                packs = [(k, [(p, other if (k, p) == (key, part) else d) for p, d in parts])
+                         for k, parts in _read_tar(out / name)]
+                return name, _write_tar(out / name, packs)
+    raise AssertionError(f"no two audio members of one extension with {'equal' if same_tokens else 'other'} counts")
+
+
+def audio_replaced_other_length_report_resealed(out):
+    """Another real audio file of another length under the member's name, ``report.json`` resealed:
+    its content sha256 is none recorded (check) and its header gives other media tokens (verify)."""
+    shard, offsets = replace_audio(out, same_tokens=False)
+    reseal_report(out, offsets, shard)
+
+
+def audio_replaced_same_length_content_record_resealed(out):
+    """Another real audio file with the same media tokens (other bytes), and everything but the count
+    record resealed: no count differs, so only the media sha256 the count stage recorded sees it."""
+    shard, offsets = replace_audio(out, same_tokens=True)
+    reseal_content_record(out, offsets, shard)
+
+
+#: The audio classes, crafted on a packed Qwen2.5-Omni output (``test_hostile_outputs.omni_packed``):
+#: ``{name: (craft(out), check problem words, verify problem words, whether verify's recount sees it)}``.
+AUDIO_OUTPUTS: dict[str, tuple[Callable[[Path], None], tuple[str, ...], tuple[str, ...], bool]] = {
+    f.__name__: (f, check, verify, recount) for f, check, verify, recount in [
+        (audio_replaced_other_length_report_resealed, ("content sha256 differs from every one recorded",),
+         ("media tokens from its header",), True),
+        (audio_replaced_same_length_content_record_resealed,
+         ("the recorded count is not of these bytes", "a stale cached count"),
+         ("the recorded count is not of these bytes",), False),
+    ]}

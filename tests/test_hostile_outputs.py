@@ -10,6 +10,11 @@
 - ``check BLEND.yaml``: a blend that names code outside its header is one problem, nothing loaded
   (the ``Popen`` in its subflavors never runs); a clean blend still loads, through vlmpack's own
   Energon metadata.
+- Audio (issue 23 item 3): an audio member of a packed Qwen2.5-Omni output (``omni_packed``: real
+  corpus files) replaced by another real audio file, of another length (``report.json`` resealed:
+  ``check`` finds the content sha256, ``verify``'s recount the media tokens of its header) or of the
+  same length with other bytes (all but the count record resealed: both find the media sha256 the
+  count stage recorded, and the recount finds nothing); each is a ``problem:`` line, exit 1.
 - ``pack``: a symbolic link where vlmpack writes or deletes is one error line (exit 2) and its target
   is left as it was; ``--overwrite`` deletes only vlmpack's own regular files.
 - The readers' bounds themselves: a 6 GiB member is never read, nor a huge tar extended header;
@@ -29,10 +34,11 @@ from pathlib import Path
 import pytest
 import yaml
 from hostile_corpus import one_error_line, run_cli
-from hostile_outputs import BLENDS, OUTPUTS, SHARD, VERIFY_ONLY, fifo, first_key, link
+from hostile_outputs import AUDIO_OUTPUTS, BLENDS, OUTPUTS, SHARD, VERIFY_ONLY, fifo, first_key, link
 from hypothesis import given
 from hypothesis import strategies as st
 from test_check import packed  # noqa: F401 - the module's real output
+from test_models_qwen2_5_omni import omni_dir  # noqa: F401 - the offline Qwen2.5-Omni directory
 
 from vlmpack.check import check_output
 from vlmpack.energon.metadataset import build_metadataset
@@ -103,6 +109,50 @@ def test_inspect_on_a_crafted_output(name, packed, tmp_path, model_dir):  # noqa
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
     line = one_error_line(proc.stderr)
     assert line.startswith("vlmpack: error: ") and all(t in line for t in OUTPUTS[name][3]), line
+
+
+# ------------------------------------------------------------------------------- audio members
+#: Corpus files of the Omni output: two MP3s of other lengths, two WAVs of one length (one word at
+#: 22,050 and 11,025 Hz: the same media tokens, other bytes).
+OMNI_AUDIO = ("word.mp3", "short.mp3", "speech_word.wav", "word_11k.wav")
+
+
+@pytest.fixture(scope="module")
+def omni_packed(tmp_path_factory, real_data, omni_dir) -> Path:  # noqa: F811
+    """``vlmpack pack`` of one audio sample per :data:`OMNI_AUDIO` file and a few demo text records
+    with the Qwen2.5-Omni directory."""
+    from cache_dir import CACHE
+    from conftest import cache_lock
+    from demo_data.audio_corpus import build_audio_corpus
+
+    from vlmpack.config import load_config
+    from vlmpack.pack.pipeline import run_pack
+
+    with cache_lock():
+        files = {p.name: p for p in build_audio_corpus(CACHE / "audio_corpus", real_data)}
+    tmp = tmp_path_factory.mktemp("omni_hostile")
+    texts = [r for x in (real_data / "real_sft.jsonl").read_text().splitlines()[:40]
+             if not (r := json.loads(x)).get("images") and not r.get("videos")][:4]
+    audio = [{"id": f"audio-{name}", "messages": [
+        {"role": "user", "content": [{"type": "audio", "path": str(files[name])}, {"type": "text", "text": "What?"}]},
+        {"role": "assistant", "content": "A sound."}]} for name in OMNI_AUDIO]
+    (tmp / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*texts[:2], *audio, *texts[2:]]))
+    out = tmp / "out"
+    report = run_pack(load_config(input=[str(tmp / "in.jsonl")], model=str(omni_dir), output=str(out), seq_len=4096,
+                                  workers=1, progress=False, allow_absolute_media=True))
+    assert report["rejected"] == 0 and report["samples_by_kind"]["audio"] == len(OMNI_AUDIO)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(AUDIO_OUTPUTS))
+def test_check_and_verify_on_a_replaced_audio_member(name, omni_packed, tmp_path):
+    craft, check_words, verify_words, recount_sees_it = AUDIO_OUTPUTS[name]
+    out = tmp_path / "out"
+    shutil.copytree(omni_packed, out)
+    craft(out)
+    _problems(run_cli(["check", out, "--workers", "0"], timeout=TIMEOUT), *check_words)
+    problems = _problems(run_cli(["verify", out, "--workers", "1"], timeout=TIMEOUT), *verify_words)
+    assert any("media tokens from its header" in p for p in problems) == recount_sees_it, problems
 
 
 # ------------------------------------------------------------------------------- blends

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_models_qwen2_5_omni import omni_dir  # noqa: F401 - the offline Qwen2.5-Omni directory
 
 from vlmpack.config import load_config
 from vlmpack.energon.load import iter_energon_packs
@@ -319,7 +320,7 @@ def test_custom_columns_and_tags_are_mapped_to_the_layouts_names(written, real_d
     ({"hf_hub_url": "HuggingFaceH4/llava-instruct-mix-vsft"}, "hf_hub_url"),
     ({"file_name": "../llava.json", "ranking": True}, "preference"),
     ({"file_name": "../llava.json", "formatting": "sharegpt", "columns": {"chosen": "c"}}, "columns.chosen"),
-    ({"file_name": "../llava.json", "formatting": "sharegpt", "columns": {"audios": "sounds"}}, "columns.audios"),
+    ({"file_name": "../llava.json", "formatting": "sharegpt", "columns": {"kto_tag": "tag"}}, "columns.kto_tag"),
     ({"file_name": "../alpaca.json", "tags": {"role_tag": "speaker"}}, "tags belong to sharegpt"),
     ({"file_name": "../nowhere.json"}, "nowhere.json"),
 ])
@@ -353,3 +354,62 @@ def test_a_record_map_rewrites_once_and_refuses_two_keys_for_one_column():
     assert e.value.reason == "wrong_type"
     with pytest.raises(ValueError, match="columns.chosen"):
         record_map("sharegpt", {"chosen": "c"}, {})
+
+
+def test_a_registry_audios_column_is_the_records_audio(tmp_path, real_data, omni_dir):  # noqa: F811
+    """LLaMA-Factory's ``audios`` column (``DatasetAttr.audios``, ``<audio>`` placeholders: its
+    ``data/README.md``, "Multimodal Audio Dataset") named in ``columns`` of a sharegpt entry (with its
+    own turn key and tags) and of an alpaca entry: each record reads to the same canonical sample,
+    audio items in order, as the same record under the default names (``audios``, the ``messages``
+    of LLaMA-Factory's ``mllm_audio_demo.json``), and the sharegpt dataset packs for Qwen2.5-Omni,
+    every record with its audio files as members, in order."""
+    from cache_dir import CACHE
+    from conftest import cache_lock
+    from demo_data.audio_corpus import build_audio_corpus
+    from test_sources_wds import _samples
+
+    from vlmpack.sources import detect_format, get_source
+
+    with cache_lock():
+        files = {p.name: p for p in build_audio_corpus(CACHE / "audio_corpus", real_data)}
+    (tmp_path / "audio").mkdir()
+    for name in ("word.mp3", "word_11k.wav", "bell.oga"):
+        (tmp_path / "audio" / name).write_bytes(files[name].read_bytes())
+    turns = [("<audio>What is said?", "A word.", ["audio/word.mp3"]),
+             ("First <audio>, then <audio>: the same word?", "Yes.", ["audio/word_11k.wav", "audio/word.mp3"]),
+             ("Which sound is this? <audio>", "A bell.", ["audio/bell.oga"])]
+    default = [{"id": f"r{i}", "messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}],
+                "audios": au} for i, (q, a, au) in enumerate(turns)]
+    (tmp_path / "default.jsonl").write_text("".join(json.dumps(r) + "\n" for r in default))
+    (tmp_path / "sharegpt.json").write_text(json.dumps([
+        {"id": f"r{i}", "dialog": [{"speaker": "Q", "text": q}, {"speaker": "A", "text": a}], "sounds": au}
+        for i, (q, a, au) in enumerate(turns)]))
+    (tmp_path / "alpaca.json").write_text(json.dumps([{"id": f"r{i}", "question": q, "answer": a, "clips": au}
+                                                      for i, (q, a, au) in enumerate(turns)]))
+    reg = tmp_path / "dataset_info.json"
+    reg.write_text(json.dumps({
+        "sg": {"file_name": "sharegpt.json", "formatting": "sharegpt", "columns": {"messages": "dialog",
+                                                                                   "audios": "sounds"},
+               "tags": {"role_tag": "speaker", "content_tag": "text", "user_tag": "Q", "assistant_tag": "A"}},
+        "alp": {"file_name": "alpaca.json", "columns": {"prompt": "question", "response": "answer",
+                                                        "audios": "clips"}}}))
+
+    def read(path: Path, record_map: str | None = None) -> list:
+        src = get_source(detect_format(str(path)))
+        return [(s.id, s.messages, [(m.kind, m.path) for m in s.media])
+                for s in src.read(str(path), 0, -1, 1, media_root=str(tmp_path), record_map=record_map)]
+
+    want = read(tmp_path / "default.jsonl")
+    assert [[k for k, _ in media] for _, _, media in want] == [["audio"], ["audio", "audio"], ["audio"]]
+    for name in ("sg", "alp"):
+        cfg = load_config(input=[str(reg)], dataset=[name], media_root=str(tmp_path), model=str(omni_dir),
+                          output=str(tmp_path / name), seq_len=SEQ_LEN, workers=1, progress=False)
+        assert cfg.record_map is not None and "audios" in json.loads(cfg.record_map)["columns"], name
+        assert read(Path(cfg.input[0]), cfg.record_map) == want, name
+    report = run_pack(load_config(input=[str(reg)], dataset=["sg"], media_root=str(tmp_path), model=str(omni_dir),
+                                  output=str(tmp_path / "sg"), seq_len=SEQ_LEN, workers=1, progress=False))
+    assert report["rejected"] == 0 and report["samples_by_kind"]["audio"] == len(turns)
+    assert report["media_tokens_by_kind"]["audio"] > 0
+    got = _samples(tmp_path / "sg")
+    assert {i: media for i, (_, media) in got.items()} == {
+        r["id"]: [(tmp_path / a).read_bytes() for a in r["audios"]] for r in default}

@@ -2,7 +2,9 @@
 reader sides, and that a layout added to ``SINKS`` is all it takes for the shard writer to write it.
 
 The ``vlmpack.pack/1`` format itself is tested on real runs in ``tests/test_writer.py`` and
-``tests/test_format_doc.py``; loading it through Energon in ``tests/test_check.py``."""
+``tests/test_format_doc.py``; loading it through Energon in ``tests/test_check.py``. The trainers'
+layouts (``llava-ov2-captioning``, ``loongforge-mix-qa``) reject a sample holding audio, which their
+``qwen2-vl`` rendering cannot take, with ``layout_unsupported`` before anything of it is written."""
 
 from __future__ import annotations
 
@@ -120,3 +122,72 @@ def test_a_new_layout_is_one_registry_line(packed, tmp_path, monkeypatch):
             assert [pack.parts[n] for n in names] == [want[m["part"]] for m in s["media"]]
             images += len(names)
     assert images > 0
+
+
+# ------------------------------------------------------------------------------- audio and the trainers' layouts
+def test_the_turns_placeholders_are_the_registrys():
+    """Each kind's ``<kind>`` placeholder is refused as literal text, the one list the registry gives."""
+    from vlmpack.media.kinds import KINDS
+    from vlmpack.sinks.qwen2_vl_turns import PLACEHOLDERS
+
+    assert PLACEHOLDERS == tuple(f"<{k}>" for k in KINDS) and "<audio>" in PLACEHOLDERS
+
+
+@pytest.mark.parametrize("layout", ["llava-ov2-captioning", "loongforge-mix-qa"])
+def test_a_trainer_layout_rejects_audio_with_a_reason(layout):
+    """LLaVA-OneVision-2's and LoongForge's ``qwen2-vl`` rendering takes images (and video), no audio:
+    a sample with an audio item, alone or beside an image, or with a literal ``<audio>`` in its text,
+    is ``layout_unsupported`` (one line naming audio); the same sample with an image is accepted."""
+    from vlmpack.records import Locator, Media, Sample
+
+    def sample(*user, kinds):
+        msgs = [{"role": "user", "content": [c if isinstance(c, dict) else {"type": "text", "text": c} for c in user]},
+                {"role": "assistant", "content": [{"type": "text", "text": "A word."}]}]
+        return Sample("s", msgs, [Media(k, f"m{i}") for i, k in enumerate(kinds)], Locator("f.jsonl", 1, 0))
+
+    sink = get_sink(layout)
+    image, audio = {"type": "image", "index": 0}, {"type": "audio", "index": 0}
+    assert sink.sample_problem(sample(image, "What?", kinds=("image",))) is None
+    for s, words in [(sample(audio, "What is said?", kinds=("audio",)), "audio media"),
+                     (sample(image, {"type": "audio", "index": 1}, "Same?", kinds=("image", "audio")), "audio media"),
+                     (sample("Say <audio> aloud.", kinds=()), "literal <audio>")]:
+        problem = sink.sample_problem(s)
+        assert problem is not None and problem[0] == "layout_unsupported" and words in problem[1], problem
+        assert "\n" not in problem[1]
+
+
+def test_audio_samples_are_rejected_before_a_trainer_layout_writes(real_data, model_dir, tmp_path):
+    """``vlmpack pack --layout llava-ov2-captioning`` of demo records with the audio records of
+    ``test_audio_records`` (every way a record references audio; real corpus files) between them:
+    each audio record is rejected ``layout_unsupported`` by the layout (before the model family is
+    asked to count it), nothing of it is written (no ``<audio>`` in any trainer field, no audio
+    member), every other record is packed."""
+    from cache_dir import CACHE
+    from conftest import cache_lock
+    from demo_data.audio_corpus import build_audio_corpus
+    from test_audio_records import audio_records
+
+    from vlmpack.config import load_config
+    from vlmpack.pack.pipeline import run_pack
+
+    with cache_lock():
+        audio_dir = build_audio_corpus(CACHE / "audio_corpus", real_data)[0].parent
+    records = audio_records(audio_dir)
+    others = [json.loads(x) for x in (real_data / "real_sft.jsonl").read_text().splitlines()[:16]]
+    for r in others:
+        r["images"] = [str(real_data / x) for x in r.get("images", [])]
+    src = tmp_path / "mixed.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in [*others[:8], *records, *others[8:]]))
+    out = tmp_path / "out"
+    report = run_pack(load_config(input=[str(src)], model=str(model_dir), output=str(out), seq_len=4096, workers=1,
+                                  progress=False, allow_absolute_media=True, max_reject_fraction=1,
+                                  layout="llava-ov2-captioning"))
+    rejects = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
+    assert {x["id"] for x in rejects} == {r["id"] for r in records}, rejects
+    assert all(x["reason"] == "layout_unsupported" and "audio" in x["detail"] for x in rejects), rejects
+    assert report["records_read"] == report["samples_packed"] + report["rejected"] == len(others) + len(records)
+    for shard in sorted(out.glob("*.tar")):
+        for pack in ShardPacks(shard):
+            assert b"<audio>" not in pack.parts["json"] and not any(p.startswith("aud") for p in pack.parts)
+            assert {s["id"] for s in json.loads(pack.parts["json"])["vlmpack"]["samples"]} <= {
+                str(r["id"]) for r in others}

@@ -7,7 +7,7 @@ which role values mean user, assistant, system). :func:`record_map` turns such a
 :data:`RecordMap`; :func:`apply_map` rewrites a record with it into the default names the layouts
 read (:mod:`vlmpack.layouts.llava` for conversations: ``conversations`` of ``from`` / ``value`` with
 ``human`` / ``gpt`` / ``system``; :mod:`vlmpack.layouts.alpaca`: ``instruction`` / ``input`` /
-``output`` / ``history`` / ``system``; ``images`` / ``videos``), as LLaMA-Factory's
+``output`` / ``history`` / ``system``; ``images`` / ``videos`` / ``audios``), as LLaMA-Factory's
 ``SharegptDatasetConverter`` / ``AlpacaDatasetConverter`` (``src/llamafactory/data/converter.py``)
 read them through ``DatasetAttr``. Pure, no I/O.
 
@@ -27,11 +27,14 @@ from vlmpack.layouts.base import short
 RecordMap = str
 
 #: The record keys the layouts read, per formatting: LLaMA-Factory's column name -> vlmpack's key.
+#: The media columns are LLaMA-Factory's ``images`` / ``videos`` / ``audios`` (``DatasetAttr``, read by
+#: both converters; ``<image>`` / ``<video>`` / ``<audio>`` its placeholders), which the layouts read as
+#: the image / video / audio items of the record (:func:`vlmpack.layouts.builder.top_level_media`).
 TARGET_COLUMNS = {
     "sharegpt": {"messages": "conversations", "system": "system", "tools": "tools", "images": "images",
-                 "videos": "videos"},
+                 "videos": "videos", "audios": "audios"},
     "alpaca": {"prompt": "instruction", "query": "input", "response": "output", "history": "history",
-               "system": "system", "tools": "tools", "images": "images", "videos": "videos"},
+               "system": "system", "tools": "tools", "images": "images", "videos": "videos", "audios": "audios"},
 }
 #: LLaMA-Factory's ``sharegpt`` tags (``DatasetAttr`` defaults) and the values vlmpack's layout reads.
 TARGET_TAGS = {"role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt",

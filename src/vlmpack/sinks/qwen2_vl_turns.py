@@ -8,18 +8,28 @@ assistant turns ``{content}`` + ``<|im_end|>``, ``"\n"`` before each later user 
 tokenized on its own, and each ``<image>`` / ``<video>`` placeholder in a turn expanded by their
 ``Qwen2VLPlugin`` into ``<|vision_start|>`` + pads + ``<|vision_end|>``. That is the Qwen2-VL /
 Qwen2.5-VL chat template (transformers' ``chat_template.json`` of those models) without its final
-newline, so vlmpack's count of an accepted conversation is the trainer's plus one.
+newline, so vlmpack's count of an accepted conversation is the trainer's plus one. Their plugin
+has no audio token, so a sample holding audio is rejected ``layout_unsupported`` before it is
+counted (:func:`conversation_problem`), whatever the model family could count.
 """
 
 from __future__ import annotations
 
 import re
 
+from vlmpack.records import MEDIA_KINDS
+
 #: The trainer's ``qwen2-vl`` template's default system prompt (``chat_templete.py``), also the
 #: Qwen2-VL / Qwen2.5-VL chat templates' when a conversation has none.
 DEFAULT_SYSTEM = "You are a helpful assistant."
-#: The placeholders the trainer's multimodal plugin expands wherever they occur in a turn.
-PLACEHOLDERS = ("<image>", "<video>")
+#: The placeholder of each media kind of the registry (``<image>``, ``<video>``, ``<audio>``: LLaMA-Factory's,
+#: what :func:`turn_text` writes for a media item): text holding one is refused, since the trainer's
+#: plugin expands ``<image>`` / ``<video>`` wherever they occur and a reader of the written turns could
+#: not tell a literal ``<audio>`` from an audio item's.
+PLACEHOLDERS = tuple(f"<{kind}>" for kind in MEDIA_KINDS)
+#: The media kinds the trainers' ``qwen2-vl`` rendering takes (their ``Qwen2VLPlugin`` has an image and a
+#: video token, no audio one: ``mm_plugin.py``); any other kind is ``layout_unsupported``.
+TRAINER_KINDS = ("image", "video")
 #: Model types whose chat template renders as the trainer's ``qwen2-vl`` template does.
 MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
 #: Text the trainer tokenizes apart from the ``assistant`` header before it: a leading newline
@@ -29,7 +39,7 @@ _LEADING_NEWLINE = re.compile(r"^\s*[\r\n]")
 
 def turn_text(msg: dict) -> str:
     """A turn's content as the trainer's prompt / caption text: text items as they are, each media
-    item its placeholder (``<image>``, ``<video>``) where it stands."""
+    item its placeholder (``<image>``, ``<video>``: :data:`PLACEHOLDERS`) where it stands."""
     return "".join(c["text"] if c.get("type") == "text" else f"<{c.get('type')}>" for c in msg["content"])
 
 
@@ -39,8 +49,9 @@ def conversation_problem(messages: list[dict], tools, *, videos: bool) -> tuple[
 
     Accepted: an optional first system turn equal to :data:`DEFAULT_SYSTEM` (what the trainer
     renders anyway), then user, assistant, user, ... ending with an assistant turn, no tool schemas,
-    tool calls or reasoning, no text holding a placeholder (the trainer would expand it), no
-    assistant text starting with a newline, no video unless ``videos``."""
+    tool calls or reasoning, no text holding a placeholder (:data:`PLACEHOLDERS`), no
+    assistant text starting with a newline, no video unless ``videos``, no media of a kind the
+    trainer cannot take (audio: not in :data:`TRAINER_KINDS`), so no such sample is written in part."""
     def bad(detail: str) -> tuple[str, str]:
         return "layout_unsupported", detail
 
@@ -61,11 +72,14 @@ def conversation_problem(messages: list[dict], tools, *, videos: bool) -> tuple[
             return bad(f"turn {i + 1} holds {', '.join(sorted(set(m) - {'role', 'content'}))}: the trainer's "
                        "template renders only text and media")
         for c in m["content"]:
-            if c.get("type") == "text" and any(p in c["text"] for p in PLACEHOLDERS):
-                return bad(f"turn {i + 1}'s text holds a literal {'/'.join(PLACEHOLDERS)}, which the trainer "
-                           "would expand as media")
+            if c.get("type") == "text" and (p := next((p for p in PLACEHOLDERS if p in c["text"]), None)):
+                return bad(f"turn {i + 1}'s text holds a literal {p}, which the written turns would read as a "
+                           "media item's placeholder (the trainer expands <image> / <video>)")
             if c.get("type") == "video" and not videos:
                 return bad("a video: this layout holds images only")
+            if c.get("type") in MEDIA_KINDS and c["type"] not in TRAINER_KINDS:
+                return bad(f"{c['type']} media: the trainer's qwen2-vl rendering takes {' / '.join(TRAINER_KINDS)} "
+                           "only (its plugin has no token for it)")
         if want == "assistant" and _LEADING_NEWLINE.match(turn_text(m)):
             return bad(f"turn {i + 1} starts with a newline, which the trainer tokenizes apart from the "
                        "turn header (the count would not bound its)")

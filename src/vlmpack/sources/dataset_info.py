@@ -5,7 +5,9 @@ it names (``--input data/dataset_info.json``, all of them in its order, or those
 The registry maps each dataset name to ``file_name`` (a file or folder beside the registry),
 ``formatting`` (``alpaca``, the default, or ``sharegpt``), ``columns`` (which column holds what) and,
 for ``sharegpt``, ``tags`` (the keys and values of a turn's role and content); see LLaMA-Factory's
-``data/README.md`` and its ``DatasetAttr`` parser. vlmpack reads the records with its own layouts,
+``data/README.md`` and its ``DatasetAttr`` parser (its media columns ``images`` / ``videos`` /
+``audios``, with the ``<image>`` / ``<video>`` / ``<audio>`` placeholders, are the record's image /
+video / audio items). vlmpack reads the records with its own layouts,
 which take the columns and tags LLaMA-Factory uses by default and the OpenAI form of ``sharegpt``
 (:mod:`vlmpack.layouts.alpaca`, :mod:`vlmpack.layouts.llava`, :mod:`vlmpack.layouts.messages`);
 an entry that names other columns or tags has its records rewritten to those names first
@@ -32,9 +34,10 @@ REMOTE = ("hf_hub_url", "ms_hub_url", "script_url", "om_hub_url", "cloud_file_na
 #: The columns vlmpack's layouts read, by formatting: LLaMA-Factory's column -> the accepted names.
 _COLUMNS = {
     "alpaca": {"prompt": ("instruction",), "query": ("input",), "response": ("output",), "history": ("history",),
-               "system": ("system",), "tools": ("tools",), "images": ("images",), "videos": ("videos",)},
+               "system": ("system",), "tools": ("tools",), "images": ("images",), "videos": ("videos",),
+               "audios": ("audios",)},
     "sharegpt": {"messages": ("conversations", "messages"), "system": ("system",), "tools": ("tools",),
-                 "images": ("images",), "videos": ("videos",)},
+                 "images": ("images",), "videos": ("videos",), "audios": ("audios",)},
 }
 #: The ``sharegpt`` tags vlmpack's chat layouts read: tag -> accepted values.
 TAGS = {"role_tag": ("from", "role"), "content_tag": ("value", "content"), "user_tag": ("human", "user"),

@@ -1,4 +1,4 @@
-"""The Parquet / Arrow source: a table whose rows are samples, images held in its cells read in place.
+"""The Parquet / Arrow source: a table whose rows are samples, media (image, video, audio) read in place from cells.
 
 Inputs: a Parquet file (magic ``PAR1``), an Arrow IPC file (magic ``ARROW1``) or an Arrow IPC
 stream (what ``datasets.Dataset.save_to_disk`` writes as ``data-*.arrow``; it starts with the
@@ -6,10 +6,12 @@ stream (what ``datasets.Dataset.save_to_disk`` writes as ``data-*.arrow``; it st
 tasks are ranges of groups and one group is read at a time (bounded memory: one group's rows).
 
 A row is a record in any layout of :mod:`vlmpack.layouts` (``messages`` /
-``conversations`` / prompts + captions columns...); the media columns ``images`` / ``image`` /
-``videos`` / ``video`` hold, per row, one item or a list of items, each
+``conversations`` / prompts + captions columns...); the media columns (:data:`MEDIA_COLUMNS`, one
+pair per kind of the registry :data:`vlmpack.records.MEDIA_KINDS`: ``images`` / ``image``,
+``videos`` / ``video``, ``audios`` / ``audio``) hold, per row, one item or a list of items, each
 
-- the HF ``datasets`` ``Image`` feature: a struct ``{"bytes", "path"}``; with ``bytes`` it is read
+- the HF ``datasets`` ``Image`` / ``Video`` / ``Audio`` feature (``decode=False``, as stored): a
+  struct ``{"bytes", "path"}``; with ``bytes`` it is read
   in place from the file, as a ``parquet://`` reference (:mod:`vlmpack.media.ref`:
   ``parquet://<file>#<group>:<row in group>:<column>:<list index or -1>``), without ``bytes`` its
   ``path`` is a file path;
@@ -35,9 +37,12 @@ from vlmpack.media.ref import parquet_cell_ref
 from vlmpack.media.resolve import resolve_ref
 from vlmpack.media.tables import Table, remember_column, table_kind
 from vlmpack.readers.jsonl import record_to_sample
-from vlmpack.records import Locator, ReadStats, Rejection
+from vlmpack.records import MEDIA_KINDS, Locator, ReadStats, Rejection
 
-MEDIA_COLUMNS = {"images": "image", "image": "image", "videos": "video", "video": "video"}
+#: The media columns of a row, column -> media kind: ``<kind>s`` (a list, LLaMA-Factory's
+#: ``images`` / ``videos`` / ``audios``) and ``<kind>`` (one item or a list) for each kind of the
+#: registry, the names the layouts read (:func:`vlmpack.layouts.builder.top_level_media`).
+MEDIA_COLUMNS: dict[str, str] = {name: kind for kind in MEDIA_KINDS for name in (kind + "s", kind)}
 
 
 def _json_default(v: object) -> object:
@@ -105,7 +110,7 @@ def _row_record(path: str, group: int, row: int, rec: dict, media_root: str, all
         if t is not None and t[0] == "path":
             return resolve_ref(t[1], media_root, allow_absolute_media=allow_absolute_media, lmdb_envs=lmdb_envs)
         what = t[1] if t is not None else name
-        raise MediaError("wrong_type", f"media item must be an Image struct, bytes or a path, got "
+        raise MediaError("wrong_type", f"media item must be an Image / Video / Audio struct, bytes or a path, got "
                                        f"{type(what).__name__}")
 
     return _plain(rec), resolve
