@@ -3,13 +3,15 @@ offline Omni directory, every count equal to transformers' own ``Qwen2_5OmniProc
 
 Directory: ``tools/demo_data/qwen2_5_omni_dir.py`` (published ``preprocessor_config.json``, stand-in
 tokenizer ids and ChatML template; ``model_files/qwen2_5_omni/SOURCES.md``), copied with its
-template extended by the audio string of the published Omni template,
-``<|audio_bos|><|AUDIO|><|audio_eos|>`` per audio part (the stand-in renders images only).
+template extended by the audio and video strings of the published Omni template,
+``<|audio_bos|><|AUDIO|><|audio_eos|>`` per audio part and ``<|vision_bos|><|VIDEO|><|vision_eos|>``
+per video part (the stand-in renders images only).
 
 Samples: the first 60 demo records (text and image), one audio sample per file of a set of real
 corpus files (WAV / FLAC / MP3 / M4A / Ogg, 8-48 kHz, mono and stereo, one longer than the
 feature extractor's 300 s), an image + audio sample, a sample with two audio items, and a video
-sample (refused: ``media_unsupported``). ``vlmpack pack`` packs them; for every packed sample the
+sample (10 s at 25 fps, every frame kept: more tokens than ``--seq-len``, so ``overlong``; videos are
+proven in ``test_omni_video.py``). ``vlmpack pack`` packs them; for every packed sample the
 pack JSON's messages rendered by the template and handed with the packed media bytes (decoded:
 images by the kind's decoder, audio by :func:`vlmpack.media.audio.decode_audio`) to
 ``Qwen2_5OmniProcessor.__call__`` give exactly the ``input_ids`` of the family's expansion, whose
@@ -51,7 +53,8 @@ def omni_dir(tmp_path_factory) -> Path:
     branch = "{%- elif item['type'] == 'text' -%}"
     assert text.count(branch) == 1
     path.write_text(text.replace(branch, "{%- elif item['type'] == 'audio' -%}{{- '<|audio_bos|><|AUDIO|>"
-                                         "<|audio_eos|>' -}}" + branch))
+                                         "<|audio_eos|>' -}}{%- elif item['type'] == 'video' -%}{{- "
+                                         "'<|vision_bos|><|VIDEO|><|vision_eos|>' -}}" + branch))
     return dest
 
 
@@ -107,8 +110,7 @@ def test_packed_counts_equal_the_omni_processor(real_data, omni_dir, audio_files
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     rejects = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
-    assert [(x["id"], x["reason"]) for x in rejects] == [(records[-31]["id"], "media_unsupported")], rejects
-    assert "video" in rejects[0]["detail"]
+    assert [(x["id"], x["reason"]) for x in rejects] == [(records[-31]["id"], "overlong")], rejects
     assert report["samples_packed"] == len(records) - 1 and report["identity_holds"]
 
     fam = load_model(str(omni_dir))

@@ -381,3 +381,69 @@ def build_broken_audio(corpus: str | Path, dest: str | Path, real_data: str | Pa
         part.write_bytes(data)
         os.replace(part, path)
     return out
+
+
+@dataclass(frozen=True)
+class Dubbed:
+    """A demo video given a sound track: ``name``, the demo set's ``video`` (its stream copied, not
+    re-encoded), corpus speech ``sound`` encoded with ``acodec`` at ``arate`` Hz, muxed as ``fmt``
+    (every video packet first, then the sound: the mp4 is written with its index in front); ``cut``:
+    the file is then cut to that fraction of its bytes (the end of the sound track lost, the
+    pictures whole)."""
+
+    name: str
+    video: str
+    sound: str
+    fmt: str
+    acodec: str
+    arate: int
+    cut: float | None = None
+
+
+#: Demo videos with speech dubbed in (:func:`build_dubbed_videos`): a sound track longer than the
+#: pictures, one shorter, and one whose sound (longer than the pictures) is cut short.
+DUBBED: tuple[Dubbed, ...] = (
+    Dubbed("carphone_turns.mp4", "carphone_pristine.mp4", "speech_turns.wav", "mp4", "aac", 16000),
+    Dubbed("carphone_word.mkv", "carphone_distorted.mp4", "speech_word.wav", "matroska", "flac", 22050),
+    Dubbed("carphone_cut_sound.mp4", "carphone_pristine.mp4", "speech_turns.wav", "mp4", "aac", 44100, 0.9),
+)
+
+
+def dub_video(d: Dubbed, video: Path, sound: Path, dest: Path) -> Path:
+    """Write ``d`` (``video``'s pictures, ``sound`` as its sound track) to ``dest`` (atomically)."""
+    import av
+
+    pcm, rate = _decoded(sound)
+    part = dest.with_name(dest.name + ".partial")
+    opts = {"movflags": "faststart"} if d.fmt == "mp4" else {}
+    with av.open(str(video)) as src, av.open(str(part), "w", format=d.fmt, options=opts) as out:
+        vin = src.streams.video[0]
+        vout = out.add_stream_from_template(vin)
+        aus = out.add_stream(d.acodec, rate=d.arate)
+        aus.codec_context.layout = "mono"
+        for pkt in src.demux(vin):
+            if pkt.dts is None:
+                continue
+            pkt.stream = vout
+            out.mux(pkt)
+        _encode_track(av, out, aus, pcm, rate)
+    if d.cut is not None:
+        data = part.read_bytes()
+        part.write_bytes(data[:int(len(data) * d.cut)])
+    os.replace(part, dest)
+    return dest
+
+
+def build_dubbed_videos(corpus: str | Path, dest: str | Path, real_data: str | Path) -> dict[str, Path]:
+    """The :data:`DUBBED` videos, from the demo set ``real_data`` and the corpus folder ``corpus``
+    (:func:`build_audio_corpus`), into ``dest`` (created; files already there are kept). Returns
+    name -> path."""
+    corpus, dest = Path(corpus), Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    videos = {p.name: p for p in (Path(real_data) / "videos").rglob("*") if p.is_file()}
+    out = {}
+    for d in DUBBED:
+        path = out[d.name] = dest / d.name
+        if not path.exists():
+            dub_video(d, videos[d.video], corpus / d.sound, path)
+    return out

@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CONTAINERS", "AudioHeader", "decode_audio", "probe_audio", "samples_at"]
+__all__ = ["CONTAINERS", "AudioHeader", "decode_audio", "probe_audio", "probe_sound_track", "samples_at"]
 
 #: FFmpeg demuxer name -> the file extensions (first = default) vlmpack accepts for it.
 CONTAINERS = {
@@ -146,6 +146,49 @@ def probe_audio(source, name: str = "", check: str = "header") -> AudioHeader:
         raise _error("media_undecodable", f"audio has {header.samples} samples, its data chunk says {declared} "
                      f"(cut short): {label}")
     return header
+
+
+class _TrackView:
+    """An open container seen without its overall duration, which is its longest stream's (the
+    pictures of a video whose sound is shorter): :func:`_stated_samples` then takes the audio
+    stream's own duration or none."""
+
+    duration = None
+
+    def __init__(self, container):
+        self._container = container
+
+    def __getattr__(self, name):
+        return getattr(self._container, name)
+
+
+def probe_sound_track(source, name: str = "", check: str = "header") -> AudioHeader | None:
+    """The :class:`AudioHeader` of the sound track of a video (its first audio stream, read as
+    :func:`probe_audio` reads it; mp4 / mov, Matroska / WebM), or None when the container has no
+    audio stream (a silent video). The track counts as cut short only against its own stated
+    duration (mp4: the track's; Matroska / WebM state none per track, so a decode error alone
+    tells there), never against the container's, which is the pictures' when they run longer.
+    Raises ``MediaError`` as :func:`probe_audio` does (``media_undecodable``: cut short, no
+    sample, not a container PyAV reads; ``media_unsupported``: a container or codec outside
+    :data:`CONTAINERS`, PyAV missing)."""
+    try:
+        import av
+    except ImportError:
+        raise _error("media_unsupported", f"audio needs PyAV (pip install 'vlmpack[video]'): {name}") from None
+    label = name or (source if isinstance(source, str) else "<bytes>")
+    if isinstance(source, (bytes, bytearray, memoryview)) and not len(source):
+        raise _error("media_undecodable", f"video file is empty: {label}")
+    try:
+        with av.open(_source(source), metadata_errors="ignore") as container:
+            if not container.streams.audio:
+                return None
+            return _read_header(av, _TrackView(container), label, check)
+    except av.FFmpegError as e:
+        if isinstance(e, av.DecoderNotFoundError):
+            raise _error("media_unsupported", f"no decoder for this audio: {_oneline(e)}: {label}") from None
+        raise _error("media_undecodable", f"video does not open: {_oneline(e)}: {label}") from None
+    except (OSError, EOFError, ValueError, IndexError, ZeroDivisionError) as e:
+        raise _error("media_undecodable", f"video does not open: {type(e).__name__}: {_oneline(e)}: {label}") from None
 
 
 def _head(source, n: int = 1 << 16) -> bytes:

@@ -16,9 +16,13 @@ what this family restates:
   tokenizer, not from ``config.json``), the rest is the chat template (``<|vision_bos|><|IMAGE|>
   <|vision_eos|>`` per image, ``<|audio_bos|><|AUDIO|><|audio_eos|>`` per audio in the published one).
 
-Videos are refused (``media_unsupported``): the processor's video path needs
-``Qwen2VLVideoProcessor`` (torchvision) and, with ``load_audio_from_video``, the interleaving of
-:func:`~vlmpack.models.qwen_omni_audio.interleaved_runs`, neither wired here.
+Videos (:mod:`vlmpack.models.qwen_omni_video`): ``<|VIDEO|>`` becomes the Qwen2-VL video rule's
+``t * h * w // merge_size**2`` copies (the processor's own video size, not the directory's), or,
+with the processor kwarg ``use_audio_in_video``, ``<|audio_bos|>`` + video and sound-track runs
+interleaved by time + ``<|audio_eos|>``, the track counted from its header like an audio item (a
+video without one is refused). Training on videos: the Qwen2.5-VL pixel path at the Omni size
+(:meth:`Qwen25OmniFamily.process_videos`), without ``use_audio_in_video`` only (with it:
+:class:`ConfigError` at the first video pack).
 
 Training side: the collator's audio inputs are the processor's (:meth:`Qwen25OmniFamily.process_media`:
 ``WhisperFeatureExtractor.__call__`` on each sample's waveforms, decoded at 16 kHz, as
@@ -42,9 +46,18 @@ import numpy as np
 
 from vlmpack.errors import ConfigError, MediaRuleError
 from vlmpack.media.audio import SAMPLING_RATE
-from vlmpack.models.base import MediaSize, ProcessedMedia, cat_rows
+from vlmpack.models.base import COUNTING_FILES, MediaSize, ProcessedMedia, ProcessedVideos, cat_rows
 from vlmpack.models.qwen2_vl import Qwen2VLFamily
 from vlmpack.models.qwen_omni_audio import audio_tokens, encoder_tokens
+from vlmpack.models.qwen_omni_video import (
+    OMNI_VIDEO_SIZE,
+    PROCESSOR_FPS,
+    PROCESSOR_KEYS,
+    expand_omni,
+    omni_video_settings,
+    sound_track_tokens,
+)
+from vlmpack.models.video_config import video_settings
 
 #: The model inputs of audio items, as ``Qwen2_5OmniProcessor`` names them (the feature extractor's
 #: ``attention_mask`` renamed ``feature_attention_mask`` by its ``_process_audio``).
@@ -55,21 +68,30 @@ __all__ = ["OmniRopeIndexer", "Qwen25OmniFamily"]
 
 class Qwen25OmniFamily(Qwen2VLFamily):
     """Qwen2.5-Omni: :class:`Qwen2VLFamily` with the Omni processor's token strings, an audio rule
-    and no video (module docstring). Raises :class:`ConfigError` for a directory whose tokenizer
-    lacks a named token or whose ``preprocessor_config.json`` lacks the feature extractor's
-    ``hop_length`` / ``chunk_length`` / ``sampling_rate``."""
+    and its video rule (module docstring). Raises :class:`ConfigError` for a directory whose tokenizer
+    lacks a named token, whose ``preprocessor_config.json`` lacks the feature extractor's
+    ``hop_length`` / ``chunk_length`` / ``sampling_rate``, or whose ``processor_config.json`` holds
+    a bad ``use_audio_in_video`` / ``seconds_per_chunk`` / ``position_id_per_seconds``.
+
+    Attributes beyond :class:`Qwen2VLFamily`'s: ``audio_token_id``, ``audio_start_token_id``,
+    ``audio_end_token_id``, ``hop_length``, ``n_samples``, ``omni_video``
+    (:func:`~vlmpack.models.qwen_omni_video.omni_video_settings`) and ``audio_in_video``."""
 
     name = "qwen2_5_omni"
     #: no named processor option (image / video settings of the Omni processor are not mapped)
     processor_options: dict = {}
     video_option_keys = ()
+    #: the processor call kwargs ``--processor-kwargs`` may set (:mod:`vlmpack.models.qwen_omni_video`)
+    processor_option_keys = tuple(PROCESSOR_KEYS)
+    #: ``processor_config.json`` holds them (``use_audio_in_video`` changes video counts)
+    counting_files = (*COUNTING_FILES, "processor_config.json")
 
     def __init__(self, model_dir: str | Path):
         super().__init__(model_dir)
         tok = self.tokenizer
         ids = {}
         for attr in ("image_token", "audio_token", "video_token", "vision_bos_token", "vision_eos_token",
-                     "audio_bos_token"):
+                     "audio_bos_token", "audio_eos_token"):
             token = getattr(tok, attr, None)
             token_id = tok.convert_tokens_to_ids(token) if isinstance(token, str) else None
             if token_id is None or token_id == tok.unk_token_id:
@@ -78,7 +100,9 @@ class Qwen25OmniFamily(Qwen2VLFamily):
         self.image_token_id, self.audio_token_id, self.video_token_id = (
             ids["image_token"], ids["audio_token"], ids["video_token"])
         self.vision_start_token_id, self.vision_end_token_id = ids["vision_bos_token"], ids["vision_eos_token"]
-        self.audio_start_token_id = ids["audio_bos_token"]
+        self.audio_start_token_id, self.audio_end_token_id = ids["audio_bos_token"], ids["audio_eos_token"]
+        self.omni_video = omni_video_settings(model_dir)
+        self.audio_in_video = bool(self.omni_video["audio_in_video"])
         fe = json.loads((Path(model_dir) / "preprocessor_config.json").read_text())
         try:
             self.hop_length = int(fe["hop_length"])
@@ -87,41 +111,114 @@ class Qwen25OmniFamily(Qwen2VLFamily):
             raise ConfigError(f"{model_dir}: preprocessor_config.json has no hop_length / chunk_length / "
                               "sampling_rate of the Whisper feature extractor (audio token counts)") from None
 
+    @property
+    def video_config(self) -> dict:
+        """The directory's video processor settings (:class:`QwenVideoRule`) with ``size`` =
+        :data:`~vlmpack.models.qwen_omni_video.OMNI_VIDEO_SIZE`, what the processor's call passes."""
+        cfg = getattr(self, "_video_config", None)
+        if cfg is None:
+            cfg = video_settings(Path(self.model_dir), self.video_defaults)
+            cfg["size"] = dict(OMNI_VIDEO_SIZE)
+            self._video_config = cfg
+        return cfg
+
+    @property
+    def second_per_grid(self) -> float:
+        """``temporal_patch_size / 2.0``: the processor's ``video_second_per_grid``."""
+        return int(self.video_config["temporal_patch_size"]) / PROCESSOR_FPS
+
     def media_tokens(self, media: MediaSize, *, sample_images: int = 1) -> int:
         """``<|IMAGE|>`` copies of an image (:meth:`Qwen2VLFamily.image_tokens`), ``<|AUDIO|>``
         copies of an audio item from its header (``frames`` sample frames at ``fps`` Hz:
-        :func:`~vlmpack.models.qwen_omni_audio.audio_tokens`); ``sample_images`` is ignored.
-        Raises :class:`MediaRuleError` for a video, another kind and what the rules refuse."""
+        :func:`~vlmpack.models.qwen_omni_audio.audio_tokens`), the tokens a video's ``<|VIDEO|>``
+        becomes (:meth:`video_tokens`; with ``use_audio_in_video`` ``2 +`` those ``+`` its sound
+        track's, :func:`~vlmpack.models.qwen_omni_video.sound_track_tokens`: ``media`` must then
+        name its file, ``path``); ``sample_images`` is ignored. Raises :class:`MediaRuleError`
+        for another kind and what the rules refuse."""
         if media.kind == "audio":
             return audio_tokens(media.frames, int(media.fps or 0), hop_length=self.hop_length,
                                 n_samples=self.n_samples)
+        if media.kind == "video":
+            n = self.video_tokens(media)
+            if not self.audio_in_video:
+                return n
+            return 2 + n + sound_track_tokens(media, hop_length=self.hop_length, n_samples=self.n_samples)
         if media.kind != "image":
-            raise MediaRuleError(f"{media.kind} token counting is not implemented for {self.name} (images and "
-                                 "audio only: its video processor needs torchvision)")
+            raise MediaRuleError(f"{media.kind} token counting is not implemented for {self.name}")
         return self.image_tokens(media.width, media.height)
 
     def check_ids(self, ids: np.ndarray, n_images: int, n_videos: int, *, n_audios: int = 0) -> str | None:
-        """A one-line problem unless the rendered ids hold one ``<|IMAGE|>`` and one
-        ``<|vision_bos|>`` per image, one ``<|AUDIO|>`` per audio item and one ``<|VIDEO|>`` per
-        video (none reach here: :meth:`media_tokens` refuses them), else None."""
+        """A one-line problem unless the rendered ids hold one ``<|IMAGE|>`` per image, one
+        ``<|vision_bos|>`` per image and video, one ``<|AUDIO|>`` per audio item and one
+        ``<|VIDEO|>`` per video, else None."""
         got = [int(np.count_nonzero(ids == t)) for t in (self.image_token_id, self.vision_start_token_id,
                                                          self.audio_token_id, self.video_token_id)]
-        if got != [n_images, n_images, n_audios, n_videos]:
+        if got != [n_images, n_images + n_videos, n_audios, n_videos]:
             return (f"rendered text holds {got[0]} <|IMAGE|>, {got[1]} <|vision_bos|>, {got[2]} <|AUDIO|>, {got[3]} "
                     f"<|VIDEO|> for {n_images} images, {n_audios} audio items and {n_videos} videos")
         return None
 
     def expand(self, ids: np.ndarray, media_tokens: Sequence[int]) -> np.ndarray:
-        """``input_ids`` with the i-th ``<|IMAGE|>`` / ``<|AUDIO|>`` repeated ``media_tokens[i]``
-        times (media in order of appearance), as the processor's replacements do. int32
-        ``[t + sum(media_tokens) - len(media_tokens)]``; ``ValueError`` when the counts disagree."""
-        ids = np.asarray(ids, dtype=np.int32)
-        reps = np.ones(len(ids), dtype=np.int64)
-        pads = np.flatnonzero((ids == self.image_token_id) | (ids == self.audio_token_id))
-        if len(pads) != len(media_tokens):
-            raise ValueError(f"{len(pads)} media pads in the ids for {len(media_tokens)} media items")
-        reps[pads] = np.asarray(media_tokens, dtype=np.int64)
-        return np.repeat(ids, reps)
+        """``input_ids`` with the i-th ``<|IMAGE|>`` / ``<|AUDIO|>`` / ``<|VIDEO|>`` repeated
+        ``media_tokens[i]`` times (media in order of appearance), as the processor's replacements
+        do. int32 ``[t + sum(media_tokens) - len(media_tokens)]``; ``ValueError`` when the counts
+        disagree, or for a video with ``use_audio_in_video`` (its layout needs the grid:
+        :meth:`expand_videos`)."""
+        return expand_omni(self, ids, media_tokens, None)
+
+    def encode(self, messages: Sequence[dict], media_tokens: Sequence[int],
+               special_tokens: str | None = None, tools: Sequence[dict] | None = None) -> np.ndarray:
+        """:meth:`Qwen2VLFamily.encode`. Raises :class:`ConfigError` (one line) for a sample with a
+        video when ``use_audio_in_video`` is on: its interleaved runs need the video's grid, which
+        the recorded counts do not give (:meth:`expand_videos` with :meth:`video_layout` does)."""
+        ids = np.asarray(self.token_ids([messages], [special_tokens], [tools])[0], dtype=np.int32)
+        if self.audio_in_video and np.any(ids == self.video_token_id):
+            raise ConfigError(f"{self.model_dir}: with use_audio_in_video the input_ids of a video need its grid "
+                              "(expand_videos with video_layout); encode() has only the recorded counts")
+        return self.expand(ids, media_tokens)
+
+    def video_layout(self, media: MediaSize) -> tuple[int, int, int] | None:
+        """With ``use_audio_in_video``: the video's grid ``(t, h, w)`` (:meth:`video_grid`), which
+        lays out its interleaved runs; None otherwise."""
+        return self.video_grid(media) if self.audio_in_video else None
+
+    def expand_videos(self, ids: np.ndarray, media_tokens: Sequence[int], layouts: Sequence,
+                      special_tokens: str | None = None, kinds: Sequence[str] | None = None) -> np.ndarray:
+        """:func:`~vlmpack.models.qwen_omni_video.expand_omni` with the videos' ``layouts``
+        (:meth:`video_layout`); ``special_tokens`` and ``kinds`` are not needed."""
+        return expand_omni(self, ids, media_tokens, layouts)
+
+    def process_videos(self, videos: Sequence) -> ProcessedVideos:
+        """The videos of one pack -> ``pixel_values_videos`` float32 ``[sum(t*h*w), C*tp*p*p]``,
+        ``video_grid_thw`` int64 ``[k, 3]`` (:func:`vlmpack.models.qwen_video.process_qwen_videos`:
+        the Qwen2-VL video processor's sampling and pixel pipeline on PyAV frames, at the Omni
+        processor's size) and ``video_second_per_grid`` float32 ``[k]`` (:attr:`second_per_grid`,
+        ``Qwen2_5OmniProcessor._process_videos``). Raises :class:`ConfigError` (one line) with
+        ``use_audio_in_video``: the collator does not build a video's sound-track features, and its
+        encoder counts every ``<|AUDIO|>`` against the pack's audio items."""
+        import torch
+
+        from vlmpack.models.qwen_video import process_qwen_videos
+
+        if self.audio_in_video:
+            raise ConfigError(f"{self.model_dir}: the {self.name} family cannot train on videos with "
+                              "use_audio_in_video yet (the collator does not build a video's sound-track features)")
+        out = process_qwen_videos(self, videos)
+        out.model_kwargs["video_second_per_grid"] = torch.full((len(out.grids),), self.second_per_grid,
+                                                               dtype=torch.float32)
+        return out
+
+    def batch_video_inputs(self, parts: Sequence[ProcessedVideos]) -> dict:
+        """``pixel_values_videos``, ``video_grid_thw`` (:func:`vlmpack.models.qwen_video.batch_qwen_video_inputs`)
+        and ``video_second_per_grid`` float32 ``[k]`` concatenated in order (what
+        ``Qwen2_5OmniThinkerForConditionalGeneration.forward`` takes)."""
+        import torch
+
+        from vlmpack.models.qwen_video import batch_qwen_video_inputs
+
+        out = batch_qwen_video_inputs(parts)
+        out["video_second_per_grid"] = torch.cat([p.model_kwargs["video_second_per_grid"] for p in parts])
+        return out
 
     def feature_extractor(self):
         """The directory's feature extractor as ``Qwen2_5OmniProcessor.from_pretrained`` builds it
@@ -206,8 +303,10 @@ class OmniRopeIndexer:
     ``Qwen2_5OmniPreTrainedModelForConditionalGeneration.get_rope_index`` (the thinker's), called once
     per sample on a light stand-in that holds the directory's ``thinker_config`` (no weights), with
     what ``Qwen2_5OmniThinkerModel.compute_3d_position_ids`` passes for the sample alone: its ids, an
-    all-ones attention mask, its image grids (None without images: the method then gives text
-    positions to the whole sample), no videos, ``use_audio_in_video=False`` and ``audio_seqlens``.
+    all-ones attention mask, its image grids and video grids (None without: the method then gives
+    text positions to the whole sample), ``use_audio_in_video=False`` (videos with their sound are
+    not trained: :meth:`Qwen25OmniFamily.process_videos`), ``audio_seqlens`` and
+    ``second_per_grids``.
     The method reads ``audio_seqlens`` only through ``((s - 1) // 2 + 1 - 2) // 2 + 1``, the
     item's ``<|AUDIO|>`` tokens, so each item is given ``4 * n - 1`` frames for its run of ``n``
     tokens in the ids (which the encoder checked against the item's feature mask).
@@ -241,10 +340,14 @@ class OmniRopeIndexer:
         shim.config, shim.spatial_merge_size = thinker, merge
         self._shim = shim
         self.audio_token_id = int(family.audio_token_id)
+        self.second_per_grid = float(family.second_per_grid)
 
-    def sample_positions(self, ids: np.ndarray, grids: np.ndarray) -> np.ndarray:
+    def sample_positions(self, ids: np.ndarray, grids: np.ndarray, video_grids: np.ndarray | None = None
+                         ) -> np.ndarray:
         """int64 ``[3, n]`` positions of one sample: ``ids`` int ``[n]``, ``grids`` int ``[k, 3]``
-        its images' (t, h, w) in order. ``ValueError`` when the method's output does not cover the ids."""
+        its images' (t, h, w) in order, ``video_grids`` int ``[v, 3]`` its videos' (each with
+        ``second_per_grids`` = the family's :attr:`Qwen25OmniFamily.second_per_grid`, what the
+        processor gives). ``ValueError`` when the method's output does not cover the ids."""
         import torch
 
         ids = np.asarray(ids, dtype=np.int64)
@@ -253,8 +356,12 @@ class OmniRopeIndexer:
         t_ids = torch.from_numpy(ids)[None]
         kw: dict[str, Any] = {"audio_seqlens": torch.tensor([4 * int(n) - 1 for n in runs], dtype=torch.long)}
         grid_t = torch.as_tensor(np.asarray(grids, dtype=np.int64)).reshape(-1, 3) if len(grids) else None
+        vgrid_t = None
+        if video_grids is not None and len(video_grids):
+            vgrid_t = torch.as_tensor(np.asarray(video_grids, dtype=np.int64)).reshape(-1, 3)
+            kw["second_per_grids"] = torch.full((len(vgrid_t),), self.second_per_grid, dtype=torch.float32)
         try:
-            pos, _ = self._shim.get_rope_index(t_ids, grid_t, None, torch.ones_like(t_ids), False, **kw)
+            pos, _ = self._shim.get_rope_index(t_ids, grid_t, vgrid_t, torch.ones_like(t_ids), False, **kw)
         except (IndexError, RuntimeError) as e:
             raise ValueError(f"the thinker's get_rope_index fails on the sample ({type(e).__name__}: {e})") from None
         if pos.shape != (3, 1, len(ids)):
@@ -264,11 +371,12 @@ class OmniRopeIndexer:
     def pack_positions(self, ids: np.ndarray, lengths: Sequence[int], grids: Sequence[np.ndarray],
                        video_grids: Sequence | None = None, video_seconds: Sequence | None = None) -> np.ndarray:
         """int64 ``[3, T]``: :meth:`sample_positions` of each sample (``lengths`` tokens each, ``grids``
-        per sample), concatenated (the collator's call of
-        :meth:`vlmpack.train.rope.MRopeIndexer.pack_positions`; no video reaches here: the family
-        counts none)."""
+        and ``video_grids`` per sample), concatenated (the collator's call of
+        :meth:`vlmpack.train.rope.MRopeIndexer.pack_positions`; ``video_seconds`` is not read: every
+        video has the processor's ``second_per_grid``)."""
         out, start = [], 0
-        for n, g in zip(lengths, grids):
-            out.append(self.sample_positions(ids[start:start + n], g))
+        vgrids = list(video_grids) if video_grids is not None else [None] * len(lengths)
+        for n, g, vg in zip(lengths, grids, vgrids):
+            out.append(self.sample_positions(ids[start:start + n], g, vg))
             start += n
         return np.concatenate(out, axis=1) if out else np.zeros((3, 0), dtype=np.int64)

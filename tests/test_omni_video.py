@@ -1,0 +1,200 @@
+"""Qwen2.5-Omni videos (``models/qwen_omni_video.py``), with and without ``use_audio_in_video``:
+every packed video sample's ids equal transformers' own ``Qwen2_5OmniProcessor`` on real videos.
+
+Videos: the audio corpus's three videos with sound (mp4 h264 + AAC 44.1 kHz, Matroska h264 + FLAC
+22.05 kHz, WebM VP9 + Opus 48 kHz; sound longer than the pictures), the demo set's
+``bigbuckbunny.mp4`` (1280x720, its own 6-channel AAC 48 kHz track), two demo videos dubbed with
+corpus speech (``demo_data.audio_corpus.DUBBED``: a sound track eight times longer than the
+pictures in mp4 / AAC 16 kHz, one of 0.56 s under 4 s of pictures in Matroska / FLAC), one whose
+sound track is cut short, the demo set's three videos without sound and the broken corpus's
+``no_audio.mp4``: one sample each, plus one sample with an audio part (``word.mp3``) followed by
+two videos with sound. Directory: the offline Omni directory of ``test_models_qwen2_5_omni.py``
+(template with ``<|vision_bos|><|VIDEO|><|vision_eos|>`` per video).
+
+``vlmpack pack --pretokenize`` packs them twice: as they are, and with
+``--processor-kwargs '{"use_audio_in_video": true}'``. With it, the five videos without a usable
+sound track are rejected (``media_unsupported``, the detail says why: no sound track / cut short).
+Every packed sample's messages, rendered by the template, go with every frame of its packed video
+parts (its audio part and, with ``use_audio_in_video``, each video's sound track, at 16 kHz) to the
+processor in a child process (``omni_video_child.py``: the video processor needs torchvision, a
+shape-true stand-in there); its ``input_ids`` must equal the pack's stored ``input_ids.npy`` slice
+and the family's expansion, whose length is the recorded ``num_tokens``, and its ``video_grid_thw``
+the family's grids. The first difference stops the test. With ``use_audio_in_video`` the collator
+refuses to train on a video pack (one-line ``ConfigError``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cache_dir import CACHE
+from cli_runner import run_cli
+from conftest import cache_lock
+from test_models_qwen2_5_omni import omni_dir  # noqa: F401 - module fixture used here
+
+HERE = Path(__file__).parent
+WITH_SOUND = ("speech_h264_aac.mp4", "speech_h264_flac.mkv", "speech_vp9_opus.webm", "bigbuckbunny.mp4",
+              "carphone_turns.mp4", "carphone_word.mkv")
+SILENT = ("bikes.mp4", "carphone_pristine.mp4", "carphone_distorted.mp4", "no_audio.mp4")
+CUT = "carphone_cut_sound.mp4"
+MIXED = "audio-then-two-videos"
+
+
+@pytest.fixture(scope="module")
+def word(real_data) -> Path:
+    from demo_data.audio_corpus import build_audio_corpus
+
+    with cache_lock():
+        return next(p for p in build_audio_corpus(CACHE / "audio_corpus", real_data) if p.name == "word.mp3")
+
+
+@pytest.fixture(scope="module")
+def videos(real_data) -> dict[str, Path]:
+    from demo_data.audio_corpus import build_audio_corpus, build_broken_audio, build_dubbed_videos
+
+    with cache_lock():
+        corpus = {p.name: p for p in build_audio_corpus(CACHE / "audio_corpus", real_data)}
+        broken = build_broken_audio(CACHE / "audio_corpus", CACHE / "audio_broken", real_data)
+        dubbed = build_dubbed_videos(CACHE / "audio_corpus", CACHE / "omni_dubbed", real_data)
+    demo = {p.name: p for p in (real_data / "videos").rglob("*.mp4")}
+    every = {**demo, **corpus, **dubbed, "no_audio.mp4": broken["no_audio.mp4"]}
+    return {name: every[name] for name in (*WITH_SOUND, *SILENT, CUT)}
+
+
+def _records(videos: dict[str, Path], word: Path) -> list[dict]:
+    """One sample per video, and one with an audio part before a video and a second video after."""
+    out = [{"id": name, "messages": [
+        {"role": "user", "content": [{"type": "video", "path": str(path)}, {"type": "text", "text": "What happens?"}]},
+        {"role": "assistant", "content": "Someone talks over the pictures."}]} for name, path in videos.items()]
+    out.append({"id": MIXED, "messages": [
+        {"role": "user", "content": [{"type": "audio", "path": str(word)}, {"type": "text", "text": "Is it said in"},
+                                     {"type": "video", "path": str(videos["speech_h264_flac.mkv"])},
+                                     {"type": "text", "text": "or in"},
+                                     {"type": "video", "path": str(videos["carphone_word.mkv"])}]},
+        {"role": "assistant", "content": "In the second."}]})
+    return out
+
+
+def _pack(src: Path, model: Path, out: Path, *extra) -> tuple[list[dict], list[dict]]:
+    from vlmpack.packfmt import read_packs
+
+    r = run_cli(["pack", "-i", src, "--model", model, "-o", out, "--seq-len", "65536", "--allow-absolute-media",
+                 "--max-reject-fraction", "1", "--pretokenize", "-j", "1", "--no-progress", *extra])
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rejects = [json.loads(x) for x in (out / "rejects.jsonl").read_text().splitlines()]
+    return list(read_packs(out)), rejects
+
+
+def _text(tok, sample: dict) -> str:
+    messages = [{**m, "content": [{"type": "text", "text": c["text"]} if c["type"] == "text" else {"type": c["type"]}
+                                  for c in m["content"]]} if isinstance(m["content"], list) else m
+                for m in sample["messages"]]
+    return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
+
+
+def test_video_ids_equal_the_omni_processor(omni_dir, videos, word, tmp_path):  # noqa: F811
+    from vlmpack.errors import ConfigError
+    from vlmpack.media.probe import probe_bytes
+    from vlmpack.models import MediaSize, load_model
+    from vlmpack.packfmt import parse_input_ids
+    from vlmpack.train import PackCollator
+
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in _records(videos, word)))
+    kwargs = json.dumps({"use_audio_in_video": True})
+    runs = {False: _pack(src, omni_dir, tmp_path / "plain"),
+            True: _pack(src, omni_dir, tmp_path / "sound", "--processor-kwargs", kwargs)}
+    assert runs[False][1] == []
+    rejected = {x["id"]: (x["reason"], x["detail"]) for x in runs[True][1]}
+    assert set(rejected) == {*SILENT, CUT}, rejected
+    assert all(reason == "media_unsupported" for reason, _ in rejected.values())
+    assert all("no sound track" in rejected[n][1] for n in SILENT)
+    assert "the sound track of the video: audio stops decoding after" in rejected[CUT][1]  # cut mid-packet
+
+    cases, expect = [], []
+    for aiv, (packs, _) in runs.items():
+        fam = load_model(str(omni_dir), json.dumps({"kwargs": {"use_audio_in_video": True}}) if aiv else "")
+        assert fam.audio_in_video is aiv
+        for raw in packs:
+            pack = json.loads(raw["json"])
+            stored = parse_input_ids(raw["input_ids.npy"])
+            at = 0
+            for s in pack["samples"]:
+                parts, layouts, grids = [], [], []
+                for m in s["media"]:
+                    path = tmp_path / f"{int(aiv)}_{m['part']}_{s['id']}"
+                    path.write_bytes(raw[m["part"]])
+                    parts.append([m["kind"], str(path)])
+                    if m["kind"] == "video":
+                        info = probe_bytes(raw[m["part"]], "video", name=m["part"])
+                        size = MediaSize("video", info.width, info.height, info.duration_s, info.fps, info.frames)
+                        layouts.append(fam.video_layout(size))
+                        grids.append(fam.video_grid(size))
+                text = _text(fam.tokenizer, s)
+                want = fam.expand_videos(np.asarray(fam.tokenize([text])[0]), [m["num_tokens"] for m in s["media"]],
+                                         layouts)
+                assert len(want) == s["num_tokens"], s["id"]
+                assert np.array_equal(stored[at:at + len(want)], want), s["id"]
+                at += len(want)
+                cases.append({"text": text, "parts": parts, "audio_in_video": aiv})
+                expect.append((s["id"], aiv, want, grids))
+    assert sorted(e[0] for e in expect if not e[1]) == sorted([*videos, MIXED])
+    assert sorted(e[0] for e in expect if e[1]) == sorted([*WITH_SOUND, MIXED])
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"model_dir": str(omni_dir), "cases": cases}))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE / "kimi_standin"), os.environ.get("PYTHONPATH", "")])}
+    env.pop("KIMI_STANDIN_PIXELS", None)
+    r = subprocess.run([sys.executable, str(HERE / "omni_video_child.py"), str(spec), str(tmp_path / "ref.npz")],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ref = np.load(tmp_path / "ref.npz", allow_pickle=False)
+    for i, (sid, aiv, want, grids) in enumerate(expect):
+        got = ref[f"ids{i}"]
+        assert [tuple(g) for g in ref[f"grid{i}"].tolist()] == grids, (sid, aiv)
+        assert np.array_equal(got, want), (sid, aiv, len(got), len(want))
+        n_video, n_audio_bos = (int(np.count_nonzero(got == t)) for t in (fam.video_token_id, fam.audio_start_token_id))
+        assert n_video == sum(t * h * w // 4 for t, h, w in grids), (sid, aiv)
+        assert n_audio_bos == (sid == MIXED) + (len(grids) if aiv else 0), (sid, aiv)  # one per sound track
+
+    with pytest.raises(ConfigError, match="cannot train on videos with use_audio_in_video"):
+        PackCollator(str(omni_dir), processor={"kwargs": {"use_audio_in_video": True}})(runs[True][0][0])
+
+
+def test_processor_kwargs_and_sound_track_from_bytes(omni_dir, videos, tmp_path):  # noqa: F811
+    """``use_audio_in_video`` / ``load_audio_from_video`` reach the family through
+    ``--processor-kwargs`` (the processor component), bad values and unknown keys are one-line
+    ``ConfigError``s, and a video's sound track is counted the same from its bytes as from its path."""
+    from vlmpack.errors import ConfigError, MediaRuleError
+    from vlmpack.media.probe import probe_media
+    from vlmpack.models import MediaSize, load_model
+    from vlmpack.models.qwen_omni_video import omni_video_settings, sound_track_tokens
+    from vlmpack.records import Media
+
+    assert load_model(str(omni_dir), json.dumps({"kwargs": {"load_audio_from_video": True}})).audio_in_video
+    with pytest.raises(ConfigError, match="not a setting of the qwen2_5_omni processors"):
+        load_model(str(omni_dir), json.dumps({"kwargs": {"use_audio_in_videos": True}}))
+    assert omni_video_settings(omni_dir) == {"audio_in_video": False, "seconds_per_chunk": 2.0,
+                                             "position_id_per_seconds": 25}
+    for cfg, match in (({"use_audio_in_video": "yes"}, "true or false"), ({"seconds_per_chunk": 0}, "positive")):
+        (tmp_path / "processor_config.json").write_text(json.dumps(cfg))
+        with pytest.raises(ConfigError, match=match):
+            omni_video_settings(tmp_path)
+
+    fam = load_model(str(omni_dir), json.dumps({"kwargs": {"use_audio_in_video": True}}))
+    path = videos["carphone_word.mkv"]
+    info = probe_media(str(path), "video", "header")
+    size = MediaSize("video", info.width, info.height, info.duration_s, info.fps, info.frames)
+    by_path = fam.media_tokens(Media("video", str(path), str(path), info.width, info.height,
+                                     duration_s=info.duration_s, fps=info.fps, frames=info.frames))
+    as_bytes = type("Item", (), {"data": path.read_bytes()})()
+    assert by_path == 2 + fam.video_tokens(size) + sound_track_tokens(as_bytes, hop_length=fam.hop_length,
+                                                                      n_samples=fam.n_samples)
+    with pytest.raises(MediaRuleError, match="names no file and holds no bytes"):
+        fam.media_tokens(size)
