@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -130,6 +131,27 @@ def test_another_seq_len_replans_and_rewrites_without_counting(small_demo, real_
     assert cold["reused"]["count_tasks_reused"] == 0
     assert _shards(tmp_path / "cold") == _shards(tmp_path / "a") and len(_shards(tmp_path / "a")) == 2 * split["shards"]
     assert (tmp_path / "cold" / "rejects.jsonl").read_bytes() == (tmp_path / "a" / "rejects.jsonl").read_bytes()
+
+
+def test_an_input_named_another_way_is_counted_under_that_name(small_demo, real_data, model_dir, tmp_path,
+                                                              monkeypatch):
+    """The count cache is keyed by the inputs' names as given: the same files named relative to
+    another folder are counted again, so the shards' ``source.file``, ``rejects.jsonl`` and the
+    report's per-file figures name them as this run does (before: the first run's names, and the
+    rejections of the second file attributed to no file), and the shards equal a run without cache."""
+    cache = tmp_path / "cache"
+    run_pack(_cfg(small_demo, real_data, model_dir, tmp_path / "abs", cache, seq_len=4096))
+    monkeypatch.chdir(Path(small_demo[0]).parent)
+    rel = [os.path.relpath(p) for p in small_demo]
+    assert rel != small_demo
+    cached = run_pack(_cfg(rel, real_data, model_dir, tmp_path / "rel", cache, seq_len=4096))
+    fresh = run_pack(_cfg(rel, real_data, model_dir, tmp_path / "fresh", tmp_path / "other-cache", seq_len=4096))
+    assert cached["reused"]["count_tasks_from_cache"] == 0
+    assert _shards(tmp_path / "rel") == _shards(tmp_path / "fresh")
+    assert cached["sources"] == fresh["sources"] and [s["file"] for s in cached["sources"]] == rel
+    assert sum(s["rejected"] for s in cached["sources"]) == cached["rejected"] > 0
+    files = {json.loads(x)["file"] for x in (tmp_path / "rel" / "rejects.jsonl").read_text().splitlines()}
+    assert files == set(rel)
 
 
 def test_plan_preflight_from_inputs_then_pack_reuses_the_counts(real_data, model_dir, tmp_path, monkeypatch):

@@ -33,7 +33,7 @@ from pathlib import Path
 from vlmpack import __version__
 from vlmpack.config import PROCESSOR_FIELDS, PackConfig, processor_options
 from vlmpack.packing.alignment import planned_multiple
-from vlmpack.records import MAX_MEDIA_BYTES, MAX_MEMBER_BYTES
+from vlmpack.records import MAX_MEDIA_BYTES, MAX_MEMBER_BYTES, display_path
 
 #: Input bytes per count task (fixed: the output must not depend on workers; part of the count key).
 TASK_BYTES = 2 << 20
@@ -248,8 +248,11 @@ def input_sha256(path: str) -> str:
 def count_payload(cfg: PackConfig, payload: dict) -> dict:
     """What the count key hashes: from ``payload`` (:meth:`PackConfig.fingerprint_payload`, so the
     model files are hashed once) the inputs' identity and the model files, the inputs' content
-    (:func:`input_sha256`), plus :data:`COUNT_OPTIONS` (absolute paths), the node slice when
-    ``num_nodes > 1`` (task indices are the node's own) and :data:`TASK_BYTES`. Raises ``OSError``
+    (:func:`input_sha256`), the inputs' names as given (``input_names``: the counts' records and
+    rejections name their file so, and a shard's ``source.file`` is that name: the same file named
+    another way, absolute vs relative or from another folder, is counted under its own name), plus
+    :data:`COUNT_OPTIONS` (absolute paths), the node slice when ``num_nodes > 1`` (task indices are
+    the node's own) and :data:`TASK_BYTES`. Raises ``OSError``
     when an input cannot be read."""
     opts = payload["options"]
     count_opts = {k: opts.get("schema" if k == "input_schema" else k) for k in COUNT_OPTIONS
@@ -263,7 +266,7 @@ def count_payload(cfg: PackConfig, payload: dict) -> dict:
     if cfg.num_nodes > 1:
         count_opts.update(num_nodes=cfg.num_nodes, node_rank=cfg.node_rank)
     return {"vlmpack": __version__, "code": counting_code_digest(), "stage": "count", "task_bytes": TASK_BYTES,
-            "options": count_opts, "inputs": payload["inputs"],
+            "options": count_opts, "inputs": payload["inputs"], "input_names": [display_path(p) for p in cfg.input],
             "inputs_sha256": [input_sha256(p) for p in cfg.input], "model_files": payload["model_files"]}
 
 
