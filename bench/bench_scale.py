@@ -11,9 +11,10 @@ on the driver is what this measures for the larger sizes, where counting every s
 its arrays, media shared), in a fresh child process per size. The child then runs the driver's
 own code, stage by stage, as ``run_pack`` does: each result saved and released as
 ``count_stage`` does; ``build_manifest`` (columns filled task by task from the saved results +
-hash-sort duplicate detection); ``manifest_digest`` + ``_plan`` (``manifest.parquet`` written, the
-id column dropped, BFD) + overlong rejections (ids read back from ``manifest.parquet``);
-``_shard_tasks`` (array slices); ``build_report``. Writing (workers, bounded by shard size) and
+hash-sort duplicate detection); ``manifest_digest`` + ``stage_manifest`` (``manifest.parquet`` written, the
+id column dropped) + ``plan_stage`` (BFD) + overlong rejections (ids read back from ``manifest.parquet``);
+``_shard_tasks`` (array slices); ``build_report``; freed memory returned to the OS between stages
+(``release_free_memory``) as ``run_pack`` does. Writing (workers, bounded by shard size) and
 the HTML figures are left out. RSS is sampled every millisecond; bytes per sample = (peak - RSS
 after the model-free set-up) / n; driver CPU-ms per sample: the process's CPU time over those stages
 / n; end to end: the command's CPU time, workers included / n. ``--plot`` draws both against n.
@@ -135,9 +136,10 @@ def driver_child(n: int, seq_len: int, base_store: str, model_dir: str) -> dict:
 
     from vlmpack.config import load_config
     from vlmpack.pack.count_stage import media_digest, read_stats
+    from vlmpack.pack.driver_memory import release_free_memory
     from vlmpack.pack.manifest import InputFiles, build_manifest, manifest_digest
-    from vlmpack.pack.pipeline import _shard_tasks
-    from vlmpack.pack.plan_stage import overlong_rejections, plan_stage
+    from vlmpack.pack.pipeline import MEMBER_ONLY_COLUMNS, _shard_tasks
+    from vlmpack.pack.plan_stage import overlong_rejections, plan_stage, stage_manifest
     from vlmpack.pack.report import build_report
     from vlmpack.pack.results import save_result
     from vlmpack.pack.stages import PlanOptions, WriteOptions, plan_key
@@ -167,18 +169,26 @@ def driver_child(n: int, seq_len: int, base_store: str, model_dir: str) -> dict:
         cpu = time.process_time()  # the driver's own stages from here (the replication above is the bench's)
         t = time.perf_counter()
         manifest, rejections = build_manifest(InputFiles.of(cfg), results, store)
+        release_free_memory()
         row["manifest_s"], row["rss_manifest_mb"] = time.perf_counter() - t, _rss_mb()
         t = time.perf_counter()
         run = Path(tmp) / "run"
         run.mkdir()
         opts = PlanOptions.of(cfg)
-        manifest, plan, _, _ = plan_stage(opts, run, manifest, plan_key(opts, manifest_digest(manifest)), {})
+        staged = stage_manifest(opts, run, manifest, plan_key(opts, manifest_digest(manifest)), {})
+        manifest = staged.manifest  # as run_pack does: the ids leave the driver before planning
+        release_free_memory()
+        plan, _, _ = plan_stage(opts, run, staged, {})
+        del staged
         rejections += overlong_rejections(opts, InputFiles.of(cfg), run, manifest, plan)
-        manifest = manifest.drop_columns(["line", "offset", "id_kind"])  # as run_pack does
+        manifest = manifest.drop_columns(["line", "offset", "id_kind"])
+        release_free_memory()
         row["plan_s"], row["rss_plan_mb"] = time.perf_counter() - t, _rss_mb()
         t = time.perf_counter()
         media_digest(results)
         tasks = _shard_tasks(WriteOptions.of(cfg, cfg.shard_prefix), run, manifest, plan)
+        manifest = manifest.drop_columns(list(MEMBER_ONLY_COLUMNS))
+        release_free_memory()
         row["shard_tasks_s"], row["rss_shard_tasks_mb"] = time.perf_counter() - t, _rss_mb()
         t = time.perf_counter()
         report = build_report(cfg, "x", read_stats(results), manifest, plan, rejections, [], {}, None)

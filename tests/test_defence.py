@@ -92,7 +92,7 @@ def test_writer_refuses_a_pack_whose_counts_sum_above_seq_len(pre, real_data, tm
 
     def task(seq_len: int, out: Path) -> ShardTask:
         out.mkdir()
-        return ShardTask(0, "shard-000000.tar", 7, rows.astype(np.int64), np.array([0, k], dtype=np.int64), seq_len,
+        return ShardTask(0, "shard-000000.tar", 7, rows, np.array([0, k], dtype=np.int64), seq_len,
                          str(out), str(run / "records"), media_root=str(real_data))
 
     with pytest.raises(InternalError) as e:

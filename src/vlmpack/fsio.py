@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -39,12 +40,35 @@ def atomic_write(path: str | Path, data: bytes) -> None:
     _atomic(Path(path), write)
 
 
-def atomic_write_parquet(path: str | Path, table) -> None:
+def atomic_write_stream(path: str | Path, fill: Callable[[BinaryIO], None]) -> None:
+    """:func:`atomic_write` of what ``fill(f)`` writes to the open (binary, seekable) temp file: no
+    in-memory copy of the content. Raises ``OSError`` like :func:`atomic_write`."""
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            fill(f)
+
+    _atomic(Path(path), write)
+
+
+def atomic_write_parquet(path: str | Path, table, row_group_size: int | None = None, *,
+                         use_dictionary: bool = True, data_page_size: int | None = None,
+                         after_row_group: Callable[[], None] | None = None) -> None:
     """:func:`atomic_write` for a pyarrow table written as Parquet straight to the temp file
-    (no in-memory copy of the serialized table). Raises ``OSError`` like :func:`atomic_write`."""
+    (no in-memory copy of the serialized table). ``use_dictionary`` and ``data_page_size`` (bytes)
+    are ``pyarrow.parquet.ParquetWriter``'s; with ``row_group_size`` the table is written one row
+    group of that many rows at a time, ``after_row_group()`` called after each (e.g. to return
+    the writer's freed buffers to the OS). Raises ``OSError`` like :func:`atomic_write`."""
     import pyarrow.parquet as pq
 
-    _atomic(Path(path), lambda tmp: pq.write_table(table, tmp))
+    def write(tmp: Path) -> None:
+        with pq.ParquetWriter(tmp, table.schema, use_dictionary=use_dictionary, data_page_size=data_page_size) as w:
+            step = row_group_size or max(table.num_rows, 1)
+            for a in range(0, table.num_rows, step):  # none for an empty table: the schema only
+                w.write_table(table.slice(a, step), row_group_size=step)
+                if after_row_group is not None:
+                    after_row_group()
+
+    _atomic(Path(path), write)
 
 
 def _atomic(path: Path, write) -> None:

@@ -35,10 +35,11 @@ def duplicate_positions(ids, id_kind: np.ndarray, hashes: np.ndarray | None = No
     ``(id_kind, id)`` occurred before, in increasing order, and the position of that first
     occurrence for each.
 
-    With ``hashes`` (uint64 per sample, :func:`vlmpack.pack.count_task.id_key_hashes`): a stable argsort
-    of the hashes puts equal keys next to each other in input order; only runs of equal hashes
-    (duplicates, or a 64-bit collision) are then compared on the ids themselves, so a collision
-    never merges two different ids. Memory: 8-byte permutation + sorted hashes. Without: a stable
+    With ``hashes`` (uint64 per sample, :func:`vlmpack.pack.count_task.id_key_hashes`): a sorted copy
+    of the hashes finds the values that repeat; the positions holding them, grouped by a stable
+    argsort, are then compared on the ids themselves (duplicates, or a 64-bit collision), so a
+    collision never merges two different ids. Memory: the sorted copy (8 bytes per sample) while
+    it runs, then arrays the size of the repeated positions only. Without: a stable
     Arrow ``sort_indices`` of (id, id_kind) and adjacent comparison of the sorted ids (exact, but
     one sorted copy of the ids). ``ids``: Arrow string array or chunked array."""
     n = len(ids)
@@ -46,16 +47,18 @@ def duplicate_positions(ids, id_kind: np.ndarray, hashes: np.ndarray | None = No
     if n < 2:
         return none
     if hashes is not None and len(hashes) == n:
-        order = np.argsort(hashes, kind="stable")
-        sh = hashes[order]
-        same = sh[1:] == sh[:-1]
+        sh = np.sort(hashes)
+        repeated = np.unique(sh[1:][sh[1:] == sh[:-1]])  # hash values seen more than once
         del sh
-        if not same.any():
+        if not len(repeated):
             return none
-        starts = np.flatnonzero(np.concatenate([[True], ~same]))  # run starts in sorted order
-        ends = np.concatenate([starts[1:], [n]])
+        at = np.flatnonzero(np.isin(hashes, repeated))  # their positions, in input order
+        order = at[np.argsort(hashes[at], kind="stable")]  # grouped by hash, input order within a group
+        sh = hashes[order]
+        starts = np.flatnonzero(np.concatenate([[True], sh[1:] != sh[:-1]]))
+        ends = np.concatenate([starts[1:], [len(order)]])
         dups, firsts = [], []
-        for a, z in zip(starts[ends - starts > 1].tolist(), ends[ends - starts > 1].tolist()):
+        for a, z in zip(starts.tolist(), ends.tolist()):
             first_of: dict[tuple[int, str], int] = {}
             for p in order[a:z].tolist():  # input order within the run (stable sort)
                 key = (int(id_kind[p]), ids[p].as_py())
@@ -133,7 +136,7 @@ def build_manifest(inputs: InputFiles, results: list[MeasureResult],
             hashes[pos:pos + n] = h
         else:
             hashes = None  # counted by an older vlmpack: duplicates by sorting the ids themselves
-        chunks.append(full.ids_array())
+        chunks.append(pa.concat_arrays([full.ids_array()]))  # a copy: a view would keep the task's whole file alive
         rejections.extend(full.rejections)
         pos += n
         if full is not r:
@@ -156,7 +159,8 @@ def build_manifest(inputs: InputFiles, results: list[MeasureResult],
         keep = np.ones(total, dtype=bool)
         keep[dups] = False
         ids = ids.filter(pa.array(keep))
-        cols = {k: v[keep] for k, v in cols.items()}
+        for k in list(cols):  # one column at a time: the old one is freed before the next is copied
+            cols[k] = cols[k][keep]
     order = ("id_kind", "num_tokens", "media_tokens", *TOKEN_COLUMNS.values(), "label_tokens", "num_media", "kind",
              "media_bytes", "file_idx", "line", "offset", "part", "rec_offset", "rec_len")
     return pa.table({"id": ids, **{k: cols[k] for k in order}}), rejections
@@ -169,12 +173,13 @@ def manifest_digest(manifest: pa.Table) -> str:
     h = hashlib.sha256()
     for name in manifest.column_names:
         col = manifest.column(name)
-        if pa.types.is_string(col.type):  # lengths + UTF-8 bytes, read from the Arrow buffers
-            arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-            offsets = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset:arr.offset + len(arr) + 1]
-            h.update(np.diff(offsets).astype(np.int64).tobytes())
-            if len(arr):
-                h.update(memoryview(arr.buffers()[2])[offsets[0]:offsets[-1]])
+        if pa.types.is_string(col.type):  # all lengths, then all UTF-8 bytes, read chunk by chunk from the buffers
+            chunks = [a for a in (col.chunks if isinstance(col, pa.ChunkedArray) else [col]) if len(a)]
+            offsets = [np.frombuffer(a.buffers()[1], np.int32)[a.offset:a.offset + len(a) + 1] for a in chunks]
+            for o in offsets:
+                h.update(np.diff(o).astype(np.int64).tobytes())
+            for a, o in zip(chunks, offsets):
+                h.update(memoryview(a.buffers()[2])[o[0]:o[-1]])
         else:
             h.update(np.ascontiguousarray(col.to_numpy()).tobytes())
         h.update(name.encode())

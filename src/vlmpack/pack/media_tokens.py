@@ -43,19 +43,23 @@ def token_columns(table: Any) -> dict[str, np.ndarray | None]:
 
 def tokens_by_kind(media_tokens: np.ndarray, kinds: np.ndarray,
                    columns: Mapping[str, np.ndarray | None]) -> dict[str, np.ndarray]:
-    """Media tokens of each sample per media kind, int64 ``[n]`` each, keyed as :data:`MEDIA_KINDS`.
+    """Media tokens of each sample per media kind, int ``[n]`` each (the dtype of ``media_tokens``:
+    int32 from a manifest; sum them with ``dtype=np.int64``), keyed as :data:`MEDIA_KINDS`.
 
     ``media_tokens`` int ``[n]`` (tokens); ``kinds`` int ``[n]`` sample kinds (index into
     :data:`vlmpack.records.SAMPLE_KINDS`); ``columns``: column name of :data:`TOKEN_COLUMNS` ->
     int ``[n]`` (the part of ``media_tokens`` of the sample's items of that kind) or None / absent
     (a manifest written before the column existed: a sample *of that kind* gives it all its media
     tokens, as ``video_tokens`` did before it was recorded; no sample of a kind registered later
-    exists in such a manifest). The first kind (image) gets the rest."""
-    media = np.asarray(media_tokens, dtype=np.int64)
+    exists in such a manifest). The first kind (image) gets the rest. Memory: the given columns
+    are returned as they are (no copy); one new array for the rest (and one per kind not given)."""
+    media = np.asarray(media_tokens)
     out: dict[str, np.ndarray] = {}
     for k, col in TOKEN_COLUMNS.items():
         given = columns.get(col)
-        out[k] = (np.where(np.asarray(kinds) == SAMPLE_KINDS.index(k), media, 0) if given is None
-                  else np.asarray(given, dtype=np.int64))
-    rest = media - sum(out.values(), np.zeros_like(media))
+        out[k] = (np.where(np.asarray(kinds) == SAMPLE_KINDS.index(k), media, 0).astype(media.dtype, copy=False)
+                  if given is None else np.asarray(given))
+    rest = media.copy()
+    for part in out.values():  # each part <= media: no overflow in media's dtype
+        np.subtract(rest, part, out=rest, casting="same_kind")
     return {MEDIA_KINDS[0]: rest, **out}

@@ -53,10 +53,11 @@ from vlmpack.pack import stages
 from vlmpack.pack.count_stage import count_stage, media_digest, read_stats, split_totals
 from vlmpack.pack.count_task import MeasureResult
 from vlmpack.pack.dedup import dedup_exact
+from vlmpack.pack.driver_memory import release_free_memory
 from vlmpack.pack.executors import guarded_executor, run_tasks
 from vlmpack.pack.manifest import InputFiles, build_manifest, manifest_digest
 from vlmpack.pack.nodes import InputRange, check_node_output, model_fingerprint, node_ranges, node_record, shard_prefix
-from vlmpack.pack.plan_stage import make_plan, overlong_rejections, plan_stage
+from vlmpack.pack.plan_stage import make_plan, overlong_rejections, plan_stage, stage_manifest
 from vlmpack.pack.report import build_report, write_report_html
 from vlmpack.pack.rundir import RUN_DIR, prepare_output, unlock_output
 from vlmpack.pack.seal import write_hashes
@@ -78,6 +79,10 @@ from vlmpack.records import Locator, Rejection, display_path
 from vlmpack.sinks import check_layout, get_sink
 
 log = logging.getLogger(__name__)
+
+#: Manifest columns that only the shard tasks' member rows need: dropped once the tasks are made
+#: (the report and its figures read the token columns, kinds and input files).
+MEMBER_ONLY_COLUMNS = ("part", "rec_offset", "rec_len", "media_bytes")
 
 __all__ = ["RUN_DIR", "build_manifest", "make_plan", "manifest_digest", "run_pack"]
 
@@ -271,20 +276,28 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
     timings["measure"] = time.perf_counter() - t
     t = time.perf_counter()
     manifest, rejections = build_manifest(inputs, results, run / "records")
+    release_free_memory()
     _overlong_gate(cfg, rejections)
     _reject_gate(cfg, fingerprint, results, rejections)
     if plan_opts.dedup == "exact":  # later copies of the same content: rejected duplicate_content (asked for: no gate)
         manifest, copies = dedup_exact(inputs, manifest, run / "records")
         rejections += copies
     keys["plan"] = plan_key(plan_opts, manifest_digest(manifest))
-    manifest, plan, pack_split, dp_record = plan_stage(plan_opts, run, manifest, keys["plan"], reuse)  # ids on disk
+    staged = stage_manifest(plan_opts, run, manifest, keys["plan"], reuse)  # ids on disk, out of the driver
+    manifest = staged.manifest
+    release_free_memory()
+    plan, pack_split, dp_record = plan_stage(plan_opts, run, staged, reuse)
+    del staged
     rejections += overlong_rejections(plan_opts, inputs, run, manifest, plan)
     manifest = manifest.drop_columns(["line", "offset", "id_kind"])  # only locators needed them (done)
+    release_free_memory()
     timings["plan"] = time.perf_counter() - t
     t = time.perf_counter()
     keys["write"] = write_key(cfg, keys["count"], keys["plan"], media_digest(results))
     write_opts = WriteOptions.of(cfg, shard_prefix(cfg))
     tasks = _shard_tasks(write_opts, run, manifest, plan, pack_split)
+    manifest = manifest.drop_columns(list(MEMBER_ONLY_COLUMNS))  # in the tasks' member rows now
+    release_free_memory()
     shard_splits = None if pack_split is None else {t.name: SPLIT_NAMES[pack_split[t.first_pack]] for t in tasks}
     atomic_write(run / "outputs.json", sealed_json_bytes({"shards": [x.name for x in tasks]}))
     shards = _write(write_opts, workers, run, tasks, keys["write"], reuse)

@@ -4,8 +4,8 @@ rejections of the samples it left out (overlong)."""
 
 from __future__ import annotations
 
-import io
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +13,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from vlmpack.errors import OverlongError
-from vlmpack.fsio import atomic_write, atomic_write_parquet, file_sha256, read_sealed_json, sealed_json_bytes
+from vlmpack.fsio import (
+    atomic_write,
+    atomic_write_parquet,
+    atomic_write_stream,
+    file_sha256,
+    read_sealed_json,
+    sealed_json_bytes,
+)
 from vlmpack.pack.data_parallel import data_parallel_record, shape_plan
 from vlmpack.pack.manifest import InputFiles
 from vlmpack.pack.splits import join_plans, split_of_ids
@@ -22,6 +29,13 @@ from vlmpack.packing import PackPlan, plan_packs
 from vlmpack.records import Rejection
 
 log = logging.getLogger(__name__)
+
+#: Rows per row group of ``manifest.parquet``, and bytes per data page: written a row group at a
+#: time without dictionaries (the ids are unique), the Arrow pool's free memory returned after each,
+#: the writer's buffers and each read of :func:`ids_at` (one row group's ids at a time) stay a few
+#: MiB whatever the number of samples (mimalloc otherwise kept ~25 bytes per sample until the end).
+MANIFEST_ROW_GROUP = 65_536
+MANIFEST_PAGE_BYTES = 65_536
 
 
 def make_plan(opts: PlanOptions, manifest: pa.Table, split: np.ndarray | None = None) -> PackPlan:
@@ -46,8 +60,8 @@ def plans(opts: PlanOptions, manifest: pa.Table, split: np.ndarray | None = None
         return base, join_plans([(rows, shaped) for rows, (_, shaped) in parts], manifest.num_rows)
     col = lambda name: manifest.column(name).to_numpy()  # noqa: E731
     base = plan_packs(col("num_tokens").astype(np.int64), opts.seq_len, algorithm=opts.algorithm,
-                      max_samples_per_pack=opts.max_samples_per_pack, media_counts=col("num_media").astype(np.int64),
-                      media_tokens=col("media_tokens").astype(np.int64), kinds=col("kind"),
+                      max_samples_per_pack=opts.max_samples_per_pack, media_counts=col("num_media"),
+                      media_tokens=col("media_tokens"), kinds=col("kind"),
                       max_media_per_pack=opts.max_media_per_pack,
                       max_media_tokens_per_pack=opts.max_media_tokens_per_pack, group_by_kind=opts.group_by_kind,
                       pad_to_multiple_of=opts.pad_to_multiple_of, seed=opts.seed)
@@ -100,44 +114,67 @@ def overlong_rejections(opts: PlanOptions, inputs: InputFiles, run: Path, manife
     return out
 
 
-def plan_stage(opts: PlanOptions, run: Path, manifest: pa.Table, key: str, reuse: dict
-          ) -> tuple[pa.Table, PackPlan, np.ndarray | None, dict | None]:
-    """The plan of ``manifest`` (``key``: its plan key, :func:`vlmpack.pack.stages.plan_key`), reused
-    from the run dir when it was made for the same key (and ``manifest.parquet`` is there), else
-    made and saved (manifest, plan, then the stage record). Returns the manifest without its id
-    column (the ids stay in ``manifest.parquet``: :func:`ids_at`), the plan, so the driver does
-    not hold the ids while planning, and with ``--split`` each pack's split (int8 ``[P]``, an index
-    of :data:`vlmpack.pack.splits.SPLIT_NAMES`; else None) and with ``--dp-size`` the figures of
-    :func:`vlmpack.pack.data_parallel.data_parallel_record` (else None)."""
+@dataclass(frozen=True)
+class StagedManifest:
+    """The manifest on its way to the plan (:func:`stage_manifest`): the table without its id
+    column (the ids are in ``manifest.parquet``: :func:`ids_at`), each row's split with ``--split``
+    (int8 ``[n]``, else None), the plan key, and the plan and data-parallel record reused from the
+    run directory (None when the plan is to be made)."""
+
+    manifest: pa.Table
+    split: np.ndarray | None
+    key: str
+    reused: PackPlan | None = None
+    reused_record: dict | None = None
+
+
+def stage_manifest(opts: PlanOptions, run: Path, manifest: pa.Table, key: str, reuse: dict) -> StagedManifest:
+    """The first half of the plan stage: the plan made for ``key`` (:func:`vlmpack.pack.stages.plan_key`)
+    is taken from the run dir when its files match their checksums (``reuse["plan_reused"]``), else
+    ``manifest.parquet`` is written (atomically) for the plan to be made by :func:`plan_stage`. The
+    result holds the manifest without its ids, so a caller that rebinds its manifest to it does not
+    hold the id column while planning (the driver's peak memory)."""
     split = None
     if opts.split is not None:
         split = split_of_ids(manifest.column("id"), manifest.column("id_kind").to_numpy(), dict(opts.split))
-    pack_split = lambda plan: None if split is None else split[plan.order[plan.offsets[:-1]]]  # noqa: E731
     stages = read_sealed_json(run / "stages.json")
     if stages is not None and stages.get("plan") == key and _files_match(run, stages.get("files")):
         try:
             plan = PackPlan.from_npz(run / "plan.npz")
             reuse["plan_reused"] = True
-            return manifest.drop_columns(["id"]), plan, pack_split(plan), stages.get("data_parallel")
+            return StagedManifest(manifest.drop_columns(["id"]), split, key, plan, stages.get("data_parallel"))
         except Exception:  # noqa: BLE001 - a damaged plan file is made again
             log.warning("plan.npz in %s cannot be read; planning again", run)
     elif stages is not None and stages.get("plan") == key:
         log.warning("manifest.parquet / plan.npz in %s do not match their checksums; planning again", run)
-    atomic_write_parquet(run / "manifest.parquet", manifest)
-    manifest = manifest.drop_columns(["id"])
+    atomic_write_parquet(run / "manifest.parquet", manifest, MANIFEST_ROW_GROUP, use_dictionary=False,
+                         data_page_size=MANIFEST_PAGE_BYTES, after_row_group=pa.default_memory_pool().release_unused)
+    return StagedManifest(manifest.drop_columns(["id"]), split, key)
+
+
+def plan_stage(opts: PlanOptions, run: Path, staged: StagedManifest, reuse: dict
+               ) -> tuple[PackPlan, np.ndarray | None, dict | None]:
+    """The plan of a :class:`StagedManifest`: the reused one, or one made by bin packing and saved
+    (``plan.npz``, then the stage record ``stages.json`` with the checksums of both files). Returns
+    the plan, with ``--split`` each pack's split (int8 ``[P]``, an index of
+    :data:`vlmpack.pack.splits.SPLIT_NAMES`; else None) and with ``--dp-size`` the figures of
+    :func:`vlmpack.pack.data_parallel.data_parallel_record` (else None). Raises
+    :class:`vlmpack.errors.ConfigError` like :func:`make_plan`."""
+    manifest, split = staged.manifest, staged.split
+    pack_split = lambda plan: None if split is None else split[plan.order[plan.offsets[:-1]]]  # noqa: E731
+    if staged.reused is not None:
+        return staged.reused, pack_split(staged.reused), staged.reused_record
     base, plan = plans(opts, manifest, split)
     record = None
     if opts.data_parallel:  # the figures before the shape (base) and after
         record = data_parallel_record(manifest, base, plan, dp_size=opts.dp_size,
                                       global_batch_size=opts.global_batch_size, seq_len=opts.seq_len)
     reuse["plan_reused"] = False
-    npz = io.BytesIO()
-    plan.to_npz(npz)
-    atomic_write(run / "plan.npz", npz.getvalue())
+    atomic_write_stream(run / "plan.npz", plan.to_npz)  # straight to the file: no copy of the plan in memory
     files = {name: dict(zip(("sha256", "size"), file_sha256(run / name))) for name in _PLAN_FILES}
-    atomic_write(run / "stages.json", sealed_json_bytes({"plan": key, "files": files,
+    atomic_write(run / "stages.json", sealed_json_bytes({"plan": staged.key, "files": files,
                                                          **({"data_parallel": record} if record else {})}))
-    return manifest, plan, pack_split(plan), record
+    return plan, pack_split(plan), record
 
 
 _PLAN_FILES = ("manifest.parquet", "plan.npz")

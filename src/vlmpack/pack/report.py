@@ -359,7 +359,8 @@ def write_report_html(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, repor
     h = hashlib.sha256()  # what report_data() holds, without importing matplotlib
     for name in ("num_tokens", "kind", "media_tokens", *TOKEN_COLUMNS.values()):
         if name in manifest.column_names:  # a manifest of an older vlmpack lacks the later kinds' columns
-            h.update(name.encode() + manifest.column(name).to_numpy().astype(np.int64).tobytes())
+            h.update(name.encode())
+            h.update(manifest.column(name).to_numpy().astype(np.int64))  # its buffer: no bytes copy
     for arr in (plan.overlong, plan.offsets, plan.order, plan.pack_tokens):
         h.update(np.asarray(arr, dtype=np.int64).tobytes() + b"|")
     h.update(json_bytes([cfg.seq_len, report.get("rejected_by_reason"), report.get("dropped_overlong"),

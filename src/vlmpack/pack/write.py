@@ -54,9 +54,10 @@ _TAR_OVERHEAD = 512 * 3  # header + padding of the json member, plus slack
 
 @dataclass(frozen=True)
 class ShardTask:
-    """One shard to write, as flat arrays (no per-sample Python object): ``members`` int64
-    ``[m, 4]``, the shard's samples in pack order as (records part index, byte offset, byte
-    length of the sample's entry, its tokens as planned); ``pack_offsets`` int64 ``[P + 1]``, pack j is
+    """One shard to write, as flat arrays (no per-sample Python object): ``members`` ``[m]``
+    (:func:`member_rows`: a structured array of :data:`MEMBER_COLUMNS`), the shard's samples in
+    pack order as (records part index, byte offset, byte length of the sample's entry, its tokens
+    as planned); ``pack_offsets`` int64 ``[P + 1]``, pack j is
     ``members[pack_offsets[j]:pack_offsets[j + 1]]``; ``first_pack`` the global index of its
     first pack."""
 
@@ -108,11 +109,15 @@ MEMBER_COLUMNS = ("part", "rec_offset", "rec_len", "num_tokens")
 
 
 def member_rows(manifest, order: np.ndarray) -> np.ndarray:
-    """int64 ``[len(order), 4]``: the :data:`MEMBER_COLUMNS` of ``manifest`` (a ``pyarrow.Table``)
-    at rows ``order`` (the plan's sample order), one column at a time."""
-    rows = np.empty((len(order), len(MEMBER_COLUMNS)), dtype=np.int64)
-    for j, name in enumerate(MEMBER_COLUMNS):
-        rows[:, j] = manifest.column(name).to_numpy()[order]
+    """A structured array ``[len(order)]`` with one field per :data:`MEMBER_COLUMNS` of
+    ``manifest`` (a ``pyarrow.Table``), in the column's own dtype (packed: 24 bytes a row from a
+    manifest, part and num_tokens int32), at rows ``order`` (the plan's sample order), filled one
+    column at a time; a row's ``tolist()`` is the tuple of Python ints
+    :meth:`ShardTask.pack_members` gives."""
+    cols = [manifest.column(name).to_numpy() for name in MEMBER_COLUMNS]
+    rows = np.empty(len(order), dtype=np.dtype([(n, c.dtype) for n, c in zip(MEMBER_COLUMNS, cols)]))
+    for name, col in zip(MEMBER_COLUMNS, cols):
+        rows[name] = col[order]
     return rows
 
 

@@ -35,7 +35,10 @@ ORDERS = ("shuffle", "input", "creation")
 DEFAULT_WINDOW = 100
 
 
-def _as_int_array(a: object, name: str, n: int | None) -> np.ndarray:
+def _as_int_array(a: object, name: str, n: int | None, *, widen: bool = True) -> np.ndarray:
+    """``a`` checked (1-D, integer, ``n`` entries, no negative value) and, with ``widen``, as int64
+    (a copy unless it is int64 already; without, as it came: an array only checked). Raises
+    :class:`ConfigError`."""
     arr = np.asarray(a)
     if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
         raise ConfigError(
@@ -44,7 +47,8 @@ def _as_int_array(a: object, name: str, n: int | None) -> np.ndarray:
         )
     if n is not None and arr.shape[0] != n:
         raise ConfigError(f"{name} has {arr.shape[0]} entries but lengths has {n}; pass one value per sample")
-    arr = arr.astype(np.int64, copy=False)
+    if widen:
+        arr = arr.astype(np.int64, copy=False)
     if arr.size and arr.min() < 0:
         raise ConfigError(f"{name} has a negative value at index {int(np.argmin(arr))}; counts must be >= 0")
     return arr
@@ -112,8 +116,9 @@ def _run(
     max_n = _limit(max_samples_per_pack, "max_samples_per_pack", 1)
     max_mc = _limit(max_media_per_pack, "max_media_per_pack", 0)
     max_mt = _limit(max_media_tokens_per_pack, "max_media_tokens_per_pack", 0)
-    mc = _as_int_array(media_counts, "media_counts", n) if media_counts is not None else None
-    mt = _as_int_array(media_tokens, "media_tokens", n) if media_tokens is not None else None
+    # widened (an int64 copy for the kernels) only where a limit uses them
+    mc = None if media_counts is None else _as_int_array(media_counts, "media_counts", n, widen=max_mc != _bfd.UNSET)
+    mt = None if media_tokens is None else _as_int_array(media_tokens, "media_tokens", n, widen=max_mt != _bfd.UNSET)
     if max_mc != _bfd.UNSET and mc is None:
         raise ConfigError("max_media_per_pack needs media_counts (one media count per sample)")
     if max_mt != _bfd.UNSET and mt is None:
