@@ -146,10 +146,13 @@ def assign_shards(pack_bytes: np.ndarray, max_packs: int, max_bytes: int, breaks
 
 def estimate_pack_bytes(offsets: np.ndarray, order: np.ndarray, rec_len: np.ndarray,
                         media_bytes: np.ndarray, num_media: np.ndarray) -> np.ndarray:
-    """Estimated tar bytes per pack (int64 ``[P]``): records + media + 512-byte headers/padding."""
-    per_sample = rec_len[order] + media_bytes[order] + 1024 * num_media[order].astype(np.int64)
-    sums = np.add.reduceat(per_sample, offsets[:-1]) if len(order) else np.zeros(0, np.int64)
-    return sums.astype(np.int64) + _TAR_OVERHEAD
+    """Estimated tar bytes per pack (int64 ``[P]``): records + media + 512-byte headers/padding.
+    Each per-sample column is gathered and summed per pack on its own (one temporary ``[n]`` at a
+    time: the driver's peak memory)."""
+    if not len(order):
+        return np.zeros(len(offsets) - 1, np.int64) + _TAR_OVERHEAD
+    per_pack = lambda col: np.add.reduceat(col[order], offsets[:-1], dtype=np.int64)  # noqa: E731
+    return per_pack(rec_len) + per_pack(media_bytes) + 1024 * per_pack(num_media) + _TAR_OVERHEAD
 
 
 class _HashingWriter:
