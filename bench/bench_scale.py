@@ -297,8 +297,10 @@ def plot(rows: list[dict], e2e_rows: list[dict], path: Path) -> None:
     n = [r["n"] for r in rows]
     per = [(r["rss_peak_mb"] - r["rss_base_mb"]) * 2**20 / r["n"] for r in rows]
     mem.plot(n, per, "o-", color="black", label="driver: peak RSS over its set-up, / n")
-    for x, y in zip(n, per):
-        mem.annotate(f"{y:,.0f}", (x, y), textcoords="offset points", xytext=(6, 6), fontsize=8)
+    for i, (x, y) in enumerate(zip(n, per)):  # the last label left of its point: inside the axes
+        last = i == len(n) - 1
+        mem.annotate(f"{y:,.0f}", (x, y), textcoords="offset points", xytext=(-6, 6) if last else (6, 6),
+                     ha="right" if last else "left", fontsize=8)
     mem.axhline(BYTES_TARGET, color="tab:red", linestyle=":", label=f"target: {BYTES_TARGET} bytes / sample")
     mem.set(xscale="log", yscale="log", xlabel="samples n", ylabel="bytes per sample", ylim=(80, max(per) * 2),
             title="Driver memory per sample (replicated real counts)")
