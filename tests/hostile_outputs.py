@@ -7,7 +7,9 @@ only ``verify`` finds it) and, where it applies, what ``vlmpack inspect`` must s
 line, exit 2). Each class of :data:`BLENDS` is a hand-made blend YAML over a real output and the
 one problem ``vlmpack check BLEND.yaml`` must give. Each class of :data:`AUDIO_OUTPUTS` replaces an
 audio member of a packed Qwen2.5-Omni output (another real audio file of another length, or of the
-same length with other bytes) and names what ``check`` and ``verify`` must say.
+same length with other bytes) and names what ``check`` and ``verify`` must say;
+:func:`replace_sound_track` gives a video member of a Qwen2.5-Omni output packed with
+``use_audio_in_video`` another sound track (``test_omni_video.py``).
 
 Two witnesses, both outside ``OUT``:
 
@@ -514,3 +516,37 @@ AUDIO_OUTPUTS: dict[str, tuple[Callable[[Path], None], tuple[str, ...], tuple[st
          ("the recorded count is not of these bytes", "a stale cached count"),
          ("the recorded count is not of these bytes",), False),
     ]}
+
+
+# ------------------------------------------------------------------------- a video's sound track (issue 23 item 4)
+def replace_sound_track(out: Path) -> tuple[str, str, str, list[int]]:
+    """The first ``.mp4`` video member of the output (shards in name order) replaced, under its own
+    name, by its own pictures (the video stream's packets copied, not re-encoded) with the sound of
+    the output's first audio member as its sound track (AAC 16 kHz, mp4 with its index in front:
+    :func:`demo_data.audio_corpus.dub_video`), a track of another length than the one counted. For a
+    Qwen2.5-Omni output packed with ``use_audio_in_video``. Returns ``(shard, sample id, part, new
+    .tar.idx offsets)``; the report is not resealed (:func:`reseal_report`)."""
+    import tempfile
+
+    from demo_data.audio_corpus import Dubbed, dub_video
+
+    def members(path):
+        for key, parts in _read_tar(path):
+            parts = dict(parts)
+            for s in json.loads(parts["json"])["samples"]:
+                for m in s["media"]:
+                    yield key, s["id"], m["kind"], m["part"], parts[m["part"]]
+
+    shards = sorted(p.name for p in out.glob("*.tar"))
+    every = [(name, *m) for name in shards for m in members(out / name)]
+    sound = next(data for _, _, _, kind, _, data in every if kind == "audio")
+    name, key, sid, part, video = next((n, k, s, p, d) for n, k, s, kind, p, d in every
+                                       if kind == "video" and p.endswith(".mp4"))
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "video.mp4").write_bytes(video)
+        (Path(tmp) / "sound").write_bytes(sound)
+        redubbed = dub_video(Dubbed("redubbed.mp4", "video.mp4", "sound", "mp4", "aac", 16000),
+                             Path(tmp) / "video.mp4", Path(tmp) / "sound", Path(tmp) / "redubbed.mp4").read_bytes()
+    packs = [(k, [(p, redubbed if (k, p) == (key, part) else d) for p, d in parts])
+             for k, parts in _read_tar(out / name)]
+    return name, sid, part, _write_tar(out / name, packs)

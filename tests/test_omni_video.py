@@ -11,9 +11,11 @@ sound track is cut short, the demo set's three videos without sound and the brok
 two videos with sound. Directory: the offline Omni directory of ``test_models_qwen2_5_omni.py``
 (template with ``<|vision_bos|><|VIDEO|><|vision_eos|>`` per video).
 
-``vlmpack pack --pretokenize`` packs them twice: as they are, and with
-``--processor-kwargs '{"use_audio_in_video": true}'``. With it, the five videos without a usable
-sound track are rejected (``media_unsupported``, the detail says why: no sound track / cut short).
+``vlmpack pack --pretokenize`` packs them twice (once per module, ``omni_runs``): as they are, and
+with ``--processor-kwargs '{"use_audio_in_video": true}'``. With it, the five videos without a usable
+sound track are rejected: the four silent ones ``media_unsupported`` (no sound track), the cut one
+``media_undecodable`` (the probe's own reason, which the count stage now records; the detail says
+where the track stops).
 Every packed sample's messages, rendered by the template, go with every frame of its packed video
 parts (its audio part and, with ``use_audio_in_video``, each video's sound track, at 16 kHz) to the
 processor in a child process (``omni_video_child.py``: the video processor needs torchvision, a
@@ -21,6 +23,12 @@ shape-true stand-in there); its ``input_ids`` must equal the pack's stored ``inp
 and the family's expansion, whose length is the recorded ``num_tokens``, and its ``video_grid_thw``
 the family's grids. The first difference stops the test. With ``use_audio_in_video`` the collator
 refuses to train on a video pack (one-line ``ConfigError``).
+
+``vlmpack verify`` passes both outputs (each sound track probed from its member's bytes) and flags a
+video member whose sound track was replaced by one of another length (``hostile_outputs.replace_sound_track``):
+its media tokens, off by exactly the two tracks' difference. ``vlmpack inspect`` shows every pack of
+the ``use_audio_in_video`` output: each sample at its recorded count, each video one media run of its
+video and sound tokens.
 """
 
 from __future__ import annotations
@@ -98,23 +106,32 @@ def _text(tok, sample: dict) -> str:
     return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
 
 
-def test_video_ids_equal_the_omni_processor(omni_dir, videos, word, tmp_path):  # noqa: F811
+@pytest.fixture(scope="module")
+def omni_runs(omni_dir, videos, word, tmp_path_factory) -> dict[bool, tuple[Path, list[dict], list[dict]]]:  # noqa: F811
+    """The two outputs of :func:`_records` (``vlmpack pack --pretokenize``): ``{use_audio_in_video:
+    (OUT, packs, rejects)}``, packed once for the tests of this module."""
+    tmp = tmp_path_factory.mktemp("omni_video")
+    src = tmp / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in _records(videos, word)))
+    kwargs = json.dumps({"use_audio_in_video": True})
+    return {False: (tmp / "plain", *_pack(src, omni_dir, tmp / "plain")),
+            True: (tmp / "sound", *_pack(src, omni_dir, tmp / "sound", "--processor-kwargs", kwargs))}
+
+
+def test_video_ids_equal_the_omni_processor(omni_dir, videos, omni_runs, tmp_path):  # noqa: F811
     from vlmpack.errors import ConfigError
     from vlmpack.media.probe import probe_bytes
     from vlmpack.models import MediaSize, load_model
     from vlmpack.packfmt import parse_input_ids
     from vlmpack.train import PackCollator
 
-    src = tmp_path / "in.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in _records(videos, word)))
-    kwargs = json.dumps({"use_audio_in_video": True})
-    runs = {False: _pack(src, omni_dir, tmp_path / "plain"),
-            True: _pack(src, omni_dir, tmp_path / "sound", "--processor-kwargs", kwargs)}
+    runs = {aiv: (packs, rejects) for aiv, (_, packs, rejects) in omni_runs.items()}
     assert runs[False][1] == []
     rejected = {x["id"]: (x["reason"], x["detail"]) for x in runs[True][1]}
     assert set(rejected) == {*SILENT, CUT}, rejected
-    assert all(reason == "media_unsupported" for reason, _ in rejected.values())
-    assert all("no sound track" in rejected[n][1] for n in SILENT)
+    assert all(rejected[n][0] == "media_unsupported" and "no sound track" in rejected[n][1] for n in SILENT)
+    # the cut track: the reason the probe gave (count_task records the MediaRuleError's own reason)
+    assert rejected[CUT][0] == "media_undecodable", rejected[CUT]
     assert "the sound track of the video: audio stops decoding after" in rejected[CUT][1]  # cut mid-packet
 
     cases, expect = [], []
@@ -198,3 +215,86 @@ def test_processor_kwargs_and_sound_track_from_bytes(omni_dir, videos, tmp_path)
                                                                       n_samples=fam.n_samples)
     with pytest.raises(MediaRuleError, match="names no file and holds no bytes"):
         fam.media_tokens(size)
+
+
+def test_verify_recounts_sound_tracks_from_the_members(omni_dir, omni_runs, tmp_path):  # noqa: F811
+    """``vlmpack verify`` on both outputs: exit 0, no problem line (with ``use_audio_in_video`` each
+    video's sound track is probed from its member's bytes, as the count stage probed its file). Then a
+    video member's sound track replaced by one of another length (its own pictures kept; the report
+    resealed, :func:`hostile_outputs.replace_sound_track`): ``check`` finds the content sha256,
+    ``verify`` also the member's media tokens, off by exactly the two tracks' difference, and the
+    sample's count; no other sample is named."""
+    import shutil
+
+    from hostile_outputs import replace_sound_track, reseal_report
+
+    from vlmpack.media.probe import probe_bytes
+    from vlmpack.models import MediaSize, load_model
+    from vlmpack.models.qwen_omni_video import sound_track_tokens
+    from vlmpack.packfmt import read_packs
+
+    for aiv, (out, _, _) in omni_runs.items():
+        r = run_cli(["verify", out, "--workers", "1", "--no-progress"])
+        assert r.returncode == 0 and "problem:" not in r.stderr, (aiv, r.stdout[-2000:], r.stderr[-3000:])
+
+    out = tmp_path / "out"
+    shutil.copytree(omni_runs[True][0], out)
+    shard, sid, part, offsets = replace_sound_track(out)
+    reseal_report(out, offsets, shard)
+    fam = load_model(str(omni_dir), json.dumps({"kwargs": {"use_audio_in_video": True}}))
+    old = {m["part"]: (raw[m["part"]], m) for raw in read_packs(omni_runs[True][0])
+           for s in json.loads(raw["json"])["samples"] if s["id"] == sid for m in s["media"]}[part]
+    new = next(raw[part] for raw in read_packs(out) if any(s["id"] == sid for s in json.loads(raw["json"])["samples"]))
+    info = probe_bytes(new, "video", name=part)
+    assert (info.width, info.height) == (old[1]["width"], old[1]["height"])
+    video = fam.video_tokens(MediaSize("video", info.width, info.height, info.duration_s, info.fps, info.frames))
+    tracks = [sound_track_tokens(type("Item", (), {"data": d})(), hop_length=fam.hop_length, n_samples=fam.n_samples)
+              for d in (old[0], new)]
+    assert tracks[0] != tracks[1] and old[1]["num_tokens"] == 2 + video + tracks[0], (tracks, old[1])
+
+    check = run_cli(["check", out, "--workers", "0"])
+    assert check.returncode == 1 and "content sha256 differs from every one recorded" in check.stderr, check.stderr
+    r = run_cli(["verify", out, "--workers", "1", "--no-progress"])
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    problems = [x[len("problem: "):] for x in r.stderr.splitlines() if x.startswith("problem: ")]
+    want = f"sample {sid!r} part {part}: {2 + video + tracks[1]} media tokens from its header, {old[1]['num_tokens']}"
+    assert any(want in p for p in problems), (want, problems)
+    named = [p for p in problems if " sample " in p]
+    assert named and all(repr(sid) in p for p in named), problems
+
+
+def test_inspect_shows_videos_with_their_sound_track(omni_dir, omni_runs):  # noqa: F811
+    """``vlmpack inspect`` on the ``use_audio_in_video`` output (it stopped with a ConfigError:
+    ``encode`` has only the recorded counts): every sample of every pack is encoded to its recorded
+    count, each video as one media run of its video and sound tokens (the grid from its member's
+    header, the rest of its recorded count the sound track's), the audio part of the mixed sample as
+    its own run; the command prints the pack (exit 0)."""
+    from vlmpack.inspection import inspect_pack
+    from vlmpack.media.probe import probe_bytes
+    from vlmpack.models import MediaSize, load_model
+    from vlmpack.packfmt import read_packs
+
+    out = omni_runs[True][0]
+    processor = json.dumps({"kwargs": {"use_audio_in_video": True}})
+    fam = load_model(str(omni_dir), processor)
+    seen = set()
+    for raw in read_packs(out):
+        for got in inspect_pack(raw, str(omni_dir), processor=processor):
+            seen.add(got.id)
+            assert got.num_tokens == got.recorded_tokens, got.id
+            media_runs = [text for kind, text in got.runs if kind == "media"]
+            assert len(media_runs) == len(got.media), (got.id, media_runs)
+            for m, text in zip(got.media, media_runs):
+                if m["kind"] == "video":
+                    info = probe_bytes(raw[m["part"]], "video", name=m["part"])
+                    video = fam.video_tokens(MediaSize("video", info.width, info.height, info.duration_s,
+                                                       info.fps, info.frames))
+                    audio = m["num_tokens"] - 2 - video
+                    assert text == f"[{m['part']}: {video + audio} tokens ({video} video + {audio} audio)]", text
+                else:
+                    assert text == f"[{m['part']}: {m['num_tokens']} tokens]", text
+    assert seen == {*WITH_SOUND, MIXED}
+
+    r = run_cli(["inspect", out, "--sample", MIXED, "--plain", "--no-progress"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "video +" in r.stdout and "audio)]" in r.stdout and "Traceback" not in r.stderr, r.stdout[-3000:]

@@ -2,9 +2,13 @@
 
 A pack is read from its shard (:func:`find_packs`: by key, by sample id, or N at random with a
 seed), each sample is encoded by the model family exactly as the collator does it
-(:meth:`vlmpack.models.base.ModelFamily.encode` with the recorded media tokens, no pixels) and
-split into runs of tokens: text trained on (labels, :meth:`~vlmpack.models.base.ModelFamily.label_mask`),
-text not trained on, and media tokens. :func:`render_terminal` prints them with rich (label
+(:meth:`vlmpack.models.base.ModelFamily.encode` with the recorded media tokens, no pixels; a sample
+with videos as ``--pretokenize`` and ``vlmpack verify`` encode it: ``token_ids`` +
+:meth:`~vlmpack.models.base.ModelFamily.expand_videos` with each video's layout from the header of
+its part's bytes, e.g. the grid that lays out a Qwen2.5-Omni video's sound-track runs with
+``use_audio_in_video``) and split into runs of tokens: text trained on (labels,
+:meth:`~vlmpack.models.base.ModelFamily.label_mask`), text not trained on, and media tokens (the
+family's image, video and audio token ids). :func:`render_terminal` prints them with rich (label
 tokens highlighted), :func:`render_html` writes one self-contained page with the images inline
 and the label mask coloured.
 """
@@ -164,8 +168,9 @@ def inspect_pack(parts: dict[str, bytes], model_dir: str, where: str = "pack", p
     (built with the run's ``processor`` options, :func:`vlmpack.verify.recorded_run`).
     Raises :class:`ConfigError` for a model directory that cannot be loaded and
     :class:`InputError` (naming ``where``) for parts that hold no pack object
-    (:func:`vlmpack.packfmt.parse_pack`) or whose recorded counts do not add up within ``seq_len``
-    (<= :data:`MAX_INSPECT_TOKENS`: the tokens are expanded in memory)."""
+    (:func:`vlmpack.packfmt.parse_pack`), whose recorded counts do not add up within ``seq_len``
+    (<= :data:`MAX_INSPECT_TOKENS`: the tokens are expanded in memory), or a sample with videos
+    that cannot be encoded from its parts' headers (:func:`_sample_ids`)."""
     from vlmpack.models import load_model
     from vlmpack.verify import _indexed
 
@@ -181,22 +186,24 @@ def inspect_pack(parts: dict[str, bytes], model_dir: str, where: str = "pack", p
                          f"(at most {MAX_INSPECT_TOKENS:,}); run vlmpack check on the output")
     family = load_model(str(model_dir), processor)
     tok = family.tokenizer
+    media_ids = {name: t for name in ("image", "video", "audio")
+                 if (t := getattr(family, f"{name}_token_id", None)) is not None}
     out = []
     for s in obj["samples"]:
         media = s.get("media", [])
         msgs = _indexed(s["messages"], [m["part"] for m in media])
-        ids = np.asarray(family.encode(msgs, [m["num_tokens"] for m in media], s.get("special_tokens"),
-                                       s.get("tools")))
+        ids = _sample_ids(family, s, msgs, parts, where)
         labels = family.label_mask(ids)
-        is_media = np.isin(ids, [t for t in (getattr(family, "image_token_id", None),
-                                             getattr(family, "video_token_id", None)) if t is not None])
+        is_media = np.isin(ids, list(media_ids.values()))
         kinds = np.where(is_media, 2, np.where(labels, 1, 0))
+        bounds = list(np.flatnonzero(np.diff(kinds)) + 1) + [len(ids)]
+        n_media_runs = sum(int(kinds[a]) == 2 for a in [0, *bounds[:-1]]) if len(ids) else 0
         runs, start, media_i = [], 0, 0
-        for end in list(np.flatnonzero(np.diff(kinds)) + 1) + [len(ids)]:
+        for end in bounds if len(ids) else []:
             k = int(kinds[start])
             if k == 2:
-                m = media[media_i] if media_i < len(media) else {"part": "?", "num_tokens": end - start}
-                runs.append(("media", f"[{m['part']}: {end - start} tokens]"))
+                runs.append(("media", _media_run(ids[start:end], media_ids,
+                                                 media[media_i]["part"] if n_media_runs == len(media) else None)))
                 media_i += 1
             else:
                 runs.append(("label" if k == 1 else "context", tok.decode(ids[start:end].tolist())))
@@ -204,6 +211,55 @@ def inspect_pack(parts: dict[str, bytes], model_dir: str, where: str = "pack", p
         out.append(InspectedSample(str(s["id"]), s.get("source", {}), int(len(ids)), int(s["num_tokens"]),
                                    int(labels.sum()), media, runs))
     return out
+
+
+def _media_run(ids: np.ndarray, media_ids: dict[str, int], part: str | None) -> str:
+    """The text shown for one run of media tokens: ``[part: n tokens]``, with the tokens of each
+    kind when the run mixes kinds (a Qwen2.5-Omni video with its sound track: ``(v video + a
+    audio)``); ``part`` None when the runs do not map one to one onto the sample's media items
+    (a video laid out in several runs, Qwen3-VL's timestamps): ``[n media tokens]``."""
+    per_kind = {name: int(np.count_nonzero(ids == t)) for name, t in media_ids.items()}
+    mixed = [f"{n} {name}" for name, n in per_kind.items() if n]
+    detail = f" ({' + '.join(mixed)})" if len(mixed) > 1 else ""
+    return f"[{part}: {len(ids)} tokens{detail}]" if part is not None else f"[{len(ids)} media tokens{detail}]"
+
+
+def _sample_ids(family, s: dict, msgs: list[dict], parts: dict[str, bytes], where: str) -> np.ndarray:
+    """One sample's ``input_ids`` as the collator and ``--pretokenize`` build them from its recorded
+    media tokens: :meth:`~vlmpack.models.base.ModelFamily.encode`, or, with videos, ``token_ids`` +
+    ``expand_videos`` with each video's layout (:meth:`~vlmpack.models.base.ModelFamily.video_layout`)
+    from the header of its part (:func:`vlmpack.media.probe.probe_bytes`; the same function as
+    :func:`vlmpack.verify._expected_ids`). Raises :class:`InputError` (naming ``where`` and the
+    sample) for a video part that is missing or does not probe, or recorded counts the expansion
+    cannot lay out (e.g. a Qwen2.5-Omni video counted with fewer tokens than its grid's)."""
+    from vlmpack.errors import MediaError, SampleError
+    from vlmpack.media.probe import probe_bytes
+    from vlmpack.verify import PartMedia, _expected_ids
+
+    media = s.get("media", [])
+    tokens, special, tools = [m["num_tokens"] for m in media], s.get("special_tokens"), s.get("tools")
+    if not any(m.get("kind") == "video" for m in media):
+        return np.asarray(family.encode(msgs, tokens, special, tools))
+    sid = s.get("id")
+    sizes = []
+    for m in media:
+        kind, data = m.get("kind", "image"), parts.get(m["part"])
+        if kind != "video":
+            sizes.append(PartMedia(kind, int(m.get("width") or 0), int(m.get("height") or 0)))
+            continue
+        if data is None:
+            raise InputError(f"{where} sample {sid!r}: media part {m['part']!r} is missing; run vlmpack check")
+        try:
+            info = probe_bytes(data, "video", name=m["part"])
+        except MediaError as e:
+            raise InputError(f"{where} sample {sid!r} part {m['part']}: {' '.join(str(e).split())}") from None
+        sizes.append(PartMedia("video", info.width, info.height, info.duration_s, info.fps, info.frames, data))
+    try:
+        ids = family.token_ids([msgs], [special], [tools])[0]
+        return np.asarray(_expected_ids(family, ids, tokens, sizes, special))
+    except (ValueError, SampleError) as e:
+        raise InputError(f"{where} sample {sid!r}: cannot be encoded from its recorded counts "
+                         f"({type(e).__name__}: {' '.join(str(e).split())}); run vlmpack verify") from None
 
 
 def marked(chunk: str) -> str:

@@ -7,7 +7,10 @@ media part) and then recounts, in parallel over shards, every sample from what t
 - each media part: its header is read from the part's bytes (width x height after EXIF
   orientation, :func:`vlmpack.media.probe.probe_bytes`) and must equal the recorded ``width`` /
   ``height``; its media tokens from the model family's rule
-  (:meth:`vlmpack.models.base.ModelFamily.media_tokens`) must equal the recorded ``num_tokens``;
+  (:meth:`vlmpack.models.base.ModelFamily.media_tokens`, given the header and the part's bytes,
+  :class:`PartMedia`: a rule that reads more than the picture header, the sound track of a
+  Qwen2.5-Omni video with ``use_audio_in_video``, probes it from the member as the count stage
+  probed the file) must equal the recorded ``num_tokens``;
 - each sample: the chat template + tokenizer count of its messages with those media tokens
   (:meth:`~vlmpack.models.base.ModelFamily.token_ids` + ``num_tokens``) must equal its recorded
   ``num_tokens``; every media part is referenced once;
@@ -36,6 +39,7 @@ the regular ``*.tar`` files of ``OUT`` (:func:`vlmpack.packfmt.shard_paths`), re
 from __future__ import annotations
 
 import tarfile
+from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
 
@@ -48,7 +52,19 @@ from vlmpack.pack.rundir import RUN_DIR
 from vlmpack.packfmt import MemberTooLarge, ShardPacks, loads_json, parse_input_ids, shard_paths
 from vlmpack.sinks import sink_of
 
-__all__ = ["recount_shard", "verify_output"]
+__all__ = ["PartMedia", "recount_shard", "verify_output"]
+
+
+@dataclass(frozen=True, slots=True)
+class PartMedia(MediaSize):
+    """A media part of a pack as the recount gives it to the family: the
+    :class:`~vlmpack.models.base.MediaSize` of its header (``kind``, ``width`` x ``height`` pixels,
+    ``duration_s`` seconds, ``fps``, ``frames``) and ``data``, the part's bytes (not copied), for a
+    rule that reads more than that header (Qwen2.5-Omni with ``use_audio_in_video``: the video's
+    sound track, :func:`vlmpack.models.qwen_omni_video.sound_track_tokens`, which takes an item's
+    ``data`` as the count stage takes its file)."""
+
+    data: bytes | None = field(default=None, repr=False, compare=False)
 
 
 def _indexed(messages: list[dict], parts: list[str]) -> list[dict]:
@@ -112,8 +128,9 @@ def _compare_ids(stored, want, where: str) -> str | None:
 
 
 def _recount_media(family, s: dict, parts: dict, key: str, where: str, lines: list[str]) -> tuple[list[int], list]:
-    """One sample's media items recounted from their parts' headers: ``(media tokens, MediaSize
-    of each part that could be probed)``; a problem line in ``lines`` for each difference."""
+    """One sample's media items recounted from their parts (header, and the bytes for a rule that
+    reads them: :class:`PartMedia`): ``(media tokens, PartMedia of each part that could be
+    probed)``; a problem line in ``lines`` for each difference."""
     sid, media = s.get("id"), s.get("media", [])
     media_tokens: list[int] = []
     sizes: list = []
@@ -130,8 +147,8 @@ def _recount_media(family, s: dict, parts: dict, key: str, where: str, lines: li
             if (info.width, info.height) != (m.get("width"), m.get("height")):
                 lines.append(f"{where} sample {sid!r} part {part}: the bytes are {info.width}x"
                              f"{info.height} pixels but {m.get('width')}x{m.get('height')} is recorded")
-            sizes.append(MediaSize(m.get("kind", "image"), info.width, info.height, info.duration_s,
-                                   info.fps, info.frames))
+            sizes.append(PartMedia(m.get("kind", "image"), info.width, info.height, info.duration_s,
+                                   info.fps, info.frames, data))
             n = family.media_tokens(sizes[-1], sample_images=n_images)
         except (MediaError, MediaRuleError) as e:
             lines.append(f"{where} sample {sid!r} part {part}: {e}")

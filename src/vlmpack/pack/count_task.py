@@ -272,12 +272,16 @@ def _fingerprints(samples: list[Sample]) -> tuple[list[Sample], list[Rejection],
 
 
 def _count_media(family, sample: Sample) -> Rejection | None:
+    """Fill ``num_tokens`` of each media item of ``sample`` (:meth:`ModelFamily.media_tokens`); the
+    rejection of the first item the family refuses, else None. Its reason is the error's own
+    (:attr:`vlmpack.errors.SampleError.reason`: ``media_unsupported`` unless the rule names
+    another, e.g. ``media_undecodable`` for a Qwen2.5-Omni video whose sound track is cut short)."""
     n_images = sum(m.kind == "image" for m in sample.media)
     for m in sample.media:
         try:
             m.num_tokens = family.media_tokens(m, sample_images=n_images)
         except MediaRuleError as e:
-            return Rejection(sample.locator, "media_unsupported", f"{display_ref(m.ref)}: {e}", sample.id)
+            return Rejection(sample.locator, e.reason, f"{display_ref(m.ref)}: {e}", sample.id)
     return None
 
 
