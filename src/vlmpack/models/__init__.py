@@ -23,6 +23,7 @@ from vlmpack.models.gemma3 import Gemma3Family
 from vlmpack.models.glm4v import Glm4vFamily
 from vlmpack.models.internvl import InternVLFamily
 from vlmpack.models.kimi_k25 import KimiK25Family
+from vlmpack.models.kimi_vl import KimiVLFamily
 from vlmpack.models.llava_onevision import LlavaOnevisionFamily
 from vlmpack.models.qwen2_5_omni import Qwen25OmniFamily
 from vlmpack.models.qwen2_vl import Qwen2VLFamily
@@ -47,6 +48,7 @@ FAMILIES: dict[str, type] = {
     "glm4v": Glm4vFamily,
     "smolvlm": SmolVLMFamily,
     "kimi_k25": KimiK25Family,
+    "kimi_vl": KimiVLFamily,
 }
 
 
