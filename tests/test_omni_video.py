@@ -21,8 +21,8 @@ parts (its audio part and, with ``use_audio_in_video``, each video's sound track
 processor in a child process (``omni_video_child.py``: the video processor needs torchvision, a
 shape-true stand-in there); its ``input_ids`` must equal the pack's stored ``input_ids.npy`` slice
 and the family's expansion, whose length is the recorded ``num_tokens``, and its ``video_grid_thw``
-the family's grids. The first difference stops the test. With ``use_audio_in_video`` the collator
-refuses to train on a video pack (one-line ``ConfigError``).
+the family's grids. The first difference stops the test. (Training on these packs:
+``test_train_omni_video.py``.)
 
 ``vlmpack verify`` passes both outputs (each sound track probed from its member's bytes) and flags a
 video member whose sound track was replaced by one of another length (``hostile_outputs.replace_sound_track``):
@@ -119,11 +119,9 @@ def omni_runs(omni_dir, videos, word, tmp_path_factory) -> dict[bool, tuple[Path
 
 
 def test_video_ids_equal_the_omni_processor(omni_dir, videos, omni_runs, tmp_path):  # noqa: F811
-    from vlmpack.errors import ConfigError
     from vlmpack.media.probe import probe_bytes
     from vlmpack.models import MediaSize, load_model
     from vlmpack.packfmt import parse_input_ids
-    from vlmpack.train import PackCollator
 
     runs = {aiv: (packs, rejects) for aiv, (_, packs, rejects) in omni_runs.items()}
     assert runs[False][1] == []
@@ -179,9 +177,6 @@ def test_video_ids_equal_the_omni_processor(omni_dir, videos, omni_runs, tmp_pat
         n_video, n_audio_bos = (int(np.count_nonzero(got == t)) for t in (fam.video_token_id, fam.audio_start_token_id))
         assert n_video == sum(t * h * w // 4 for t, h, w in grids), (sid, aiv)
         assert n_audio_bos == (sid == MIXED) + (len(grids) if aiv else 0), (sid, aiv)  # one per sound track
-
-    with pytest.raises(ConfigError, match="cannot train on videos with use_audio_in_video"):
-        PackCollator(str(omni_dir), processor={"kwargs": {"use_audio_in_video": True}})(runs[True][0][0])
 
 
 def test_processor_kwargs_and_sound_track_from_bytes(omni_dir, videos, tmp_path):  # noqa: F811

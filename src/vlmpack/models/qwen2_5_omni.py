@@ -21,8 +21,9 @@ Videos (:mod:`vlmpack.models.qwen_omni_video`): ``<|VIDEO|>`` becomes the Qwen2-
 with the processor kwarg ``use_audio_in_video``, ``<|audio_bos|>`` + video and sound-track runs
 interleaved by time + ``<|audio_eos|>``, the track counted from its header like an audio item (a
 video without one is refused). Training on videos: the Qwen2.5-VL pixel path at the Omni size
-(:meth:`Qwen25OmniFamily.process_videos`), without ``use_audio_in_video`` only (with it:
-:class:`ConfigError` at the first video pack).
+(:meth:`Qwen25OmniFamily.process_videos`); with ``use_audio_in_video`` each video's sound track is
+an audio item too, at the video's place (:mod:`vlmpack.train.kind_media`), and the positions come
+from ``get_rope_index(..., use_audio_in_video=True)``.
 
 Training side: the collator's audio inputs are the processor's (:meth:`Qwen25OmniFamily.process_media`:
 ``WhisperFeatureExtractor.__call__`` on each sample's waveforms, decoded at 16 kHz, as
@@ -193,17 +194,15 @@ class Qwen25OmniFamily(Qwen2VLFamily):
         ``video_grid_thw`` int64 ``[k, 3]`` (:func:`vlmpack.models.qwen_video.process_qwen_videos`:
         the Qwen2-VL video processor's sampling and pixel pipeline on PyAV frames, at the Omni
         processor's size) and ``video_second_per_grid`` float32 ``[k]`` (:attr:`second_per_grid`,
-        ``Qwen2_5OmniProcessor._process_videos``). Raises :class:`ConfigError` (one line) with
-        ``use_audio_in_video``: the collator does not build a video's sound-track features, and its
-        encoder counts every ``<|AUDIO|>`` against the pack's audio items."""
+        ``Qwen2_5OmniProcessor._process_videos``); with ``use_audio_in_video`` ``layouts`` = the grids
+        (:meth:`video_layout`; the tracks: :func:`vlmpack.train.kind_media.with_sound_tracks`)."""
         import torch
 
         from vlmpack.models.qwen_video import process_qwen_videos
 
-        if self.audio_in_video:
-            raise ConfigError(f"{self.model_dir}: the {self.name} family cannot train on videos with "
-                              "use_audio_in_video yet (the collator does not build a video's sound-track features)")
         out = process_qwen_videos(self, videos)
+        if self.audio_in_video:  # the interleaved runs of expand_videos need each video's grid (video_layout)
+            out.layouts = [tuple(int(x) for x in g) for g in np.asarray(out.grids).tolist()]
         out.model_kwargs["video_second_per_grid"] = torch.full((len(out.grids),), self.second_per_grid,
                                                                dtype=torch.float32)
         return out
@@ -304,12 +303,12 @@ class OmniRopeIndexer:
     per sample on a light stand-in that holds the directory's ``thinker_config`` (no weights), with
     what ``Qwen2_5OmniThinkerModel.compute_3d_position_ids`` passes for the sample alone: its ids, an
     all-ones attention mask, its image grids and video grids (None without: the method then gives
-    text positions to the whole sample), ``use_audio_in_video=False`` (videos with their sound are
-    not trained: :meth:`Qwen25OmniFamily.process_videos`), ``audio_seqlens`` and
-    ``second_per_grids``.
-    The method reads ``audio_seqlens`` only through ``((s - 1) // 2 + 1 - 2) // 2 + 1``, the
-    item's ``<|AUDIO|>`` tokens, so each item is given ``4 * n - 1`` frames for its run of ``n``
-    tokens in the ids (which the encoder checked against the item's feature mask).
+    text positions to the whole sample), ``use_audio_in_video`` (the family's ``audio_in_video``),
+    ``audio_seqlens`` and ``second_per_grids``.
+    ``audio_seqlens``: the sample's rows of ``feature_attention_mask.sum(-1)`` (the forward's
+    ``audio_feature_lengths``; audio items and sound tracks in content order: :meth:`pack_positions`);
+    without audio rows each run of ``n`` ``<|AUDIO|>`` in the ids is given ``4 * n - 1`` frames (the
+    method reads them only through ``((s - 1) // 2 + 1 - 2) // 2 + 1`` = ``n``).
     The token ids the method reads from its config (``image_token_id``, ``video_token_id``,
     ``audio_token_id``, ``vision_start_token_id``, ``audio_start_token_id``) are set to the
     tokenizer's named tokens, the ids ``Qwen2_5OmniProcessor`` writes into the text (a published
@@ -341,42 +340,60 @@ class OmniRopeIndexer:
         self._shim = shim
         self.audio_token_id = int(family.audio_token_id)
         self.second_per_grid = float(family.second_per_grid)
+        self.use_audio_in_video = bool(family.audio_in_video)
 
-    def sample_positions(self, ids: np.ndarray, grids: np.ndarray, video_grids: np.ndarray | None = None
-                         ) -> np.ndarray:
+    reads_media = True  # the collator passes a pack's processed media to :meth:`pack_positions`
+
+    def sample_positions(self, ids: np.ndarray, grids: np.ndarray, video_grids: np.ndarray | None = None,
+                         audio_seqlens: Sequence[int] | None = None) -> np.ndarray:
         """int64 ``[3, n]`` positions of one sample: ``ids`` int ``[n]``, ``grids`` int ``[k, 3]``
         its images' (t, h, w) in order, ``video_grids`` int ``[v, 3]`` its videos' (each with
         ``second_per_grids`` = the family's :attr:`Qwen25OmniFamily.second_per_grid`, what the
-        processor gives). ``ValueError`` when the method's output does not cover the ids."""
+        processor gives), ``audio_seqlens`` its audio items' feature frames (class docstring; None:
+        from the ids). ``ValueError`` when the method fails or does not cover the ids."""
         import torch
 
         ids = np.asarray(ids, dtype=np.int64)
-        at = np.flatnonzero(ids == self.audio_token_id)
-        runs = np.diff(np.concatenate(([0], np.flatnonzero(np.diff(at) != 1) + 1, [len(at)]))) if len(at) else []
+        if audio_seqlens is None:
+            at = np.flatnonzero(ids == self.audio_token_id)
+            runs = np.diff(np.concatenate(([0], np.flatnonzero(np.diff(at) != 1) + 1, [len(at)]))) if len(at) else []
+            audio_seqlens = [4 * int(n) - 1 for n in runs]
         t_ids = torch.from_numpy(ids)[None]
-        kw: dict[str, Any] = {"audio_seqlens": torch.tensor([4 * int(n) - 1 for n in runs], dtype=torch.long)}
+        kw: dict[str, Any] = {"audio_seqlens": torch.tensor([int(n) for n in audio_seqlens], dtype=torch.long)}
         grid_t = torch.as_tensor(np.asarray(grids, dtype=np.int64)).reshape(-1, 3) if len(grids) else None
         vgrid_t = None
         if video_grids is not None and len(video_grids):
             vgrid_t = torch.as_tensor(np.asarray(video_grids, dtype=np.int64)).reshape(-1, 3)
             kw["second_per_grids"] = torch.full((len(vgrid_t),), self.second_per_grid, dtype=torch.float32)
         try:
-            pos, _ = self._shim.get_rope_index(t_ids, grid_t, vgrid_t, torch.ones_like(t_ids), False, **kw)
-        except (IndexError, RuntimeError) as e:
+            pos, _ = self._shim.get_rope_index(t_ids, grid_t, vgrid_t, torch.ones_like(t_ids), self.use_audio_in_video,
+                                               **kw)
+        except (IndexError, RuntimeError, ValueError) as e:
             raise ValueError(f"the thinker's get_rope_index fails on the sample ({type(e).__name__}: {e})") from None
         if pos.shape != (3, 1, len(ids)):
             raise ValueError(f"the thinker's get_rope_index gives {tuple(pos.shape)} positions for {len(ids)} ids")
         return pos[:, 0].numpy()
 
     def pack_positions(self, ids: np.ndarray, lengths: Sequence[int], grids: Sequence[np.ndarray],
-                       video_grids: Sequence | None = None, video_seconds: Sequence | None = None) -> np.ndarray:
+                       video_grids: Sequence | None = None, video_seconds: Sequence | None = None, *,
+                       media: dict | None = None, media_per_sample: dict | None = None) -> np.ndarray:
         """int64 ``[3, T]``: :meth:`sample_positions` of each sample (``lengths`` tokens each, ``grids``
         and ``video_grids`` per sample), concatenated (the collator's call of
         :meth:`vlmpack.train.rope.MRopeIndexer.pack_positions`; ``video_seconds`` is not read: every
-        video has the processor's ``second_per_grid``)."""
+        video has the processor's ``second_per_grid``). ``media`` / ``media_per_sample``: the pack's
+        (:class:`vlmpack.train.encode.EncodedPack`), each sample's rows of the audio
+        ``feature_attention_mask.sum(-1)`` its ``audio_seqlens``. ``ValueError`` as :meth:`sample_positions`."""
         out, start = [], 0
         vgrids = list(video_grids) if video_grids is not None else [None] * len(lengths)
-        for n, g, vg in zip(lengths, grids, vgrids):
-            out.append(self.sample_positions(ids[start:start + n], g, vg))
+        audio, seqlens = (media or {}).get("audio"), [None] * len(lengths)
+        if audio is not None and audio.model_kwargs:
+            frames = np.asarray(audio.model_kwargs["feature_attention_mask"].sum(-1)).tolist()
+            bounds = np.cumsum([0, *(media_per_sample or {}).get("audio", [])]).tolist()
+            if bounds[-1] != len(frames) or len(bounds) != len(lengths) + 1:
+                raise ValueError(f"{len(frames)} audio feature rows for {bounds[-1]} audio items of "
+                                 f"{len(bounds) - 1} samples ({len(lengths)} in the pack)")
+            seqlens = [frames[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        for n, g, vg, sl in zip(lengths, grids, vgrids, seqlens):
+            out.append(self.sample_positions(ids[start:start + n], g, vg, sl))
             start += n
         return np.concatenate(out, axis=1) if out else np.zeros((3, 0), dtype=np.int64)

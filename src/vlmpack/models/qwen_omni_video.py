@@ -122,9 +122,9 @@ def sound_track_tokens(media, *, hop_length: int, n_samples: int) -> int:
     video's bytes as ``data``. :func:`~vlmpack.models.qwen_omni_audio.audio_tokens` of the track's
     header (:func:`vlmpack.media.audio.probe_sound_track`: sample count and rate). Raises
     :class:`MediaRuleError`: ``media_unsupported`` for a video without a sound track or an item
-    that names no file and holds no bytes (a bare :class:`~vlmpack.models.base.MediaSize`, what
-    ``vlmpack verify`` recounts from), the probe's reason (``media_undecodable``: a track cut short,
-    ``media_missing``) otherwise."""
+    that names no file and holds no bytes (a bare :class:`~vlmpack.models.base.MediaSize`; ``vlmpack
+    verify`` passes :class:`vlmpack.verify.PartMedia`, the size with the part's bytes), the probe's
+    reason (``media_undecodable``: a track cut short, ``media_missing``) otherwise."""
     from vlmpack.media.audio import probe_sound_track
 
     path, data = getattr(media, "path", "") or "", getattr(media, "data", None)

@@ -41,8 +41,10 @@ isolated by their segment boundaries). Output keys (all torch tensors unless not
 - per kind after video present in the batch (audio; :mod:`vlmpack.train.kind_media`) the family's
   ``batch_media_inputs`` (Qwen2.5-Omni: ``input_features`` float32 ``[k, 128, 30000]`` log-mel and
   ``feature_attention_mask`` int32 ``[k, 30000]``, as ``Qwen2_5OmniProcessor`` gives them per
-  sample, items in sample order), ``<kind>_input_keys`` (``audio_input_keys``) and
-  ``<kind>s_per_sample`` int32 ``[n]`` (``audios_per_sample``); absent without such items.
+  sample, items in sample order; with ``use_audio_in_video`` each video's sound track is an item
+  too, at the video's place in the sample's content order), ``<kind>_input_keys``
+  (``audio_input_keys``) and ``<kind>s_per_sample`` int32 ``[n]`` (``audios_per_sample``: rows of
+  those tensors per sample, sound tracks included); absent without such items.
   No ``mm_token_type_ids``: the per-sample mRoPE ``position_ids`` already hold what the model
   would derive from them (``get_rope_index`` with 1 on image pads, 2 on video pads);
 - ``images_per_sample``, ``videos_per_sample``, ``media_tokens_per_sample`` int32 ``[n]`` per
@@ -194,8 +196,10 @@ class PackCollator:
             vgrids = np.split(enc.video_grid_thw, vsplits)
             secs = enc.video_extra.get("second_per_grid_ts")
             vsecs = None if secs is None else torch.tensor_split(secs, vsplits.tolist())
+        reads = getattr(self.rope, "reads_media", False)  # Qwen2.5-Omni: audio_seqlens from the pack's audio rows
+        kw = {"media": enc.media, "media_per_sample": enc.media_per_sample} if reads else {}
         try:
-            return self.rope.pack_positions(enc.input_ids, enc.lengths.tolist(), grids, vgrids, vsecs)
+            return self.rope.pack_positions(enc.input_ids, enc.lengths.tolist(), grids, vgrids, vsecs, **kw)
         except ValueError as e:
             raise PackMismatchError(f"pack {enc.key!r}: mRoPE positions: {e}") from None
 
