@@ -125,27 +125,38 @@ def probe_audio(source, name: str = "", check: str = "header") -> AudioHeader:
     """The :class:`AudioHeader` of the first audio stream at ``source`` (a path or ``bytes``);
     ``name`` labels errors and picks the format name (its extension). ``check``: ``"header"``,
     ``"verify"`` or ``"decode"`` (module docstring). Raises ``MediaError`` only."""
+    def read(av, container, label):
+        header = _read_header(av, container, label, check)
+        return header, riff_data_samples(_head(source)) if header.format == "wav" else None
+
+    header, declared = _opened(source, name, "audio", read)
+    if declared is not None and declared > header.samples:
+        label = name or (source if isinstance(source, str) else "<bytes>")
+        raise _error("media_undecodable", f"audio has {header.samples} samples, its data chunk says {declared} "
+                     f"(cut short): {label}")
+    return header
+
+
+def _opened(source, name: str, what: str, read):
+    """``read(av, container, label)`` on ``source`` opened with PyAV, its errors as ``MediaError``
+    (``what``: "audio" or "video", the word of the messages): PyAV missing or no decoder
+    ``media_unsupported``; empty, not opening or failing while read ``media_undecodable``."""
     try:
         import av
     except ImportError:
         raise _error("media_unsupported", f"audio needs PyAV (pip install 'vlmpack[video]'): {name}") from None
     label = name or (source if isinstance(source, str) else "<bytes>")
     if isinstance(source, (bytes, bytearray, memoryview)) and not len(source):
-        raise _error("media_undecodable", f"audio file is empty: {label}")
+        raise _error("media_undecodable", f"{what} file is empty: {label}")
     try:
         with av.open(_source(source), metadata_errors="ignore") as container:
-            header = _read_header(av, container, label, check)
-        declared = riff_data_samples(_head(source)) if header.format == "wav" else None
+            return read(av, container, label)
     except av.FFmpegError as e:
         if isinstance(e, av.DecoderNotFoundError):
             raise _error("media_unsupported", f"no decoder for this audio: {_oneline(e)}: {label}") from None
-        raise _error("media_undecodable", f"audio does not open: {_oneline(e)}: {label}") from None
+        raise _error("media_undecodable", f"{what} does not open: {_oneline(e)}: {label}") from None
     except (OSError, EOFError, ValueError, IndexError, ZeroDivisionError) as e:
-        raise _error("media_undecodable", f"audio does not open: {type(e).__name__}: {_oneline(e)}: {label}") from None
-    if declared is not None and declared > header.samples:
-        raise _error("media_undecodable", f"audio has {header.samples} samples, its data chunk says {declared} "
-                     f"(cut short): {label}")
-    return header
+        raise _error("media_undecodable", f"{what} does not open: {type(e).__name__}: {_oneline(e)}: {label}") from None
 
 
 class _TrackView:
@@ -171,24 +182,10 @@ def probe_sound_track(source, name: str = "", check: str = "header") -> AudioHea
     Raises ``MediaError`` as :func:`probe_audio` does (``media_undecodable``: cut short, no
     sample, not a container PyAV reads; ``media_unsupported``: a container or codec outside
     :data:`CONTAINERS`, PyAV missing)."""
-    try:
-        import av
-    except ImportError:
-        raise _error("media_unsupported", f"audio needs PyAV (pip install 'vlmpack[video]'): {name}") from None
-    label = name or (source if isinstance(source, str) else "<bytes>")
-    if isinstance(source, (bytes, bytearray, memoryview)) and not len(source):
-        raise _error("media_undecodable", f"video file is empty: {label}")
-    try:
-        with av.open(_source(source), metadata_errors="ignore") as container:
-            if not container.streams.audio:
-                return None
-            return _read_header(av, _TrackView(container), label, check)
-    except av.FFmpegError as e:
-        if isinstance(e, av.DecoderNotFoundError):
-            raise _error("media_unsupported", f"no decoder for this audio: {_oneline(e)}: {label}") from None
-        raise _error("media_undecodable", f"video does not open: {_oneline(e)}: {label}") from None
-    except (OSError, EOFError, ValueError, IndexError, ZeroDivisionError) as e:
-        raise _error("media_undecodable", f"video does not open: {type(e).__name__}: {_oneline(e)}: {label}") from None
+    def read(av, container, label):
+        return _read_header(av, _TrackView(container), label, check) if container.streams.audio else None
+
+    return _opened(source, name, "video", read)
 
 
 def _head(source, n: int = 1 << 16) -> bytes:
