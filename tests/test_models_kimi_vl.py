@@ -21,10 +21,18 @@ the sha256 of the builder and its files.
    and the sample's ids are what ``KimiVLProcessor.__call__`` does to the rendered text (each
    ``<|media_pad|>`` replaced by ``n`` copies, then one tokenizer call): ``num_tokens`` and
    ``family.encode`` both equal them. Stops at the first difference.
-3. Not done: packed == alone on a tiny model. ``KimiVLForConditionalGeneration`` is remote code
-   written for transformers 4.51 and transformers 5.24 has no class of the same architecture
-   (MoonViT + ``KimiVLMultiModalProjector`` + DeepSeek-V3); the family builds no training pixels
-   (:meth:`KimiVLFamily.process_images` raises a one-line ConfigError, checked below).
+3. Pixels: :meth:`KimiVLFamily.process_images` gives the published ``KimiVLImageProcessor``'s
+   ``pixel_values`` (bit for bit) and ``image_grid_hws`` on 8 demo images (resized, padded, every
+   stored PIL mode) and 4 noise images, recorded once with real torchvision
+   (``tests/fixtures/kimi_vl_published_pixels.json``, ``tools/kimi_vl_pixels_check.py``); the
+   collator's batch of one pack holds its ids and those inputs.
+4. The model: transformers' ``Kimi_K25ForConditionalGeneration`` with the config mapped by
+   ``tools/kimi_vl_model_check.py``'s ``k25_config`` gives the published Kimi-VL model's logits
+   (reconstructed from public copies, run under transformers 4.51.3) with the same tiny weights on 5
+   samples (the record ``tests/fixtures/kimi_vl_model_check.json``); then a tiny such model gives the
+   same logits on a packed row (collator output: ids, 1-D positions, block mask, pixels) as on each
+   sample alone (``sdpa`` and ``eager`` masks, ``sdpa`` position ids; < 1e-4), and a plain causal mask
+   differs (negative control).
 """
 
 from __future__ import annotations
@@ -47,6 +55,10 @@ from vlmpack.packfmt import read_packs
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 FIXTURE = Path(__file__).parent / "fixtures" / "kimi_vl_published.json"
+PIXELS = Path(__file__).parent / "fixtures" / "kimi_vl_published_pixels.json"
+MODEL_CHECK = Path(__file__).parent / "fixtures" / "kimi_vl_model_check.json"
+ATOL = 1e-4
+SEQ_LEN = 1024
 SWEEP_SEQ_LEN = 32768  # above the demo set's longest sample, so none is overlong
 PAD = "<|media_pad|>"
 
@@ -108,7 +120,7 @@ def test_family_is_registered(kimi_vl_dir, tmp_path):
         load_model(str(kimi_vl_dir), processor=json.dumps({"kwargs": {"max_pixels": 1024}}))
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
     assert fam.field_problem(msgs, tools)[0] == "template_unsupported"
-    for call in (fam.rope_model_class, lambda: fam.process_images(images), lambda: fam.process_videos([])):
+    for call in (fam.rope_model_class, fam.image_processor_class, lambda: fam.process_videos([])):
         with pytest.raises(ConfigError) as e:
             call()
         assert "\n" not in str(e.value)
@@ -227,9 +239,10 @@ def _assistant_spans(rendered: str) -> str:
     return "".join(re.findall(r"<\|im_assistant\|>[^<]*<\|im_middle\|>(.*?<\|im_end\|>)", rendered, flags=re.S))
 
 
-def test_labels_are_the_assistant_spans_and_collator_refuses(sweep, kimi_vl_dir):
+def test_labels_are_the_assistant_spans_and_the_collator_batch(sweep, kimi_vl_dir):
     """Labels of the first 300 packed image samples are the template's assistant spans; the
-    collator refuses Kimi-VL packs with one ConfigError line (no training pixels)."""
+    collator's batch of the first pack holds its samples' ids, labels and the published image
+    processor's pixels (``pixel_values`` as :meth:`process_images` gives them) with ``image_grid_thw``."""
     from vlmpack.train import PackCollator
 
     fam = load_model(str(kimi_vl_dir))
@@ -246,9 +259,60 @@ def test_labels_are_the_assistant_spans_and_collator_refuses(sweep, kimi_vl_dir)
         if n >= 300:
             break
     assert n == 300
-    with pytest.raises(ConfigError) as e:
-        PackCollator(kimi_vl_dir)(first)
-    assert "\n" not in str(e.value)
+    batch = PackCollator(kimi_vl_dir)(first)
+    samples = json.loads(first["json"])["samples"]
+    want = np.concatenate([fam.encode(s["messages"], [m["num_tokens"] for m in s["media"]]) for s in samples])
+    assert np.array_equal(batch["input_ids"][0, :len(want)].numpy(), want)
+    thw = batch["image_grid_thw"].numpy()
+    assert [int(t) for t in thw.prod(axis=1) // 4] == [m["num_tokens"] for s in samples for m in s["media"]]
+    assert tuple(batch["pixel_values"].shape) == (int(thw.prod(axis=1).sum()), 3, 14, 14) and (thw[:, 0] == 1).all()
+
+
+def test_pixels_equal_published_image_processor(kimi_vl_dir, real_data):
+    """``process_images`` gives the published ``KimiVLImageProcessor``'s ``pixel_values`` (bit for
+    bit: sha256 of the float32 array) and ``image_grid_hws`` on the recorded demo images (resized
+    and padded ones, every stored PIL mode) and seeded noise images
+    (``tests/fixtures/kimi_vl_published_pixels.json``, ``tools/kimi_vl_pixels_check.py``); each
+    image decoded by vlmpack's decoder is the recorded processor input."""
+    import hashlib
+
+    from kimi_vl_pixels_check import FULL, noise_image
+    from PIL import Image
+
+    from vlmpack.media.kinds.image import open_image
+
+    def sha(a: np.ndarray) -> str:
+        return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+
+    rec = json.loads(PIXELS.read_text())
+    fam = load_model(str(kimi_vl_dir))
+    assert rec["preprocessor_config"] == json.loads((kimi_vl_dir / "preprocessor_config.json").read_text())
+    noise = {f"noise_{w}x{h}": noise_image(w, h, seed) for w, h, seed in rec["noise"]}
+    images = [noise[k] if k in noise else open_image(str(real_data / k)) for k in rec["images"]]
+    resized = padded = 0
+    for (key, want), img in zip(rec["images"].items(), images, strict=True):
+        assert sha(np.asarray(img)) == want["input_sha256"], key
+        got = fam.process_images([img])
+        assert got.model_kwargs["image_grid_thw"][:, 1:].tolist() == want["image_grid_hws"], key
+        assert list(got.pixel_values.shape) == want["shape"], key
+        assert sha(got.pixel_values.numpy()) == want["sha256"], key
+        if "pixel_values" in want:
+            assert np.array_equal(got.pixel_values.numpy(), np.array(want["pixel_values"], dtype=np.float32))
+        w, h = img.size
+        resized += (w // 14) * (h // 14) > 4096
+        padded += bool(w % 28 or h % 28)
+    assert FULL in rec["images"] and resized >= 3 and padded >= 5 and len(images) >= 10
+    assert {Image.open(real_data / k).mode for k in rec["images"] if k not in noise} == {"L", "LA", "P", "RGB", "RGBA"}
+    # all images in one call: concatenated in order, grids (1, h, w), tokens h*w // 4
+    both = fam.process_images(images)
+    sizes = [int(np.prod(r["shape"][:1])) for r in rec["images"].values()]
+    assert both.pixel_values.shape[0] == sum(sizes)
+    assert sha(both.pixel_values[:sizes[0]].numpy()) == next(iter(rec["images"].values()))["sha256"]
+    assert both.grids.tolist() == [[1, *r["image_grid_hws"][0]] for r in rec["images"].values()]
+    assert both.tokens.tolist() == [r["image_grid_hws"][0][0] * r["image_grid_hws"][0][1] // 4
+                                    for r in rec["images"].values()]
+    with pytest.raises(MediaRuleError, match="Exceed pos emb"):
+        fam.process_images([Image.new("RGB", (7169, 10))])
 
 
 def test_oversized_image_is_rejected_media_unsupported(tmp_path, kimi_vl_dir):
@@ -278,3 +342,122 @@ def test_verify_passes_on_a_kimi_vl_output(sweep):
 
     res = verify_output(sweep["out"], workers=1)
     assert res["problems"] == [] and res["recounted_shards"] >= 1 and res["samples"] == 2937
+
+
+def test_kimi_k25_model_computes_the_published_kimi_vl_model():
+    """The record of ``tools/kimi_vl_model_check.py`` (``tests/fixtures/kimi_vl_model_check.json``):
+    with the same tiny random weights, transformers' ``Kimi_K25ForConditionalGeneration`` built by
+    ``k25_config`` (the function the training test below uses) gives the published Kimi-VL model's
+    logits on 5 samples (1 and 2 images; grids 2 x 2 to 66 x 64, 64 x 64 = the position table
+    itself), sdpa and eager; the published model's own eager vision attention lets two images of a
+    sample attend to each other (its bool block mask is added to the scores), so it differs there."""
+    from kimi_vl_model_check import SAMPLES, tiny_dims
+
+    rec = json.loads(MODEL_CHECK.read_text())
+    assert rec["published_transformers"] == "4.51.3" and rec["tiny_dims"] == tiny_dims()
+    assert set(rec["samples"]) == {label for label, _ in SAMPLES} and set(rec["cases"]) == {"sdpa", "eager"}
+    assert rec["samples"]["noise_896x896"]["image_grid_hws"] == [[64, 64]]
+    assert len(rec["samples"]["two_images"]["image_grid_hws"]) == 2
+    for impl, case in rec["cases"].items():
+        for label, r in case.items():
+            assert r["max_diff"] < ATOL, (impl, label, r)
+            if label != "two_images":
+                assert r["max_diff_vs_published_eager"] < ATOL, (impl, label, r)
+        assert case["two_images"]["max_diff_vs_published_eager"] > 1e-2
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(real_data, kimi_vl_dir) -> dict:
+    """Packed == alone on a tiny random ``Kimi_K25ForConditionalGeneration`` built from the kimi_vl
+    directory's ``config.json`` by ``kimi_vl_model_check.k25_config``: the first image pack of 3 or
+    more samples of the 60-line demo subset, collated (sdpa / eager block masks, sdpa position ids only) and each
+    sample alone (``family.encode`` ids == the published processor's, ``process_images`` pixels ==
+    the published image processor's, images decoded by transformers' ``load_image`` from the pack's
+    bytes; the model's forward without mask or positions); max logit differences (hidden states
+    times ``lm_head``: a Cauchy-Schwarz bound for the passes, exact for the negative control)."""
+    import io
+
+    import torch
+    from demo_data.packs import demo_packs
+    from kimi_vl_model_check import k25_config
+    from PIL import Image
+    from transformers import Kimi_K25ForConditionalGeneration
+    from transformers.image_utils import load_image
+
+    from vlmpack.train import PackCollator, model_inputs
+    from vlmpack.train.testing import plain_causal_inputs
+
+    fam = load_model(str(kimi_vl_dir))
+    cfg = json.loads((kimi_vl_dir / "config.json").read_text())
+    chosen = [next(p for p in read_packs(demo_packs(real_data, kimi_vl_dir, seq_len=SEQ_LEN, n_lines=60))
+                   if len(ss := json.loads(p["json"])["samples"]) >= 3 and sum(len(s["media"]) for s in ss) >= 2)]
+    models = {}
+    for impl in ("sdpa", "eager"):
+        torch.manual_seed(0)
+        models[impl] = Kimi_K25ForConditionalGeneration(k25_config(cfg, impl)).float().eval()
+    models["eager"].load_state_dict(models["sdpa"].state_dict())
+    w = models["sdpa"].lm_head.weight
+    assert models["sdpa"].lm_head.bias is None
+
+    def hidden(model, **kw):
+        kw.pop("labels", None)
+        with torch.no_grad():
+            return model.model(**kw).last_hidden_state[0]
+
+    def bound(h, ref) -> float:
+        with torch.no_grad():
+            return float((h - ref).norm(dim=-1).max() * w.norm(dim=-1).max())
+
+    def exact(h, ref) -> float:
+        with torch.no_grad():
+            d = h - ref
+            return max(float((d[i:i + 256] @ w.T).abs().max()) for i in range(0, len(d), 256))
+
+    alone = {}
+    n_samples = n_images = 0
+    for p in chosen:
+        out = []
+        for s in json.loads(p["json"])["samples"]:
+            ids = torch.from_numpy(fam.encode(s["messages"], [m["num_tokens"] for m in s["media"]]))
+            kw = {"input_ids": ids[None], "use_cache": False}
+            if s["media"]:
+                proc = fam.process_images([load_image(Image.open(io.BytesIO(p[m["part"]]))) for m in s["media"]])
+                assert proc.tokens.tolist() == [m["num_tokens"] for m in s["media"]]
+                kw.update(pixel_values=proc.pixel_values, **proc.model_kwargs)
+                n_images += len(s["media"])
+            out.append((ids, hidden(models["sdpa"], **kw)))
+            n_samples += 1
+        alone[p["__key__"]] = out
+    res: dict = {"cases": {}, "samples": n_samples, "images": n_images}
+    for name, attn, dense in (("sdpa-mask", "sdpa", True), ("eager-mask", "eager", True),
+                              ("sdpa-posids", "sdpa", False)):
+        collator = PackCollator(kimi_vl_dir, attn_implementation=attn, dense_mask=dense)
+        worst, same_ids = 0.0, True
+        for p in chosen:
+            batch = collator(p)
+            got = hidden(models[attn], **model_inputs(batch, attn))
+            cu = batch["cu_seqlens"].tolist()
+            for (ids, ref), a, z in zip(alone[p["__key__"]], cu[:-1], cu[1:], strict=True):
+                same_ids &= bool(torch.equal(batch["input_ids"][0, a:z], ids))
+                worst = max(worst, bound(got[a:z], ref))
+        res["cases"][name] = {"max_diff": worst, "same_ids": same_ids}
+    batch = PackCollator(kimi_vl_dir, attn_implementation="sdpa")(chosen[0])
+    got = hidden(models["sdpa"], **plain_causal_inputs(batch, "sdpa"))
+    cu = batch["cu_seqlens"].tolist()
+    (_, first), (_, second) = alone[chosen[0]["__key__"]][:2]
+    res["negative"] = {"first": exact(got[:cu[1]], first), "second": exact(got[cu[1]:cu[2]], second)}
+    print(f"kimi_vl tiny: {res}")
+    return res
+
+
+def test_packed_equals_alone(tiny_runs):
+    assert tiny_runs["samples"] >= 3 and tiny_runs["images"] >= 2
+    assert set(tiny_runs["cases"]) == {"sdpa-mask", "eager-mask", "sdpa-posids"}
+    for name, case in tiny_runs["cases"].items():
+        assert case["same_ids"], name
+        assert case["max_diff"] < ATOL, f"{name}: packed logits differ by {case['max_diff']:.3g}"
+
+
+def test_negative_control_plain_causal_mask_differs(tiny_runs):
+    neg = tiny_runs["negative"]
+    assert neg["first"] < ATOL and neg["second"] > 1e-3, neg

@@ -30,18 +30,29 @@ here are those of the published files (read in public copies, see
   :meth:`KimiVLFamily.media_problem` names them, so they are rejected ``media_unsupported``;
 - positions are 1-D; labels: each assistant turn after its ``<|im_middle|>`` up to its
   ``<|im_end|>`` inclusive (:func:`vlmpack.models.kimi_k25.kimi_label_mask`);
+- training pixels (:meth:`KimiVLFamily.process_images`, :func:`kimi_vl_pixels`): the published
+  ``KimiVLImageProcessor.preprocess`` with ``pad_input``, restated step for step (PIL bicubic
+  resize, zero pad right / bottom, ``to_tensor``, ``normalize`` with the directory's
+  ``image_mean`` / ``image_std``, 14 x 14 patches row by row): ``pixel_values`` float32 ``[sum(h*w),
+  3, 14, 14]``, with ``image_grid_thw`` int64 ``[k, 3]`` ``(1, h, w)``;
+- the model to train: the published ``KimiVLForConditionalGeneration`` is remote code for
+  transformers 4.51 (no ``kimi_vl`` class in transformers 5.24); transformers'
+  ``Kimi_K25ForConditionalGeneration`` with a config mapped from Kimi-VL's (``projection_layer_norm_eps``
+  1e-5, MoonViT's 64 x 64 position table, ``gelu_pytorch_tanh``; :func:`kimi_vl_model_check.k25_config`
+  in ``tools/``) and Kimi-VL's weights loaded through transformers' own Kimi checkpoint conversion
+  (the projector's ``linear_1`` / ``linear_2`` named ``mm_projector.proj.0`` / ``.2``) gives the
+  published model's logits on samples alone, one and two images (``tools/kimi_vl_model_check.py``); it takes
+  ``pixel_values`` + ``image_grid_thw`` (the published model: ``image_grid_hws = image_grid_thw[:, 1:]``);
 - refused: videos (the published processor has no video path: ``media_unsupported``), tool
   schemas (the published template has no tool branch; Kimi's tokenizer is remote code:
   ``template_unsupported``), ``pad_input`` false (its centre crop is not restated:
-  :class:`ConfigError`), and training pixels (the published image processor and
-  ``KimiVLForConditionalGeneration`` are remote code that imports only under transformers 4.51;
-  :meth:`KimiVLFamily.process_images` raises :class:`ConfigError`): vlmpack packs Kimi-VL data,
-  it does not collate it.
+  :class:`ConfigError`).
 
 Values read from the model directory: ``preprocessor_config.json`` (``patch_size``,
-``in_token_limit``, ``merge_kernel_size``, ``pad_input``; missing: the published class defaults 14,
-4096, [2, 2], False), ``config.json`` (``media_placeholder_token_id``, checked against the
-tokenizer's ``<|media_pad|>``), the tokenizer and chat template.
+``in_token_limit``, ``merge_kernel_size``, ``pad_input``, ``image_mean``, ``image_std``; missing: the
+published class defaults 14, 4096, [2, 2], False, OpenAI CLIP's mean and std), ``config.json``
+(``media_placeholder_token_id``, checked against the tokenizer's ``<|media_pad|>``), the tokenizer
+and chat template.
 """
 
 from __future__ import annotations
@@ -60,14 +71,15 @@ from vlmpack.models.chat_tokenizer import load_chat_tokenizer
 from vlmpack.models.kimi_k25 import KimiK25Family
 from vlmpack.models.special_tokens import special_token_pattern, special_token_strings
 
-__all__ = ["KimiVLFamily", "kimi_vl_grid"]
+__all__ = ["KimiVLFamily", "kimi_vl_grid", "kimi_vl_pixels"]
 
 #: The published ``KimiVLImageProcessor.__init__`` defaults.
-DEFAULTS = {"patch_size": 14, "in_token_limit": 4096, "merge_kernel_size": [2, 2], "pad_input": False}
+DEFAULTS = {"patch_size": 14, "in_token_limit": 4096, "merge_kernel_size": [2, 2], "pad_input": False,
+            "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711]}
 #: MoonViT's position table side (the published ``rescale`` refuses ``side // patch_size >= 512``).
 MAX_SIDE_PATCHES = 512
-NO_TRAINING = ("Kimi-VL's image processor and model are remote code (transformers has no kimi_vl class); "
-               "vlmpack counts and packs Kimi-VL samples but builds no training pixels for them")
+NO_CLASS = ("Kimi-VL's image processor is remote code (transformers has no kimi_vl class); vlmpack restates "
+            "it (KimiVLFamily.process_images)")
 
 
 def kimi_vl_grid(height: int, width: int, *, patch_size: int, in_token_limit: int,
@@ -86,6 +98,42 @@ def kimi_vl_grid(height: int, width: int, *, patch_size: int, in_token_limit: in
     pad_h = (fh - height % fh) % fh
     pad_w = (fw - width % fw) % fw
     return (height + pad_h) // p, (width + pad_w) // p
+
+
+def kimi_vl_pixels(image, *, patch_size: int, in_token_limit: int, merge_kernel_size: Sequence[int],
+                   mean: Sequence[float], std: Sequence[float]):
+    """``(pixel_values, (grid_h, grid_w))`` of one decoded PIL image: the published
+    ``KimiVLImageProcessor._preprocess`` with ``pad_input``, step for step: ``rescale`` (PIL
+    ``Image.resize(..., BICUBIC)`` to ``int(side * s)`` when ``(w // p) * (h // p) > in_token_limit``,
+    ``s`` as :func:`kimi_vl_grid`; then torchvision ``TF.pad`` with zeros on the right / bottom to a
+    multiple of ``p * k``), ``TF.to_tensor(image.convert("RGB"))`` (uint8 -> float32 ``/ 255``),
+    ``TF.normalize`` (``(x - mean) / std`` per channel, float32) and ``patchify`` (``[C, H, W]`` ->
+    ``[(H/p)*(W/p), C, p, p]``, patches row by row). ``pixel_values``: float32 torch tensor
+    ``[grid_h * grid_w, 3, p, p]``. Raises :class:`MediaRuleError` at 512 or more patches on a side
+    (the published ``ValueError("Exceed pos emb")``)."""
+    import torch
+    from PIL import Image
+
+    p = patch_size
+    w, h = image.size
+    if (w // p) * (h // p) > in_token_limit:
+        scale = math.sqrt(in_token_limit / ((w // p) * (h // p)))
+        image = image.resize((int(w * scale), int(h * scale)), Image.Resampling.BICUBIC)
+    a = np.asarray(image.convert("RGB"), dtype=np.uint8)
+    fh, fw = merge_kernel_size[0] * p, merge_kernel_size[1] * p
+    height, width = a.shape[:2]
+    hh, ww = height + (fh - height % fh) % fh, width + (fw - width % fw) % fw
+    if hh // p >= MAX_SIDE_PATCHES or ww // p >= MAX_SIDE_PATCHES:
+        raise MediaRuleError(f"{w}x{h} gives a {hh // p}x{ww // p} patch grid; Kimi-VL's image processor refuses "
+                             f"{MAX_SIDE_PATCHES} or more patches on a side (Exceed pos emb)")
+    padded = np.zeros((hh, ww, 3), dtype=np.uint8)
+    padded[:height, :width] = a
+    x = torch.from_numpy(padded).permute(2, 0, 1).contiguous().to(torch.float32).div(255)
+    x = x.sub(torch.as_tensor(mean, dtype=torch.float32).view(-1, 1, 1)).div(
+        torch.as_tensor(std, dtype=torch.float32).view(-1, 1, 1))
+    gh, gw = hh // p, ww // p
+    patches = x.reshape(3, gh, p, gw, p).permute(1, 3, 0, 2, 4).contiguous().view(-1, 3, p, p)
+    return patches, (gh, gw)
 
 
 class KimiVLFamily(KimiK25Family):
@@ -111,7 +159,7 @@ class KimiVLFamily(KimiK25Family):
     @classmethod
     def image_processor_class(cls) -> type:
         """:class:`ConfigError`: the published ``KimiVLImageProcessor`` is remote code."""
-        raise ConfigError(NO_TRAINING)
+        raise ConfigError(NO_CLASS)
 
     @classmethod
     def image_valid_kwargs(cls) -> type:
@@ -140,6 +188,8 @@ class KimiVLFamily(KimiK25Family):
         self.in_token_limit = int(pre["in_token_limit"])
         self.merge_kernel_size = [int(k) for k in kernel]
         self.merge_size = self.merge_kernel_size[0]  # used by nothing that counts; kept for the base class
+        self.image_mean = [float(v) for v in pre["image_mean"]]
+        self.image_std = [float(v) for v in pre["image_std"]]
         cfg = json.loads((d / "config.json").read_text())
         self.model_type = str(cfg.get("model_type"))
         self.tokenizer = tok = load_chat_tokenizer(model_dir)
@@ -222,8 +272,26 @@ class KimiVLFamily(KimiK25Family):
         raise ConfigError(f"{self.model_dir}: {self.name} has 1-D positions (no mRoPE model class)")
 
     def process_images(self, images: list, images_per_sample: Sequence[int] | None = None) -> ProcessedImages:
-        """:class:`ConfigError` (one line): no training pixels for Kimi-VL (module docstring)."""
-        raise ConfigError(f"{self.model_dir}: {NO_TRAINING}")
+        """The published ``KimiVLImageProcessor.preprocess`` (``pad_input`` path) on decoded PIL images,
+        restated by :func:`kimi_vl_pixels` per image: ``pixel_values`` float32 ``[sum(h*w), 3, p, p]``,
+        grids int64 ``[k, 3]`` ``(1, h, w)`` in patches, tokens ``h*w // (k_h*k_w)`` per image,
+        ``model_kwargs`` ``{"image_grid_thw": int64 [k, 3]}`` (``images_per_sample`` is ignored). The
+        batch (:meth:`KimiK25Family.batch_image_inputs`) holds ``pixel_values`` and ``image_grid_thw``,
+        the inputs of transformers' ``Kimi_K25ForConditionalGeneration`` (module docstring); the
+        published remote model takes the same pixels with ``image_grid_hws = image_grid_thw[:, 1:]``.
+        Raises :class:`MediaRuleError` for an image the published processor refuses (``Exceed pos emb``)."""
+        import torch
+
+        if not images:
+            return ProcessedImages(None, np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.int64), {})
+        parts = [kimi_vl_pixels(im, patch_size=self.patch_size, in_token_limit=self.in_token_limit,
+                                merge_kernel_size=self.merge_kernel_size, mean=self.image_mean, std=self.image_std)
+                 for im in images]
+        hws = np.array([hw for _, hw in parts], dtype=np.int64)
+        grids = np.concatenate([np.ones((len(hws), 1), dtype=np.int64), hws], axis=1)
+        return ProcessedImages(torch.cat([px for px, _ in parts]), grids,
+                               hws.prod(axis=1) // (self.merge_kernel_size[0] * self.merge_kernel_size[1]),
+                               {"image_grid_thw": torch.from_numpy(grids)})
 
     def process_videos(self, videos: Sequence) -> ProcessedVideos:
         """:class:`ConfigError`: Kimi-VL videos are never counted, so never packed."""
