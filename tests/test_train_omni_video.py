@@ -68,7 +68,6 @@ ATOL = 1e-4
 def video_pack(real_data, omni_dir, tmp_path_factory) -> dict:  # noqa: F811
     from demo_data.audio_corpus import build_audio_corpus, build_broken_audio
 
-    from vlmpack.packfmt import read_packs
 
     with cache_lock():
         corpus = {p.name: p for p in build_audio_corpus(CACHE / "audio_corpus", real_data)}
@@ -81,13 +80,21 @@ def video_pack(real_data, omni_dir, tmp_path_factory) -> dict:  # noqa: F811
         {"role": "user", "content": [{"type": "text", "text": "Watch:"}, {"type": "video", "path": str(path)}]},
         {"role": "assistant", "content": "A picture pans."}]}
         for name, path in (("flac", corpus["speech_h264_flac.mkv"]), ("silent", broken["no_audio.mp4"]))]
-    d = tmp_path_factory.mktemp("omni_video_train")
-    (d / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [videos[0], image, videos[1], text]))
-    r = run_cli(["pack", "-i", d / "in.jsonl", "--model", omni_dir, "-o", d / "out", "--seq-len", "16384",
-                 "--allow-absolute-media", "-j", "1", "--no-progress"])
+    return _one_pack(tmp_path_factory.mktemp("omni_video_train"), [videos[0], image, videos[1], text], omni_dir,
+                     16384)
+
+
+def _one_pack(d: Path, records: list[dict], model: Path, seq_len: int, *options: str) -> dict:
+    """``records`` packed by ``vlmpack pack`` for ``model`` (one worker, ``options`` added) into ``d``: the output's
+    one pack, which must hold every record."""
+    from vlmpack.packfmt import read_packs
+
+    (d / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    r = run_cli(["pack", "-i", d / "in.jsonl", "--model", model, "-o", d / "out", "--seq-len", str(seq_len),
+                 "--allow-absolute-media", "-j", "1", "--no-progress", *options])
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     (pack,) = list(read_packs(d / "out"))
-    assert len(json.loads(pack["json"])["samples"]) == 4
+    assert len(json.loads(pack["json"])["samples"]) == len(records)
     return pack
 
 
@@ -207,7 +214,6 @@ def sound_pack(real_data, omni_dir, tmp_path_factory) -> dict:  # noqa: F811
     *before* an audio part (``word.mp3``: its track is the first audio slot) and a demo text sample."""
     from demo_data.audio_corpus import build_audio_corpus
 
-    from vlmpack.packfmt import read_packs
 
     with cache_lock():
         corpus = {p.name: p for p in build_audio_corpus(CACHE / "audio_corpus", real_data)}
@@ -223,15 +229,8 @@ def sound_pack(real_data, omni_dir, tmp_path_factory) -> dict:  # noqa: F811
             {"type": "video", "path": str(corpus["speech_h264_aac.mp4"])}, {"type": "text", "text": "Is it said as in"},
             {"type": "audio", "path": str(corpus["word.mp3"])}]}, answer]},
         text]
-    d = tmp_path_factory.mktemp("omni_sound_train")
-    (d / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    r = run_cli(["pack", "-i", d / "in.jsonl", "--model", omni_dir, "-o", d / "out", "--seq-len", "32768",
-                 "--allow-absolute-media", "-j", "1", "--no-progress",
-                 "--processor-kwargs", json.dumps(SOUND["kwargs"])])
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    (pack,) = list(read_packs(d / "out"))
-    assert len(json.loads(pack["json"])["samples"]) == 3
-    return pack
+    return _one_pack(tmp_path_factory.mktemp("omni_sound_train"), records, omni_dir, 32768,
+                     "--processor-kwargs", json.dumps(SOUND["kwargs"]))
 
 
 @pytest.fixture(scope="module")

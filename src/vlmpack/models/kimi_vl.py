@@ -151,10 +151,7 @@ class KimiVLFamily(KimiK25Family):
     """
 
     name = "kimi_vl"
-    counting_files = COUNTING_FILES
-    mrope = False
-    processor_options: dict = {}
-    video_option_keys = ()
+    counting_files = COUNTING_FILES  # (mrope, processor_options, video_option_keys: Kimi-K2.5's)
 
     @classmethod
     def image_processor_class(cls) -> type:
@@ -267,10 +264,6 @@ class KimiVLFamily(KimiK25Family):
         return None
 
     # ------------------------------------------------------------------ training
-    def rope_model_class(self) -> type:
-        """Kimi-VL has 1-D positions (``mrope`` False): :class:`ConfigError`."""
-        raise ConfigError(f"{self.model_dir}: {self.name} has 1-D positions (no mRoPE model class)")
-
     def process_images(self, images: list, images_per_sample: Sequence[int] | None = None) -> ProcessedImages:
         """The published ``KimiVLImageProcessor.preprocess`` (``pad_input`` path) on decoded PIL images,
         restated by :func:`kimi_vl_pixels` per image: ``pixel_values`` float32 ``[sum(h*w), 3, p, p]``,
