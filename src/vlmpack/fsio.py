@@ -29,6 +29,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+#: ``--cache-dir`` / ``$VLMPACK_CACHE`` values that turn the shared cache off.
+CACHE_OFF = ("", "off", "none")
+#: The environment variable naming the shared cache root (count cache, model load recipes).
+ENV_CACHE = "VLMPACK_CACHE"
+
+
+def cache_root(value: str | None = None) -> Path | None:
+    """The shared cache root: ``value`` (``--cache-dir``), else ``$VLMPACK_CACHE``, else
+    ``~/.cache/vlmpack/counts``; ``None`` when the value is one of :data:`CACHE_OFF`. The count
+    cache keeps each count key in ``<root>/<key>/``, the model load recipes in ``<root>/load/``
+    (:mod:`vlmpack.models.load_recipe`)."""
+    value = value if value is not None else os.environ.get(ENV_CACHE)
+    if value is None:
+        return Path.home() / ".cache" / "vlmpack" / "counts"
+    if value.strip().lower() in CACHE_OFF:
+        return None
+    return Path(value).expanduser()
+
 
 def atomic_write(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically and durably (temp + fsync + rename + fsync of the

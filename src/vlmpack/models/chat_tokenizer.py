@@ -12,18 +12,42 @@ from vlmpack.errors import ConfigError
 def load_chat_tokenizer(model_dir: str | Path):
     """The fast tokenizer of ``model_dir`` with its chat template (from ``chat_template.json`` /
     ``chat_template.jinja`` when ``tokenizer_config.json`` has none, as transformers' processors
-    load it). Raises :class:`ConfigError` (one line) when it cannot be loaded, naming the files
-    missing when the directory holds no tokenizer file (:func:`require_tokenizer_files`)."""
-    from transformers import AutoTokenizer
+    load it). The class is the one ``AutoTokenizer.from_pretrained`` picks; once recorded for this
+    directory (:mod:`vlmpack.models.load_recipe`, only when the class built directly gives the same
+    tokenizer) it is built directly, without ``AutoTokenizer`` (whose import pulls in torch).
+    Raises :class:`ConfigError` (one line) when it cannot be loaded, naming the files missing when
+    the directory holds no tokenizer file (:func:`require_tokenizer_files`)."""
+    from vlmpack.models import load_recipe
 
     require_tokenizer_files(model_dir)
+    recipe = load_recipe.read(model_dir, "tokenizer")
+    cls = load_recipe.tokenizer_class(recipe.get("class")) if recipe is not None else None
     try:
-        tok = AutoTokenizer.from_pretrained(str(model_dir))
+        if cls is not None:
+            tok = cls.from_pretrained(str(model_dir))
+        else:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(str(model_dir))
+            if recipe is None:
+                _record_class(model_dir, tok)
     except Exception as e:  # noqa: BLE001 - transformers raises many kinds here
         raise ConfigError(f"{model_dir}: cannot load the tokenizer ({type(e).__name__}: {e})") from None
     if not getattr(tok, "chat_template", None):
         tok.chat_template = _template_from_files(Path(model_dir))
     return tok
+
+
+def _record_class(model_dir: str | Path, tok) -> None:
+    """Record the class ``AutoTokenizer`` gave (``tok``'s) when building it directly gives the same
+    tokenizer, else that the directory needs ``AutoTokenizer`` (class ``None``)."""
+    from vlmpack.models import load_recipe
+
+    if load_recipe.recipe_path(model_dir) is None:
+        return
+    cls = load_recipe.tokenizer_class(type(tok).__name__)
+    same = cls is type(tok) and load_recipe.same_tokenizer(tok, cls.from_pretrained(str(model_dir)))
+    load_recipe.record(model_dir, "tokenizer", {"class": type(tok).__name__ if same else None})
 
 
 #: Files one of which a tokenizer directory holds (fast tokenizer, its config, SentencePiece or BPE vocabulary).

@@ -34,7 +34,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +43,7 @@ from vlmpack.errors import ConfigError, MediaRuleError
 from vlmpack.models.base import COUNTING_FILES, MediaSize, ProcessedImages, ProcessedVideos, cat_rows
 from vlmpack.models.chat_tokenizer import load_chat_tokenizer
 from vlmpack.models.chatml import assistant_label_mask
+from vlmpack.models.qwen_image_rule import QwenImageSettings, recorded_settings
 from vlmpack.models.qwen_video_rule import VIDEO_PIXEL_KEYS, QwenVideoRule
 from vlmpack.models.special_tokens import (
     cut_turns,
@@ -82,6 +83,8 @@ class Qwen2VLFamily(QwenVideoRule):
     """
 
     name = "qwen2_vl"
+    #: the image rule's settings (:mod:`vlmpack.models.qwen_image_rule`); ``None``: the processor's own method
+    image_settings: QwenImageSettings | None = None
     #: which video rule the family follows (:mod:`vlmpack.models.qwen_video`): "qwen2" (no timestamps),
     #: "qwen3" (timestamp text per temporal patch); other families override ``process_videos``
     video_rule = "qwen2"
@@ -110,15 +113,14 @@ class Qwen2VLFamily(QwenVideoRule):
         return Qwen2VLImageProcessorPil
 
     def __init__(self, model_dir: str | Path):
-        from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil
-
         self.model_dir = str(model_dir)
         self.tokenizer = load_chat_tokenizer(model_dir)
         if not (Path(model_dir) / "preprocessor_config.json").is_file():
             raise ConfigError(f"{model_dir}: no preprocessor_config.json (needed for image token counts)")
-        self.image_processor = Qwen2VLImageProcessorPil.from_pretrained(self.model_dir)
-        self.merge_size = int(self.image_processor.merge_size)
-        self.patch_size = int(self.image_processor.patch_size)
+        self.image_settings = recorded_settings(self)  # the processor is built here only before a recipe
+        settings = self.image_settings or self.image_processor
+        self.merge_size = int(settings.merge_size)
+        self.patch_size = int(settings.patch_size)
         cfg = json.loads((Path(model_dir) / "config.json").read_text())
         self.model_type = str(cfg.get("model_type"))
         ids = self.tokenizer.convert_tokens_to_ids
@@ -135,10 +137,20 @@ class Qwen2VLFamily(QwenVideoRule):
         self._special_re = special_token_pattern(self.special_tokens)
         self._image_tokens = lru_cache(maxsize=65536)(self._image_tokens_uncached)
 
+    @cached_property
+    def image_processor(self):
+        """transformers' ``Qwen2VLImageProcessorPil`` of the directory, built on first use (pixels:
+        training, ``vlmpack verify``; counting reads :attr:`image_settings`)."""
+        from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil
+
+        return Qwen2VLImageProcessorPil.from_pretrained(self.model_dir)
+
     # ------------------------------------------------------------------ media rule
     def _image_tokens_uncached(self, width: int, height: int) -> int:
+        rule = self.image_settings
         try:
-            patches = self.image_processor.get_number_of_image_patches(height, width)
+            patches = (rule.patches(height, width) if rule is not None
+                       else self.image_processor.get_number_of_image_patches(height, width))
         except ValueError as e:  # smart_resize: aspect ratio > 200
             raise MediaRuleError(str(e)) from None
         return int(patches) // (self.merge_size**2)
@@ -394,7 +406,8 @@ class Qwen2VLFamily(QwenVideoRule):
 
         from PIL import Image
 
-        min_px = int(getattr(self.image_processor.size, "shortest_edge", None) or 56 * 56)
+        min_px = (self.image_settings.min_pixels if self.image_settings is not None
+                  else int(getattr(self.image_processor.size, "shortest_edge", None) or 56 * 56))
         factor = self.patch_size * self.merge_size
         side = max(factor, math.ceil(math.sqrt(min_px) / factor) * factor)
         n = self.image_tokens(side, side)

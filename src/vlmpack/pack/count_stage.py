@@ -45,6 +45,7 @@ from vlmpack import signals
 from vlmpack.config import PackConfig
 from vlmpack.fsio import atomic_write, fsync_dir, read_sealed_json, sealed_json_bytes
 from vlmpack.models import check_processor
+from vlmpack.models.load_recipe import use_cache_root
 from vlmpack.pack import count_task as count_mod
 from vlmpack.pack import stages
 from vlmpack.pack.count_task import (
@@ -178,11 +179,13 @@ def count_stage(opts: CountOptions, store: Path, ranges: list[InputRange], key: 
     (:mod:`vlmpack.media.check_table`: each accepted media content is checked once across runs;
     ``check_table``: the cache root holding it when ``cache`` is not given).
     ``reuse`` gets ``count_tasks``, ``count_tasks_reused`` (not counted by this run)
-    and ``count_tasks_from_cache``. Problems with the cache are logged and ignored. Raises what the
-    tasks raise (:class:`vlmpack.errors.InputError`, :class:`vlmpack.errors.ConfigError`) and
+    and ``count_tasks_from_cache``. The model load recipes (:mod:`vlmpack.models.load_recipe`) are
+    kept in the same cache root, or not at all without one. Problems with the cache are logged and
+    ignored. Raises what the tasks raise (:class:`vlmpack.errors.InputError`, :class:`vlmpack.errors.ConfigError`) and
     ``OSError`` for ``store``.
     """
     claim_store(store, key, payload)
+    use_cache_root(check_table or cache)  # the model load recipes live beside the counts (load_recipe)
     tasks = _tasks(opts, store, ranges, check_table or cache)
     results: list[MeasureResult | None] = [None] * len(tasks)
     with ExitStack() as stack:

@@ -39,6 +39,7 @@ from vlmpack.media.check_table import open_table
 from vlmpack.media.fingerprint import Fingerprint, fingerprint, unchanged
 from vlmpack.media.ref import display_ref
 from vlmpack.models import load_model
+from vlmpack.models.load_recipe import use_cache_root
 from vlmpack.pack.media_tokens import TOKEN_COLUMNS, sample_kind_tokens
 from vlmpack.pack.turn_split import SplitStats, split_overlong
 from vlmpack.pack.validate import skip_overlong_texts, text_bound_of, validate_sample
@@ -350,6 +351,7 @@ def count_samples(family, samples: list[Sample], special_tokens: str = "reject"
 
 def run_task(task: MeasureTask) -> MeasureResult:
     """Read, validate and count one range; write its records part file (atomically)."""
+    use_cache_root(task.check_table or None)  # a Ray worker finds the run's load recipes (load_recipe)
     family = load_model(task.model_dir, task.processor)
     table = open_table(task.check_table or None)
     t0 = time.perf_counter()

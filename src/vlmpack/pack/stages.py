@@ -32,6 +32,7 @@ from pathlib import Path
 
 from vlmpack import __version__
 from vlmpack.config import PROCESSOR_FIELDS, PackConfig, processor_options
+from vlmpack.fsio import cache_root
 from vlmpack.packing.alignment import planned_multiple
 from vlmpack.records import MAX_MEDIA_BYTES, MAX_MEMBER_BYTES, display_path
 
@@ -197,9 +198,6 @@ class WriteOptions:
 #: ``dataset`` only picks the files of a dataset_info.json, and the count stage keys the files themselves).
 NO_STAGE = ("output", "workers", "executor", "ray_address", "overwrite", "progress", "max_reject_fraction",
             "cache_dir", "dataset", "sample_ratio")  # sample_ratio: recorded in report.json only
-#: ``--cache-dir`` / ``$VLMPACK_CACHE`` values that turn the shared count cache off.
-CACHE_OFF = ("", "off", "none")
-ENV_CACHE = "VLMPACK_CACHE"
 
 
 def _digest(obj) -> str:
@@ -310,11 +308,6 @@ def write_key(cfg: PackConfig, count: str, plan: str, media_files: list) -> str:
 
 def count_cache_dir(cfg: PackConfig) -> Path | None:
     """The shared count cache root: ``cfg.cache_dir``, else ``$VLMPACK_CACHE``, else
-    ``~/.cache/vlmpack/counts``; ``None`` when the value is one of :data:`CACHE_OFF` (no sharing:
+    ``~/.cache/vlmpack/counts`` (:func:`vlmpack.fsio.cache_root`); ``None`` when it is off (no sharing:
     counts live only in ``OUT/.vlmpack/records``). Counts of one count key are in ``<root>/<key>/``."""
-    value = cfg.cache_dir if cfg.cache_dir is not None else os.environ.get(ENV_CACHE)
-    if value is None:
-        return Path.home() / ".cache" / "vlmpack" / "counts"
-    if value.strip().lower() in CACHE_OFF:
-        return None
-    return Path(value).expanduser()
+    return cache_root(cfg.cache_dir)
