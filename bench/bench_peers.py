@@ -1,6 +1,6 @@
 """vlmpack against the seed pipeline it replaces: LLaVA-OneVision-2's ``offline_packing`` (s1-s4).
 
-    python bench/bench_peers.py [--peer-repo DIR_OR_URL] [--reps 3] [--workers 2] [--seq-len 4096]
+    python bench/bench_peers.py [--peer-repo DIR_OR_URL] [--reps 3] [--workers 2] [--seq-len 4096] [--no-recipe]
 
 Both tools pack the same data (``--input``, default ``~/.cache/vlmpack/test/real_data/real_sft.jsonl``:
 5,783 LLaVA records, 2,937 with images; ``--media-root`` default its folder; ``--model`` a Qwen2.5-VL
@@ -16,7 +16,10 @@ the images from ``qwen_vl_utils.fetch_image``); s3 BFD (<= 200 samples a bin); s
 the peer's layout (``messages`` of ``{"role", "content"}``: its s2 template reads only those keys).
 
 Parallelism (``--workers W``, default 2 = this machine's cores): vlmpack ``--workers W`` processes,
-``--cache-dir off``, defaults otherwise (``--media-check verify``, BFD, layout ``vlmpack``); peer s1
+defaults otherwise (``--media-check verify``, BFD, layout ``vlmpack``), each run with a fresh cache root
+holding only the model's load recipe (``vlmpack.models.load_recipe``: recorded once before timing, as
+a first load on a machine records it; no counts are reused), or ``--cache-dir off`` with
+``--no-recipe`` (the first load of a model directory: ``AutoTokenizer`` and the image processor); peer s1
 ``--num-processes W`` x 4 threads (``-m 4``), s2 ``--num-processes W`` x ``max(4, 2 * cores // W)``
 threads (its own auto rule), s4 ``--workers W`` threads.
 
@@ -263,11 +266,24 @@ def run_peer(a, peer: Path, peer_input: Path, out: Path, env: dict) -> dict:
     return res
 
 
-def run_vlmpack(a, out: Path, env: dict) -> dict:
+def record_recipe(a, root: Path, env: dict) -> None:
+    """Record the model's load recipe (vlmpack.models.load_recipe) under ``root``, before timing."""
+    subprocess.run([sys.executable, "-c", "import sys; from vlmpack.models import load_model; load_model(sys.argv[1])",
+                    str(a.model)], env={**env, "VLMPACK_CACHE": str(root)}, check=True, capture_output=True)
+
+
+def run_vlmpack(a, out: Path, env: dict, recipes: Path | None) -> dict:
+    """One ``vlmpack pack``: ``--cache-dir off``, or with ``recipes`` (a cache root holding only the
+    load recipe) a fresh copy of it: the counts are redone, the model load follows the recipe."""
     shutil.rmtree(out, ignore_errors=True)
+    cache = "off"
+    if recipes is not None:
+        cache = str(out.parent / "vlmpack_cache")
+        shutil.rmtree(cache, ignore_errors=True)
+        shutil.copytree(recipes / "load", Path(cache) / "load")
     argv = [sys.executable, "-m", "vlmpack", "pack", "--input", str(a.input), "--media-root", str(a.media_root),
             "--model", str(a.model), "--seq-len", str(a.seq_len), "--output", str(out), "--overwrite",
-            "--cache-dir", "off", "--no-progress", "--workers", str(a.workers)]
+            "--cache-dir", cache, "--no-progress", "--workers", str(a.workers)]
     res = measure([("pack", argv, str(out.parent), str(out.parent / "vlmpack.log"))], env)
     rep = json.loads((out / "report.json").read_text())
     res.update(packs=rep["packs"], samples=rep["samples_packed"], tokens=rep["tokens"],
@@ -323,6 +339,7 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=4096, help="L, tokens")
     ap.add_argument("--workers", type=int, default=2, help="processes (vlmpack) / processes and threads (peer)")
     ap.add_argument("--reps", type=int, default=3, help="interleaved runs of each tool")
+    ap.add_argument("--no-recipe", action="store_true", help="vlmpack with --cache-dir off: no model load recipe")
     a = ap.parse_args()
     a.input, a.model = a.input.resolve(), a.model.resolve()
     a.media_root = (a.media_root or a.input.parent).resolve()
@@ -339,10 +356,13 @@ def main() -> None:
         print(f"peer: LLaVA-OneVision-2 {commit[:12]} offline_packing s1-s4; input {a.input} "
               f"({sum(1 for _ in a.input.open(encoding='utf-8')):,} records); L = {a.seq_len}; workers {a.workers}; "
               f"cores {os.cpu_count()}\n", flush=True)
+        recipes = None if a.no_recipe else tmp / "recipes"
+        if recipes is not None:
+            record_recipe(a, recipes, env)
         runs: dict[str, list[dict]] = {"peer": [], "vlmpack": []}
         for i in range(a.reps):
             runs["peer"].append(run_peer(a, peer, peer_input, tmp / "peer_out", peer_env))
-            runs["vlmpack"].append(run_vlmpack(a, tmp / "vlmpack_out", env))
+            runs["vlmpack"].append(run_vlmpack(a, tmp / "vlmpack_out", env, recipes))
             print(f"run {i + 1}/{a.reps}: peer {runs['peer'][-1]['wall']:.1f} s, "
                   f"vlmpack {runs['vlmpack'][-1]['wall']:.1f} s", file=sys.stderr, flush=True)
         print("| tool | run | wall s | CPU s | max-RSS MB (largest process) | tree PSS MB (sampled sum) | packs | "
