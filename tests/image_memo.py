@@ -68,6 +68,13 @@ class Memo:
     _entries: dict = field(default_factory=dict)
 
 
+def _zeros(shape: tuple) -> np.ndarray:
+    """Zeros of ``shape``, float32, as a read-only view of one zero (no memory, nothing to fill: a
+    writable ``np.zeros`` of a resized image was a fifth of the SmolVLM sweep, its pages zeroed by
+    ``calloc`` under the suite's malloc settings); a step that wrote into it would raise."""
+    return np.broadcast_to(np.float32(0), shape)
+
+
 @contextlib.contextmanager
 def shape_only_pixels():
     """While the block runs, transformers' PIL-backend pixel arithmetic
@@ -88,11 +95,11 @@ def shape_only_pixels():
     def flat_patches(self, image, patch_size, merge_size, temporal_patch_size):
         channel, height, width = image.shape
         grid_h, grid_w = height // patch_size, width // patch_size
-        return np.zeros((grid_h * grid_w, channel * temporal_patch_size * patch_size ** 2), np.float32), grid_h, grid_w
+        return _zeros((grid_h * grid_w, channel * temporal_patch_size * patch_size ** 2)), grid_h, grid_w
 
     def resize(image, size, *args, data_format=None, input_data_format=None, **kwargs):
         assert data_format == input_data_format == ChannelDimension.FIRST, (data_format, input_data_format)
-        return np.zeros((image.shape[0], *size), dtype=np.float32)  # what rescale + normalize give
+        return _zeros((image.shape[0], *size))  # float32: what rescale + normalize give
 
     def same(image, *args, **kwargs):
         return image

@@ -72,7 +72,7 @@ class _Touch:
 
 
 def _cache_store(cache: Path) -> Path:
-    stores = [p for p in cache.iterdir() if p.is_dir()]
+    stores = [p for p in cache.iterdir() if p.is_dir() and p.name != "load"]  # load/: the model load recipes
     assert len(stores) == 1
     return stores[0]
 
