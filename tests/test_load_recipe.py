@@ -25,16 +25,17 @@ DIRS = ("model_dir", "qwen3_vl_dir", "qwen3_5_dir", "internvl_dir", "llava_ov_di
 
 
 @pytest.fixture
-def recipes(tmp_path):
+def fresh_recipes(tmp_path):
     """Recipes under a fresh cache root for the test (the process setting restored after it)."""
     saved = load_recipe._root[0]
     load_recipe.use_cache_root(tmp_path / "cache")
-    yield tmp_path / "cache" / "load"
+    yield
     load_recipe._root[0] = saved
 
 
+@pytest.mark.usefixtures("fresh_recipes")
 @pytest.mark.parametrize("name", DIRS)
-def test_the_recorded_class_gives_the_auto_tokenizer(request, recipes, name):
+def test_the_recorded_class_gives_the_auto_tokenizer(request, name):
     d = request.getfixturevalue(name)
     first = load_chat_tokenizer(d)  # AutoTokenizer, then the class recorded
     recipe = load_recipe.read(d, "tokenizer")
@@ -47,8 +48,9 @@ def test_the_recorded_class_gives_the_auto_tokenizer(request, recipes, name):
     assert second.apply_chat_template(messages, tokenize=False) == first.apply_chat_template(messages, tokenize=False)
 
 
+@pytest.mark.usefixtures("fresh_recipes")
 @pytest.mark.parametrize("name", ("model_dir", "qwen3_vl_dir", "qwen3_5_dir"))
-def test_a_qwen_family_from_its_recipe_counts_like_its_processor(request, recipes, real_data, name):
+def test_a_qwen_family_from_its_recipe_counts_like_its_processor(request, real_data, name):
     d = request.getfixturevalue(name)
     cls = FAMILIES[model_type(d)]
     built = cls(d)  # no recipe: the processor is built and its settings recorded
@@ -90,7 +92,8 @@ def test_the_restated_rule_is_the_processors(h, w, patch, merge, lo, span):
     assert rule.patches(h, w) == want
 
 
-def test_a_tampered_recipe_is_not_followed(recipes, model_dir):
+@pytest.mark.usefixtures("fresh_recipes")
+def test_a_tampered_recipe_is_not_followed(model_dir):
     load_chat_tokenizer(model_dir)  # records
     path = load_recipe.recipe_path(model_dir)
     want = load_chat_tokenizer(model_dir)
