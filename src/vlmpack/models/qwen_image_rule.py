@@ -25,7 +25,9 @@ MAX_RATIO = 200
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
     """``(height, width)`` in pixels after Qwen2-VL's resize: both multiples of ``factor``, the area
     within ``[min_pixels, max_pixels]``, the aspect ratio kept as closely as possible (transformers'
-    ``image_processing_pil_qwen2_vl.smart_resize``, the same float operations in the same order).
+    ``image_processing_pil_qwen2_vl.smart_resize``, the same float operations in the same order; the
+    video processor's ``video_processing_qwen2_vl.smart_resize`` is the same function, and
+    :mod:`vlmpack.models.qwen_video_rule` resizes video frames with this one).
     Raises ``ValueError`` (transformers' message) when ``max / min`` of the sides exceeds 200."""
     if max(height, width) / min(height, width) > MAX_RATIO:
         raise ValueError(f"absolute aspect ratio must be smaller than {MAX_RATIO}, "

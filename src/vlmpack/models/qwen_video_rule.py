@@ -2,10 +2,12 @@
 container header (frames, fps, size; :mod:`vlmpack.media.video`), without decoding pixels.
 
 transformers' ``Qwen2VLVideoProcessor`` keeps frames by ``sample_frames`` (:meth:`QwenVideoRule.video_frames`),
-resizes them by its ``smart_resize`` (restated in :func:`_video_smart_resize`: the module imports
-torchvision) and ``Qwen2VLProcessor`` expands each ``<|video_pad|>`` to ``t * h * w // merge_size**2``
-copies (:meth:`QwenVideoRule.video_tokens`). Settings: the model directory's video processor
-config over :attr:`QwenVideoRule.video_defaults` (:func:`vlmpack.models.video_config.video_settings`).
+resizes them by its ``smart_resize`` (the same function as the image processor's, restated in
+:func:`vlmpack.models.qwen_image_rule.smart_resize`: the video module imports torchvision;
+``tests/test_video.py`` runs the video module's source against it) and ``Qwen2VLProcessor``
+expands each ``<|video_pad|>`` to ``t * h * w // merge_size**2`` copies
+(:meth:`QwenVideoRule.video_tokens`). Settings: the model directory's video processor config over
+:attr:`QwenVideoRule.video_defaults` (:func:`vlmpack.models.video_config.video_settings`).
 Qwen3-VL (:mod:`vlmpack.models.qwen3_vl`) overrides the frame and resize rules; the pixels are
 :mod:`vlmpack.models.qwen_video`'s.
 """
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from vlmpack.errors import MediaRuleError
 from vlmpack.models.base import MediaSize
+from vlmpack.models.qwen_image_rule import smart_resize
 from vlmpack.models.video_config import video_settings, video_size_edges
 
 #: The pixel settings of the Qwen-VL video processors (:func:`vlmpack.models.qwen_video.video_pixel_settings`).
@@ -82,7 +85,7 @@ class QwenVideoRule:
             total_pixels = int(c["max_video_tokens"] * factor * factor * 0.9)
             hi = max(min(hi, total_pixels * tp // n), int(lo * 1.05))
         try:
-            h, w = _video_smart_resize(int(media.height), int(media.width), factor, lo, hi)
+            h, w = smart_resize(int(media.height), int(media.width), factor, lo, hi)
         except ValueError as e:
             raise MediaRuleError(str(e)) from None
         return -(-n // tp), h // patch, w // patch
@@ -92,22 +95,3 @@ class QwenVideoRule:
         (``Qwen2VLProcessor`` expands each video pad to that many). Raises :class:`MediaRuleError`."""
         t, h, w = self.video_grid(media)
         return t * h * w // int(self.video_config["merge_size"]) ** 2
-
-
-def _video_smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """transformers' ``video_processing_qwen2_vl.smart_resize`` (the module imports torchvision,
-    so it is restated here; ``tests/test_video.py`` runs the original's source against it)."""
-    if max(height, width) / min(height, width) > 200:
-        ratio = max(height, width) / min(height, width)
-        raise ValueError(f"absolute aspect ratio must be smaller than 200, got {ratio}")
-    h_bar = round(height / factor) * factor
-    w_bar = round(width / factor) * factor
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
