@@ -14,8 +14,9 @@ So the answers are recorded, as data, in ``<cache root>/load/<key>.json`` (the c
 the same directory takes them from there: the tokenizer class is imported from the transformers
 package by its name and built with its own ``from_pretrained`` (no ``AutoTokenizer``, no torch),
 and the family counts with the recorded settings (its processor object is built only when pixels
-are needed: training, ``vlmpack verify``'s media pass). For the demo's Qwen2.5-VL directory the
-load then takes ~3 CPU-s instead of ~6.5 (``bench/bench_load.py``).
+are needed: training, ``vlmpack verify``'s media pass). For the demo's Qwen2.5-VL directory a
+fresh process's ``load_model`` then takes 2.7 CPU-s instead of 9.0, interpreter start and imports
+included (``bench/bench_load.py``, docs/benchmarks.md).
 
 Exact by construction, and checked where it is recorded:
 
@@ -42,7 +43,7 @@ from pathlib import Path
 
 from vlmpack.fsio import atomic_write, cache_root, read_sealed_json, sealed_json_bytes
 
-__all__ = ["read", "recipe_path", "record", "tokenizer_class", "use_cache_root"]
+__all__ = ["read", "recipe_path", "record", "same_tokenizer", "tokenizer_class", "use_cache_root"]
 
 #: The recipe format (part of the key).
 FORMAT = 1
