@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from functools import lru_cache
 from pathlib import Path
 
 from vlmpack.fsio import atomic_write, cache_root, read_sealed_json, sealed_json_bytes
@@ -70,16 +71,25 @@ def _recipes_dir() -> Path | None:
 def recipe_key(model_dir: str | Path) -> str:
     """sha256 (hex) of the directory's configuration and vocabulary files (:data:`KEY_SUFFIXES`,
     names and bytes, sorted by name; links followed, as transformers follows them) with the
-    transformers and tokenizers versions and :data:`FORMAT`. Raises ``OSError``."""
+    transformers and tokenizers versions and :data:`FORMAT`. Hashed once per process while every
+    such file keeps its name, size and mtime (a load asks for the key of its directory several
+    times: the tokenizer's part, the image settings', their records). Raises ``OSError``."""
+    files = sorted((p for p in Path(model_dir).iterdir() if p.suffix in KEY_SUFFIXES and p.is_file()),
+                   key=lambda x: x.name)
+    stamp = tuple((p.name, (st := p.stat()).st_size, st.st_mtime_ns) for p in files)
+    return _content_key(str(model_dir), stamp)
+
+
+@lru_cache(maxsize=64)
+def _content_key(model_dir: str, stamp: tuple) -> str:
     import tokenizers
     import transformers
 
     h = hashlib.sha256(f"vlmpack-load-recipe/{FORMAT}/{transformers.__version__}/{tokenizers.__version__}".encode())
-    for p in sorted(Path(model_dir).iterdir(), key=lambda x: x.name):
-        if p.suffix in KEY_SUFFIXES and p.is_file():
-            data = p.read_bytes()
-            h.update(f"\0{p.name}\0{len(data)}\0".encode())
-            h.update(data)
+    for name, _, _ in stamp:
+        data = (Path(model_dir) / name).read_bytes()
+        h.update(f"\0{name}\0{len(data)}\0".encode())
+        h.update(data)
     return h.hexdigest()
 
 
