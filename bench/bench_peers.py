@@ -84,7 +84,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from measure import run_tree_measured
+from measure import record_load_recipe, run_tree_measured
 
 TEST = Path.home() / ".cache" / "vlmpack" / "test"
 PEER_URL = "https://github.com/EvolvingLMMs-Lab/LLaVA-OneVision-2"
@@ -266,12 +266,6 @@ def run_peer(a, peer: Path, peer_input: Path, out: Path, env: dict) -> dict:
     return res
 
 
-def record_recipe(a, root: Path, env: dict) -> None:
-    """Record the model's load recipe (vlmpack.models.load_recipe) under ``root``, before timing."""
-    subprocess.run([sys.executable, "-c", "import sys; from vlmpack.models import load_model; load_model(sys.argv[1])",
-                    str(a.model)], env={**env, "VLMPACK_CACHE": str(root)}, check=True, capture_output=True)
-
-
 def run_vlmpack(a, out: Path, env: dict, recipes: Path | None) -> dict:
     """One ``vlmpack pack``: ``--cache-dir off``, or with ``recipes`` (a cache root holding only the
     load recipe) a fresh copy of it: the counts are redone, the model load follows the recipe."""
@@ -358,7 +352,7 @@ def main() -> None:
               f"cores {os.cpu_count()}\n", flush=True)
         recipes = None if a.no_recipe else tmp / "recipes"
         if recipes is not None:
-            record_recipe(a, recipes, env)
+            record_load_recipe(a.model, recipes, env)
         runs: dict[str, list[dict]] = {"peer": [], "vlmpack": []}
         for i in range(a.reps):
             runs["peer"].append(run_peer(a, peer, peer_input, tmp / "peer_out", peer_env))

@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 from demo_set import CACHE, add_data_option, build_demo_data, demo_model_dir
+from measure import record_load_recipe
 
 BYTES_TARGET = 150  # driver bytes per sample (issue 24)
 CPU_TARGET_MS = 1.0  # CPU-ms per sample end to end on the image/text mix (issue 24)
@@ -220,9 +221,7 @@ def e2e(n: int, data: Path, model_dir: Path, seq_len: int) -> dict:
                "--cache-dir", f"{tmp}/cache"]
         # a cache root that holds only the model's load recipe (vlmpack.models.load_recipe), recorded
         # before timing as a machine's first load records it: the counts are all redone
-        subprocess.run([sys.executable, "-c", "import sys; from vlmpack.models import load_model; "
-                        "load_model(sys.argv[1])", str(model_dir)], env={**os.environ, "VLMPACK_CACHE": f"{tmp}/cache"},
-                       check=True, capture_output=True)
+        record_load_recipe(model_dir, f"{tmp}/cache")
         t, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         r = subprocess.run(cmd, capture_output=True, text=True)
         wall, after = time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN)

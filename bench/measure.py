@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -79,3 +80,11 @@ def run_tree_measured(cmd: list[str], every: float = 0.5, *, cwd: str | None = N
             raise RuntimeError(f"{' '.join(cmd)} failed: {err.read().decode(errors='replace')[-3000:]}")
     return {"seconds": sec, "cpu_seconds": usage.ru_utime + usage.ru_stime, "max_rss_mb": usage.ru_maxrss / 1024,
             "tree_pss_mb": peak[0] / 1024, "tree_anon_mb": peak[1] / 1024}
+
+
+def record_load_recipe(model_dir, root, env: dict | None = None) -> None:
+    """Record ``model_dir``'s model load recipe (``vlmpack.models.load_recipe``) under the cache root
+    ``root`` in a process of its own, before timing: what a machine's first load of it does."""
+    subprocess.run([sys.executable, "-c", "import sys; from vlmpack.models import load_model; load_model(sys.argv[1])",
+                    str(model_dir)], env={**(os.environ if env is None else env), "VLMPACK_CACHE": str(root)},
+                   check=True, capture_output=True)
