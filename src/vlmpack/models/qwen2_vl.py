@@ -56,6 +56,7 @@ from vlmpack.models.special_tokens import (
     token_cuts,
     tokenize_pieces,
 )
+from vlmpack.models.tiktoken_bpe import fast_encoder
 from vlmpack.models.tool_fields import field_special_token, unrendered_field, used_fields
 from vlmpack.records import MESSAGE_EXTRAS
 
@@ -238,9 +239,17 @@ class Qwen2VLFamily(QwenVideoRule):
             cuts = self.__dict__["_special_cuts"] = token_cuts(self.special_tokens)
         return cuts
 
+    @cached_property
+    def fast_bpe(self):
+        """:class:`~vlmpack.models.tiktoken_bpe.TiktokenBPE` of the tokenizer when tiktoken gives
+        its ids (recorded per directory: :func:`~vlmpack.models.tiktoken_bpe.fast_encoder`), else None."""
+        return fast_encoder(self.model_dir, self.tokenizer)
+
     def tokenize(self, texts: list[str]) -> list[list[int]]:
-        """Batched tokenization with the tokenizer's default call (what the processor does)."""
-        return self.tokenizer(texts)["input_ids"]
+        """Batched tokenization: the ids of the tokenizer's default call (what the processor does),
+        through :attr:`fast_bpe` where it gives them."""
+        fast = self.fast_bpe
+        return fast(texts) if fast is not None else self.tokenizer(texts)["input_ids"]
 
     def find_special_token(self, messages: Sequence[dict], tools: Sequence[dict] | None = None
                            ) -> tuple[int, str] | None:
