@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import os
 import resource
@@ -205,7 +206,8 @@ def driver_child(n: int, seq_len: int, base_store: str, model_dir: str) -> dict:
 def e2e(n: int, data: Path, model_dir: Path, seq_len: int) -> dict:
     """A real ``vlmpack pack`` CLI run (2 workers) on the demo records replicated to ``n`` with
     new ids, its cache root holding only the model's load recipe (no counts reused); wall seconds,
-    CPU seconds (workers included) and the driver's peak RSS (``ru_maxrss`` of the command's process)."""
+    CPU seconds (workers included), the driver's peak RSS (``ru_maxrss`` of the command's process)
+    and ``digest``: sha256 over the shards' names and sha256s."""
     with tempfile.TemporaryDirectory() as tmp:
         lines = [json.loads(x) for x in (data / "real_sft.jsonl").read_text().splitlines()]
         with open(Path(tmp) / "in.jsonl", "w") as f:
@@ -229,7 +231,11 @@ def e2e(n: int, data: Path, model_dir: Path, seq_len: int) -> dict:
         if r.returncode != 0:
             raise SystemExit(r.stderr[-2000:])
         report = json.loads((Path(tmp) / "out" / "report.json").read_text())
-    return {"n": n, "wall_s": wall, "samples_s": n / wall, "driver_rss_mb": rss[-1] / 1024 if rss else float("nan"),
+        digest = hashlib.sha256()
+        for shard in sorted((Path(tmp) / "out").glob("*.tar")):
+            digest.update(f"{shard.name}\0{hashlib.sha256(shard.read_bytes()).hexdigest()}\0".encode())
+    return {"n": n, "digest": digest.hexdigest(),
+            "wall_s": wall, "samples_s": n / wall, "driver_rss_mb": rss[-1] / 1024 if rss else float("nan"),
             "packed": report["samples_packed"], "count_s": report["seconds"].get("measure"),
             "cpu_s": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime}
 

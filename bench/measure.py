@@ -84,7 +84,9 @@ def run_tree_measured(cmd: list[str], every: float = 0.5, *, cwd: str | None = N
 
 def record_load_recipe(model_dir, root, env: dict | None = None) -> None:
     """Record ``model_dir``'s model load recipe (``vlmpack.models.load_recipe``) under the cache root
-    ``root`` in a process of its own, before timing: what a machine's first load of it does."""
-    subprocess.run([sys.executable, "-c", "import sys; from vlmpack.models import load_model; load_model(sys.argv[1])",
+    ``root`` in a process of its own, before timing: what a machine's first load of it does (with
+    the tiktoken check, ``vlmpack.models.tiktoken_bpe``, a count stage's driver does before forking)."""
+    subprocess.run([sys.executable, "-c", "import sys; from vlmpack.models import load_model; "
+                    "getattr(load_model(sys.argv[1]), 'fast_bpe', None)",
                     str(model_dir)], env={**(os.environ if env is None else env), "VLMPACK_CACHE": str(root)},
                    check=True, capture_output=True)

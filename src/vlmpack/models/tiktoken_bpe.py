@@ -33,11 +33,16 @@ that passes. ``--special-tokens split`` and tokenizers that fail keep the tokeni
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["TiktokenBPE", "fast_encoder", "full_problem", "problem"]
+__all__ = ["ENV_OFF", "OFF", "TiktokenBPE", "fast_encoder", "full_problem", "problem"]
+
+#: ``VLMPACK_TIKTOKEN=off`` (or one of :data:`OFF`): count with the tokenizer's own call
+ENV_OFF = "VLMPACK_TIKTOKEN"
+OFF = ("off", "0", "no", "false", "none")
 
 
 def byte_level_alphabet() -> dict[str, int]:
@@ -194,12 +199,13 @@ def fast_encoder(model_dir: str | Path, tokenizer) -> TiktokenBPE | None:
     """:class:`TiktokenBPE` of ``tokenizer`` (loaded from ``model_dir``) when tiktoken gives its
     ids, else None. The vocabulary check (:func:`full_problem`) runs once per directory and its
     answer is recorded in the load recipe (part ``"bpe"``, :mod:`vlmpack.models.load_recipe`);
-    with recipes off it is not run and the tokenizer's own call is used (None). One encoder per
+    with recipes off it is not run and the tokenizer's own call is used (None), as with
+    ``VLMPACK_TIKTOKEN=off`` (:data:`ENV_OFF`: the tokenizer's own call always). One encoder per
     recipe key and process (the key names the directory's files and the library versions)."""
     from vlmpack.models import load_recipe
 
     path = load_recipe.recipe_path(model_dir)
-    if path is None or problem(tokenizer) is not None:
+    if path is None or os.environ.get(ENV_OFF, "on").strip().lower() in OFF or problem(tokenizer) is not None:
         return None
     if path.stem in _ENCODERS:
         return _ENCODERS[path.stem]

@@ -94,8 +94,8 @@ def make_executor(kind: str, workers: int, model_dir: str, ray_address: str | No
     if workers <= 1:
         return InlineExecutor()
     if sys.platform.startswith("linux"):
-        if preload:
-            load_model(model_dir, processor)
+        if preload:  # the workers fork with the model, and its tiktoken encoder (models/tiktoken_bpe.py) built
+            getattr(load_model(model_dir, processor), "fast_bpe", None)
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"), initializer=_worker_init)
     else:
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_worker_init)
