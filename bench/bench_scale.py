@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -207,8 +208,13 @@ def e2e(n: int, data: Path, model_dir: Path, seq_len: int) -> dict:
     """A real ``vlmpack pack`` CLI run (2 workers) on the demo records replicated to ``n`` with
     new ids, its cache root holding only the model's load recipe (no counts reused); wall seconds,
     CPU seconds (workers included), the driver's peak RSS (``ru_maxrss`` of the command's process)
-    and ``digest``: sha256 over the shards' names and sha256s."""
-    with tempfile.TemporaryDirectory() as tmp:
+    and ``digest``: sha256 over the shards' names and sha256s (the run's folder is always
+    ``CACHE/e2e_run``, emptied before and removed after, so the locators in the shards, and so the
+    digests of two runs, are comparable)."""
+    tmp = CACHE / "e2e_run"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
         lines = [json.loads(x) for x in (data / "real_sft.jsonl").read_text().splitlines()]
         with open(Path(tmp) / "in.jsonl", "w") as f:
             for i in range(n):
@@ -234,6 +240,8 @@ def e2e(n: int, data: Path, model_dir: Path, seq_len: int) -> dict:
         digest = hashlib.sha256()
         for shard in sorted((Path(tmp) / "out").glob("*.tar")):
             digest.update(f"{shard.name}\0{hashlib.sha256(shard.read_bytes()).hexdigest()}\0".encode())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return {"n": n, "digest": digest.hexdigest(),
             "wall_s": wall, "samples_s": n / wall, "driver_rss_mb": rss[-1] / 1024 if rss else float("nan"),
             "packed": report["samples_packed"], "count_s": report["seconds"].get("measure"),

@@ -44,8 +44,9 @@ def chat_turns(turns: object, key: str, builder: Builder, names: tuple[str, str]
         raise RecordError("empty_conversation", f"{key!r} is an empty list")
     role_key, text_key = names
     alt_role, alt_text = alt_names
-    text = repr(turns)
-    leading = leading and not PLACEHOLDER.search(text) and not any(f"'type': '{k}" in text for k in MEDIA_KINDS)
+    if leading:
+        text = repr(turns)
+        leading = not PLACEHOLDER.search(text) and not any(f"'type': '{k}" in text for k in MEDIA_KINDS)
     for i, turn in enumerate(turns):
         where = f"{key}[{i}]"
         if not isinstance(turn, dict):
