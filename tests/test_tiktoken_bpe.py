@@ -164,3 +164,17 @@ def test_the_vocabulary_check_finds_what_tiktoken_would_merge_otherwise():
     orphan = _tiny([("a", "b")], ["ab", "xy"])
     assert tb.full_problem(orphan) == "a token is made by no merge or by several"
     assert tb.TiktokenBPE(orphan)(["xy"]) != orphan(["xy"])["input_ids"]
+
+
+def test_a_lone_surrogate_raises_as_the_tokenizer_does(model_dir):
+    tok, fast = _cached_encoder(model_dir)
+    for text in ("a\ud800b", "<|im_start|>\udcff<|im_end|>"):
+        with pytest.raises(Exception):  # noqa: B017 - the tokenizer raises TypeError, the normalizer alike
+            tok([text])
+        with pytest.raises((TypeError, UnicodeEncodeError)):
+            fast([text])
+    plain = _tiny([("a", "b")], ["ab"])  # no normalizer: encode_ordinary alone would replace the surrogate
+    with pytest.raises(Exception):  # noqa: B017
+        plain(["ab\ud800"])
+    with pytest.raises(UnicodeEncodeError):
+        tb.TiktokenBPE(plain)(["ab\ud800"])

@@ -166,11 +166,18 @@ class TiktokenBPE:
 
     def _piece(self, piece: str) -> list[int]:
         """Ids of the text between two added tokens: normalized (not needed for ASCII, which NFC
-        keeps as it is), then tiktoken's ``encode_ordinary``; short pieces (role headers, ``"\\n"``,
-        system prompts) are remembered, at most :attr:`MEMO_PIECES` of them."""
+        keeps as it is), then tiktoken's ``encode_ordinary``. A lone surrogate raises (``TypeError``
+        from the normalizer, else ``UnicodeEncodeError``) as the tokenizer's call does. Short pieces
+        (role headers, ``"\\n"``, system prompts) are remembered, at most :attr:`MEMO_PIECES`."""
         ids = self._memo.get(piece)
         if ids is None:
-            text = piece if self._normalize is None or piece.isascii() else self._normalize(piece)
+            if piece.isascii():
+                text = piece
+            elif self._normalize is not None:
+                text = self._normalize(piece)  # raises on a lone surrogate, as the tokenizer's call does
+            else:
+                text = piece
+                piece.encode()  # UnicodeEncodeError on a lone surrogate (encode_ordinary would replace it)
             ids = self._enc.encode_ordinary(text)
             if len(piece) <= self.MEMO_CHARS:
                 if len(self._memo) >= self.MEMO_PIECES:
