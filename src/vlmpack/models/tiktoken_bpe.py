@@ -1,12 +1,12 @@
-"""Byte-level BPE through tiktoken: the ids of a transformers fast tokenizer's default call, about 5x faster.
+"""Byte-level BPE through tiktoken: the ids of a transformers fast tokenizer's default call, 5-8x faster.
 
 Counting tokenizes every sample's rendered text once; with the Hugging Face ``tokenizers`` library
-that is most of a count worker's time (Qwen2's tokenizer: ~3.5 us a token on this machine, three
+that was most of a count worker's time (Qwen2's tokenizer: ~4.9 us a token on this machine, three
 quarters of it in the pre-tokenizer's Oniguruma regex). tiktoken runs the same byte-level BPE with
-a faster regex engine and merge loop (0.9 CPU-s instead of 5.1 for the demo's 5,783 rendered
-texts, 1.45 M tokens, equal ids). :class:`TiktokenBPE` gives a tokenizer's ids through it, for the
-tokenizers where that is the same computation, and :func:`problem` / :func:`full_problem` say
-which those are.
+a faster regex engine and merge loop: 0.12x the CPU on the demo's 5,783 rendered texts (1.45 M
+tokens, equal ids), a whole ``vlmpack pack`` 0.69x (``bench/bench_tokenize.py``, docs/benchmarks.md).
+:class:`TiktokenBPE` gives a tokenizer's ids through it, for the tokenizers where that is the same
+computation, and :func:`problem` / :func:`full_problem` say which those are.
 
 The rule restated, step by step, from ``tokenizers`` (``TokenizerImpl::encode_single_sequence``
 with ``add_special_tokens=True``, as transformers' ``TokenizersBackend._encode_plus`` calls it):
