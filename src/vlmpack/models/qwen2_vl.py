@@ -242,7 +242,10 @@ class Qwen2VLFamily(QwenVideoRule):
     @cached_property
     def fast_bpe(self):
         """:class:`~vlmpack.models.tiktoken_bpe.TiktokenBPE` of the tokenizer when tiktoken gives
-        its ids (recorded per directory: :func:`~vlmpack.models.tiktoken_bpe.fast_encoder`), else None."""
+        its ids (recorded per directory: :func:`~vlmpack.models.tiktoken_bpe.fast_encoder`), else None
+        (also for a family with a :meth:`tokenize` of its own, which does not use it)."""
+        if type(self).tokenize is not Qwen2VLFamily.tokenize:
+            return None
         return fast_encoder(self.model_dir, self.tokenizer)
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:
