@@ -2,12 +2,11 @@
 
     python bench/bench_verify.py [--seq-len 8192] [--workers 2] [--repeat 3] [--data DIR]
 
-The demo set is packed once (``vlmpack pack --cache-dir off``) into a temporary OUT. Then, interleaved
-``--repeat`` times, each a fresh command measured as a whole process tree (interpreter start, imports
-and the model load included; CPU = user + system of the command and its workers, ``os.wait4``):
-
-Every command runs with ``VLMPACK_CACHE`` = a fresh cache root holding only the model's load recipe
-(recorded before timing, as a machine's first load records it; no counts reused):
+The demo set is packed once into a temporary OUT. Every command runs with ``VLMPACK_CACHE`` = a fresh
+cache root holding only the model's load recipe (recorded before timing, as a machine's first load
+records it; no counts reused). Then, interleaved ``--repeat`` times, each a fresh command measured as a
+whole process tree (interpreter start, imports and the model load included; CPU = user + system of the
+command and its workers, ``os.wait4``):
 
 - ``count stage``: ``vlmpack plan --input ... --model ...``: read, validate (the media
   check) and count every record of the same inputs in ``--workers`` processes, then one plan at L, no
