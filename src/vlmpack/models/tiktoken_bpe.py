@@ -59,6 +59,18 @@ def byte_level_alphabet() -> dict[str, int]:
     return {c: b for b, c in chars.items()}
 
 
+def _byte_ranks(backend) -> dict[bytes, int] | None:
+    """The vocabulary (added tokens left out) as byte strings -> ids, or None when a token holds a
+    character outside the byte-level alphabet or two tokens are the same bytes."""
+    alphabet = byte_level_alphabet()
+    vocab = backend.get_vocab(with_added_tokens=False)
+    try:
+        ranks = {bytes(alphabet[c] for c in tok): i for tok, i in vocab.items()}
+    except KeyError:
+        return None
+    return ranks if len(ranks) == len(vocab) else None
+
+
 def _state(component) -> dict | None:
     return None if component is None else json.loads(component.__getstate__())
 
@@ -112,14 +124,11 @@ def full_problem(tokenizer) -> str | None:
     if why is not None:
         return why
     backend = tokenizer.backend_tokenizer
-    alphabet = byte_level_alphabet()
+    ranks = _byte_ranks(backend)
+    if ranks is None or sum(len(b) == 1 for b in ranks) != 256:
+        return ("not a byte-level vocabulary (a character outside the alphabet, two tokens of the same bytes "
+                "or a byte missing)")
     vocab = backend.get_vocab(with_added_tokens=False)
-    try:
-        as_bytes = {tok: bytes(alphabet[c] for c in tok) for tok in vocab}
-    except KeyError:
-        return "a token outside the byte-level alphabet"
-    if len(set(as_bytes.values())) != len(as_bytes) or sum(len(b) == 1 for b in as_bytes.values()) != 256:
-        return "byte strings of the vocabulary are not one per token with all 256 bytes"
     merges = json.loads(backend.model.__getstate__())["merges"]
     produced: list[int] = []
     for m in merges:
@@ -153,10 +162,9 @@ class TiktokenBPE:
         import tiktoken
 
         backend = tokenizer.backend_tokenizer
-        alphabet = byte_level_alphabet()
-        ranks = {bytes(alphabet[c] for c in tok): i for tok, i in backend.get_vocab(with_added_tokens=False).items()}
         pattern = _pattern(_state(backend.pre_tokenizer))
-        self._enc = tiktoken.Encoding("vlmpack-bpe", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
+        self._enc = tiktoken.Encoding("vlmpack-bpe", pat_str=pattern, mergeable_ranks=_byte_ranks(backend),
+                                      special_tokens={})
         added = {t.content: i for i, t in backend.get_added_tokens_decoder().items()}
         self._added = added
         self._split = re.compile("(" + "|".join(re.escape(c) for c in sorted(added, key=len, reverse=True)) + ")") \
@@ -216,10 +224,6 @@ def fast_encoder(model_dir: str | Path, tokenizer) -> TiktokenBPE | None:
         return None
     if path.stem in _ENCODERS:
         return _ENCODERS[path.stem]
-    try:
-        import tiktoken  # noqa: F401
-    except ImportError:
-        return None
     recipe = load_recipe.read(model_dir, "bpe")
     if recipe is None or not isinstance(recipe.get("tiktoken"), bool):
         why = full_problem(tokenizer)
