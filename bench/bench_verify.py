@@ -11,7 +11,7 @@ command and its workers, ``os.wait4``):
 - ``count stage``: ``vlmpack plan --input ... --model ...``: read, validate (the media
   check) and count every record of the same inputs in ``--workers`` processes, then one plan at L, no
   shards: the count stage of ``pack`` as a command of its own;
-- ``verify``: ``vlmpack verify OUT`` (the check gate with its Energon pass decoding every media part,
+- ``verify``: ``vlmpack verify OUT`` (the check gate with its Energon pass decoding each distinct media part,
   then every sample recounted from the shard bytes);
 - ``check``: ``vlmpack check OUT`` (the gate alone), for reference.
 

@@ -341,6 +341,52 @@ def test_undecodable_image_is_found_through_energon(out):
     _assert_fails(out, "does not decode", hit["key"], workers=2)
 
 
+def test_each_distinct_media_part_is_decoded_once(packed, monkeypatch):
+    """The Energon pass decodes a part whose bytes (and kind, extension) already decoded once, not
+    again: as many decodes as distinct image parts, fewer than the parts the shards hold."""
+    import dataclasses
+    import hashlib
+
+    import vlmpack.check.load as load
+
+    parts = [(p.rpartition(".")[2], hashlib.sha256(d).digest())
+             for shard in sorted(packed.glob("*.tar")) for pack in ShardPacks(shard)
+             for p, d in pack.parts.items() if p.startswith("img")]
+    assert len(set(parts)) < len(parts)  # the demo set reuses images across samples
+    image = load.KINDS["image"]
+    calls = []
+
+    def counted(raw, name, where):
+        calls.append(name)
+        image.check_stored(raw, name, where)
+
+    monkeypatch.setitem(load.KINDS, "image", dataclasses.replace(image, check_stored=counted))
+    res = check_output(packed, num_workers=0)
+    assert res["problems"] == []
+    assert len(calls) == len(set(parts))
+
+
+def test_each_reference_of_an_undecodable_part_is_reported(out):
+    """Only parts that decoded are remembered: one bad PNG part stored in two packs is two problems."""
+    hit = []
+
+    def edit(packs):
+        new = []
+        for key, parts in packs:
+            if len(hit) < 2 and any(p.startswith("img") and p.endswith(".png") for p, _ in parts):
+                hit.append(key)
+                parts = [(p, b"not an image" if p.startswith("img") and p.endswith(".png") else d)
+                         for p, d in parts]
+            new.append((key, parts))
+        return new
+
+    _edit_packs(out, SHARD, edit)
+    res = check_output(out, num_workers=0)
+    assert len(hit) == 2
+    for key in hit:
+        assert any(f"{SHARD}/{key}: sample " in p and "does not decode" in p for p in res["problems"]), res
+
+
 def test_ids_compare_as_kind_and_id(out):
     """With the ``id_kind`` column and key, an id that changed kind is lost + injected, not equal."""
     import pyarrow as pa

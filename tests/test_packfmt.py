@@ -10,14 +10,17 @@ from __future__ import annotations
 import itertools
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vlmpack.packfmt import (
     FORMAT,
+    MAX_JSON_DEPTH,
     entry_digest,
     group_by_key,
     join_pack,
+    loads_json,
     media_part,
     parse_pack,
     sample_digest,
@@ -116,3 +119,31 @@ def test_a_changed_key_order_or_character_changes_the_digest():
                          sha) != entry_digest(entry, sha)
     assert sample_digest(json.loads(entry.replace(b'"hi"', b'"hI"')), sha) != entry_digest(entry, sha)
     assert shift_part("img1.png", 3) == "img4.png" and shift_part("vid0.mp4", 0) == "vid0.mp4"
+
+
+def _depth(value) -> int:
+    """Nesting depth of arrays / objects (a scalar is 0), recursively: the reference for loads_json."""
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return (1 + max(map(_depth, children), default=0)) if isinstance(value, (dict, list)) else 0
+
+
+_json = st.recursive(st.none() | st.integers() | st.text(alphabet="ab[]{}\"", max_size=4),
+                     lambda inner: st.lists(inner, max_size=2)
+                     | st.dictionaries(st.text(max_size=2), inner, max_size=2),
+                     max_leaves=90)
+
+
+@settings(deadline=None, max_examples=200)
+@given(_json, st.integers(0, 70), st.booleans(), st.booleans())
+def test_loads_json_refuses_exactly_what_nests_deeper_than_the_limit(inner, wrap, as_dict, as_bytes):
+    """Whatever the brackets inside strings: accepted iff the depth is at most MAX_JSON_DEPTH."""
+    value = inner
+    for _ in range(wrap):
+        value = {"k": value} if as_dict else [value]
+    text = json.dumps(value)
+    data = text.encode() if as_bytes else text
+    if _depth(value) <= MAX_JSON_DEPTH:
+        assert loads_json(data) == value
+    else:
+        with pytest.raises(ValueError, match=f"nested deeper than {MAX_JSON_DEPTH} levels"):
+            loads_json(data)

@@ -45,7 +45,8 @@ Checks, cheapest first; every finding is one line in ``problems`` and nothing ra
    and links to ``OUT``'s shards (:func:`vlmpack.energon.load.energon_view`); every pack found in
    the tars comes out exactly once with
    the same sample ids, nothing else comes out, and every media part decodes with the training
-   side's :func:`vlmpack.train.encode.open_image` (accepted formats only: a shard never makes
+   side's :func:`vlmpack.train.encode.open_image` (each distinct part once, by kind, extension and
+   sha256; accepted formats only: a shard never makes
    ``check`` open an EPS). Samples Energon fails on (in training it
    logs and skips them) and exceptions it raises become problem lines naming shard and key.
 

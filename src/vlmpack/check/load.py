@@ -1,12 +1,15 @@
 """The Energon half of ``vlmpack check`` (step 6 of :mod:`vlmpack.check`): one pass of Energon's own
 loader over ``OUT``'s shards, every pack it yields compared with what the tars hold (``Findings.keys``,
-``Findings.packs``), every media part decoded as the training side does. Energon is given
+``Findings.packs``), every media part decoded as the training side does, each distinct part once
+(equal bytes decode alike: a part whose kind, extension and sha256 already decoded in this pass is
+not decoded again; one that fails is decoded, and reported, at each reference). Energon is given
 :func:`vlmpack.energon.load.energon_view`: ``.nv-meta`` as vlmpack writes it (the bytes generated,
 not the files of ``OUT``, which :mod:`vlmpack.check.nvmeta` found equal), so nothing ``OUT`` holds runs."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import tempfile
@@ -20,8 +23,10 @@ from vlmpack.errors import ConfigError, VlmpackError
 from vlmpack.media.kinds import KINDS, kind_of_part
 
 
-def take(f: Findings, pack, res: dict, seen: Counter, pairs: Counter) -> None:
-    """Account one pack Energon yielded and compare it with the tar's."""
+def take(f: Findings, pack, res: dict, seen: Counter, pairs: Counter, decoded: set[tuple[str, str, bytes]]
+         ) -> None:
+    """Account one pack Energon yielded and compare it with the tar's; ``decoded`` holds the
+    (kind, extension, sha256) of the media parts that decoded so far in this pass (updated)."""
     key, n = pack.__key__, pack.num_tokens if is_int(pack.num_tokens) else 0
     samples = [s for s in pack.samples if isinstance(s, dict)] if isinstance(pack.samples, list) else []
     ids = [(s.get("id_kind", "str"), str(s.get("id"))) for s in samples]
@@ -42,10 +47,18 @@ def take(f: Findings, pack, res: dict, seen: Counter, pairs: Counter) -> None:
     for part, raw in zip(pack.media_parts, pack.media):  # decoded as the training side does
         where = f"{f.keys.get(key, '?')}/{key}: sample {owner.get(part)!r} part {part}"
         kind = KINDS[kind_of_part(str(part)) or "image"]  # a part of no kind's name: decoded as an image
+        same = None
+        if isinstance(raw, (bytes, bytearray, memoryview)):
+            same = (kind.name, str(part).rpartition(".")[2], hashlib.sha256(raw).digest())
+            if same in decoded:
+                continue
         try:
             kind.check_stored(raw, str(part), where)
         except VlmpackError as e:
             f.add(str(e))
+        else:
+            if same is not None:
+                decoded.add(same)
 
 
 def check_energon(f: Findings, num_workers: int) -> dict:
@@ -57,6 +70,7 @@ def check_energon(f: Findings, num_workers: int) -> dict:
     res = {"packs": 0, "samples": 0, "tokens": 0, "max_pack_tokens": 0, "ids": Counter()}
     seen: Counter[str] = Counter()
     pairs: Counter[tuple[str, str]] = Counter()
+    decoded: set[tuple[str, str, bytes]] = set()
     raised = None
     with tempfile.TemporaryDirectory(prefix="vlmpack-check-") as tmp:
         log = ErrorLog(Path(tmp) / "errors.jsonl")
@@ -66,7 +80,7 @@ def check_energon(f: Findings, num_workers: int) -> dict:
                 warnings.simplefilter("ignore")
                 f.tick("load through Energon", 0, len(f.packs) or None)
                 for pack in iter_energon_packs(view, num_workers=num_workers, error_handler=log):
-                    take(f, pack, res, seen, pairs)
+                    take(f, pack, res, seen, pairs, decoded)
                     f.tick("load through Energon")
         except ConfigError as e:
             f.add(f"cannot load through Energon: {e}")

@@ -16,7 +16,8 @@ def verify_command(
                                         "(default: the one recorded in OUTPUT/.vlmpack/config.json)"),
     decode: bool = typer.Option(False, "--decode/--no-decode", help="also encode every pack from decoded pixels "
                                 "through the model's image processor, as the collator does (default: off)"),
-    workers: int = typer.Option(2, "--workers", "-j", help="processes (default: 2)"),
+    workers: int = typer.Option(2, "--workers", "-j", help="processes for the recount, over shards (default: 2; "
+                                 "the Energon pass runs in this process)"),
     no_run_dir: bool = typer.Option(False, "--no-run-dir", help="without OUTPUT/.vlmpack: no completeness check "
                                     "(default: off)"),
     progress: bool = progress_option(),

@@ -33,13 +33,18 @@ def loads_json(data: bytes | str):
         obj = json.loads(data)
     except RecursionError:
         raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
-    stack = [(obj, 1)]  # iterative: a walk must not recurse either
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, (dict, list)):
-            if depth > MAX_JSON_DEPTH:
-                raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
-            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    opening = "[{" if isinstance(data, str) else b"[{"
+    if data.count(opening[:1]) + data.count(opening[1:]) <= MAX_JSON_DEPTH:
+        return obj  # too few brackets (in strings too) to nest deeper
+    level, depth = [obj] if isinstance(obj, (dict, list)) else [], 0
+    while level:  # level by level, containers only: a walk must not recurse either
+        depth += 1
+        if depth > MAX_JSON_DEPTH:
+            raise ValueError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        deeper = []
+        for c in level:
+            deeper += [v for v in (c.values() if isinstance(c, dict) else c) if isinstance(v, (dict, list))]
+        level = deeper
     return obj
 
 
