@@ -56,6 +56,7 @@ from vlmpack.models.special_tokens import (
     token_cuts,
     tokenize_pieces,
 )
+from vlmpack.models.template_render import TemplateRender
 from vlmpack.models.tiktoken_bpe import fast_encoder
 from vlmpack.models.tool_fields import field_special_token, unrendered_field, used_fields
 from vlmpack.records import MESSAGE_EXTRAS
@@ -202,10 +203,21 @@ class Qwen2VLFamily(QwenVideoRule):
             out.append(msg)
         return out
 
+    @cached_property
+    def template_render(self) -> TemplateRender | None:
+        """The tokenizer's chat template rendered without transformers' copies of the messages
+        (:class:`~vlmpack.models.template_render.TemplateRender`), None where its check on this
+        tokenizer finds a difference (then :meth:`render` calls ``apply_chat_template`` itself)."""
+        return TemplateRender.for_tokenizer(self.tokenizer)
+
     def render(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
         """The training text of one conversation: the chat template rendered with
         ``add_generation_prompt=False`` (one image-pad token per image) and ``tools`` (the tool
-        schemas, None without: transformers' ``apply_chat_template(messages, tools=...)``)."""
+        schemas, None without: transformers' ``apply_chat_template(messages, tools=...)``, through
+        :attr:`template_render` where its check passed)."""
+        fast = self.template_render
+        if fast is not None:
+            return fast(self.template_messages(messages), tools)
         return self.tokenizer.apply_chat_template(self.template_messages(messages),
                                                   tools=list(tools) if tools else None, tokenize=False,
                                                   add_generation_prompt=False)

@@ -9,6 +9,7 @@ directory and output must be on a file system every node sees at the same path.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -96,6 +97,7 @@ def make_executor(kind: str, workers: int, model_dir: str, ray_address: str | No
     if sys.platform.startswith("linux"):
         if preload:  # the workers fork with the model, and its tiktoken encoder (models/tiktoken_bpe.py) built
             getattr(load_model(model_dir, processor), "fast_bpe", None)
+            _warm_up()
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"), initializer=_worker_init)
     else:
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_worker_init)
@@ -116,8 +118,26 @@ def make_executor(kind: str, workers: int, model_dir: str, ray_address: str | No
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
+def _warm_up() -> None:
+    """Do here, once, what each forked count worker would otherwise do for itself on its first task:
+    the media check's rules key (:func:`vlmpack.media.check_table.rules`: a hash of the media code,
+    PIL and PyAV imported for their versions) and pyarrow's import of pandas, which its first
+    ``pa.array`` makes when pandas is installed (~0.5 CPU-s a process on this machine)."""
+    import pyarrow as pa
+
+    from vlmpack.media.check_table import rules
+
+    rules()
+    pa.array([], pa.int32())
+
+
 def _worker_init() -> None:
-    """Pool worker set-up: leave SIGINT/SIGTERM to the parent, die when the parent dies."""
+    """Pool worker set-up: leave SIGINT/SIGTERM to the parent, die when the parent dies, and keep the
+    objects it forked with (the model, its tokenizer and encoder) out of the cyclic garbage
+    collector's passes (``gc.freeze()``: collections only walk what the worker allocates; on 30,000
+    demo records the count workers spent ~1.6 CPU-s each in the collector, ~0.85 frozen, and a pass
+    no longer writes to the pages shared with the parent)."""
+    gc.freeze()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # blocked while the parent forked us

@@ -1,0 +1,145 @@
+"""The chat template rendered as the tokenizer's ``apply_chat_template(messages, tools=tools,
+tokenize=False, add_generation_prompt=False)`` renders it, without its copies of the messages.
+
+transformers 5.x (``tokenization_utils_base.PreTrainedTokenizerBase.apply_chat_template`` and
+``utils/chat_template_utils.render_jinja_template``) renders one conversation in these steps:
+
+1. the template: ``get_chat_template(None, tools)`` (the ``tool_use`` one of a named set when
+   tools are given);
+2. ``_normalize_chat_messages``: message objects become dicts (a deep copy), and the keys of a
+   message whose value is None are dropped;
+3. ``_plain_template_data`` of the messages, the tools and the template keywords (the tokenizer's
+   ``special_tokens_map``): a second deep copy to plain JSON types, anything else a placeholder;
+4. ``_alias_reasoning_fields``: a message's reasoning also as ``thinking`` and ``reasoning_content``;
+5. the compiled template (``_compile_jinja_template``, an ``ImmutableSandboxedEnvironment``:
+   a template cannot change what it is given) rendered with ``messages``, ``tools``,
+   ``documents=None``, ``add_generation_prompt`` and the keywords.
+
+The canonical messages a family gives (:meth:`vlmpack.models.qwen2_vl.Qwen2VLFamily.template_messages`)
+are already fresh dicts of plain JSON types (they come from JSON, or from a layout's own dicts), so
+the two copies of steps 2 and 3 give equal values and cost more than half of a render (measured on
+the demo set: ~200 -> ~90 us a conversation). :class:`TemplateRender` takes steps 1, 2 (only the
+None drop), 4 and 5 with transformers' own functions and the keywords made plain once.
+
+Whether it renders what ``apply_chat_template`` renders is checked on every load
+(:meth:`TemplateRender.problem`): both render a set of probe conversations (text, image and video
+parts, a system turn, reasoning, tool calls with a null argument, a tool turn, tool schemas, a
+message with a null field) and must give equal text, or raise alike; any difference, or a
+transformers without those functions, leaves rendering to ``apply_chat_template``. A conversation
+that is not plain JSON (a value of another type, e.g. a NumPy scalar from a table cell) or that
+raises is also rendered by ``apply_chat_template`` (so an error is the template's own, word for
+word).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+_PLAIN = (str, int, float, bool, type(None))
+
+#: Probe conversations (with their tool schemas) both renders must agree on.
+PROBES: tuple[tuple[list[dict], list[dict] | None], ...] = (
+    ([{"role": "user", "content": [{"type": "text", "text": "hello"}]},
+      {"role": "assistant", "content": [{"type": "text", "text": "hi there"}]}], None),
+    ([{"role": "system", "content": [{"type": "text", "text": "be brief"}]},
+      {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "what is it?"}, {"type": "video"}]},
+      {"role": "assistant", "content": [{"type": "text", "text": "a cat"}], "reasoning_content": "it purrs"},
+      {"role": "user", "content": [{"type": "text", "text": "and now?"}]},
+      {"role": "assistant", "content": [{"type": "text", "text": "still a cat"}]}], None),
+    ([{"role": "user", "content": [{"type": "text", "text": "weather in Paris?"}]},
+      {"role": "assistant", "content": [], "tool_calls": [
+          {"type": "function", "function": {"name": "weather", "arguments": {"city": "Paris", "unit": None}}}]},
+      {"role": "tool", "content": [{"type": "text", "text": "{\"t\": 21}"}], "tool_call_id": "c1", "name": "weather"},
+      {"role": "assistant", "content": [{"type": "text", "text": "21 degrees"}], "thinking": "from the tool"}],
+     [{"type": "function", "function": {"name": "weather", "description": "the weather",
+                                        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                       "required": ["city"]}}}]),
+    ([{"role": "user", "content": [{"type": "text", "text": "x"}], "name": None},
+      {"role": "assistant", "content": [{"type": "text", "text": "y"}], "reasoning": "r"}], None),
+)
+
+
+def _plain(value) -> bool:
+    """Whether ``value`` is JSON data of exact plain types (what ``_plain_template_data`` copies
+    unchanged); iterative."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is dict:
+            if not all(type(k) is str for k in v):
+                return False
+            stack.extend(v.values())
+        elif t is list:
+            stack.extend(v)
+        elif t not in _PLAIN:
+            return False
+    return True
+
+
+class TemplateRender:
+    """``render(messages, tools)`` -> the text ``tokenizer.apply_chat_template(messages, tools=tools,
+    tokenize=False, add_generation_prompt=False)`` gives (str), by the steps of the module docstring;
+    ``slow`` is that call itself. Build it with :meth:`for_tokenizer`, which returns None when the
+    check fails."""
+
+    def __init__(self, tokenizer) -> None:
+        from transformers.utils.chat_template_utils import (
+            _alias_reasoning_fields,
+            _compile_jinja_template,
+            _plain_template_data,
+        )
+
+        self.tokenizer = tokenizer
+        self._alias = _alias_reasoning_fields
+        self._compile = _compile_jinja_template
+        self._keywords = _plain_template_data(dict(tokenizer.special_tokens_map))
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer) -> TemplateRender | None:
+        """A :class:`TemplateRender` of ``tokenizer`` when it renders the :data:`PROBES` as
+        ``apply_chat_template`` does, else None (also when transformers lacks the functions used)."""
+        try:
+            render = cls(tokenizer)
+        except (ImportError, AttributeError, TypeError):
+            return None
+        return render if render.problem() is None else None
+
+    def problem(self) -> str | None:
+        """What differs between this render and ``apply_chat_template`` on :data:`PROBES` (one line),
+        or None."""
+        for i, (messages, tools) in enumerate(PROBES):
+            got, want = _outcome(self._fast, messages, tools), _outcome(self.slow, messages, tools)
+            if got != want:
+                at = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+                return f"probe {i} from character {at}: {got[at:at + 60]!r} != {want[at:at + 60]!r}"
+        return None
+
+    def slow(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
+        """``apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=False)``."""
+        return self.tokenizer.apply_chat_template(list(messages), tools=list(tools) if tools else None,
+                                                  tokenize=False, add_generation_prompt=False)
+
+    def __call__(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
+        """The rendered text; raises what ``apply_chat_template`` raises for the conversation."""
+        tools = list(tools) if tools else None
+        if messages and _plain(messages) and _plain(tools):
+            try:
+                return self._fast(messages, tools)
+            except Exception:  # noqa: BLE001 - rendered again below, so the error is the template's own
+                pass
+        return self.slow(messages, tools)
+
+    def _fast(self, messages: Sequence[dict], tools: list[dict] | None) -> str:
+        compiled = self._compile(self.tokenizer.get_chat_template(None, tools))
+        chat = self._alias([{k: v for k, v in m.items() if v is not None} for m in messages])
+        return compiled.render(messages=chat, tools=tools, documents=None, add_generation_prompt=False,
+                               **self._keywords)
+
+
+def _outcome(render, messages: list[dict], tools: list[dict] | None) -> str:
+    """The text ``render`` gives, or ``"raised <type>: <message>"``."""
+    try:
+        return render(messages, tools)
+    except Exception as e:  # noqa: BLE001 - an error is an outcome to compare
+        return f"raised {type(e).__name__}: {e}"
