@@ -148,3 +148,21 @@ def test_a_template_error_is_the_templates_own(model_dir):
     with pytest.raises(Exception, match="no x") as slow:
         render.slow(messages)
     assert type(fast.value) is type(slow.value)
+
+
+_any = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=3)
+                    | st.builds(np.int64, st.integers(-3, 3)) | st.builds(np.str_, st.text(max_size=2)),
+                    lambda inner: st.lists(inner, max_size=3) | st.tuples(inner)
+                    | st.dictionaries(st.text(max_size=2) | st.integers(0, 2), inner, max_size=3), max_leaves=12)
+_message = st.dictionaries(st.sampled_from(["role", "content", "tool_calls", "name"]),
+                           _any | st.lists(st.dictionaries(st.sampled_from(["type", "text"]), _any, max_size=2)),
+                           max_size=4)
+
+
+@settings(deadline=None, max_examples=300)
+@given(st.lists(_message, max_size=3) | _any)
+def test_the_quick_plainness_check_is_the_walk(value):
+    """Which conversations go through the copy-free render: the shape-first check answers as the walk."""
+    from vlmpack.models.template_render import _plain, _plain_messages
+
+    assert _plain_messages(value) == _plain(value)

@@ -77,6 +77,35 @@ def _plain(value) -> bool:
     return True
 
 
+def _plain_messages(messages) -> bool:
+    """:func:`_plain` of a conversation, the common shape first (a list of messages whose values are
+    strings, or content lists of parts whose values are strings): half the time of the walk."""
+    if type(messages) is not list:
+        return _plain(messages)
+    for m in messages:
+        if type(m) is not dict:
+            if not _plain(m):
+                return False
+            continue
+        for k, v in m.items():
+            if type(k) is not str:
+                return False
+            if type(v) is str:
+                continue
+            if k == "content" and type(v) is list:
+                for p in v:
+                    if type(p) is not dict:
+                        if not _plain(p):
+                            return False
+                        continue
+                    for pk, x in p.items():
+                        if type(pk) is not str or (type(x) is not str and not _plain(x)):
+                            return False
+            elif not _plain(v):
+                return False
+    return True
+
+
 class TemplateRender:
     """``render(messages, tools)`` -> the text ``tokenizer.apply_chat_template(messages, tools=tools,
     tokenize=False, add_generation_prompt=False)`` gives (str), by the steps of the module docstring;
@@ -123,7 +152,7 @@ class TemplateRender:
     def __call__(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
         """The rendered text; raises what ``apply_chat_template`` raises for the conversation."""
         tools = list(tools) if tools else None
-        if messages and _plain(messages) and _plain(tools):
+        if messages and _plain_messages(messages) and _plain(tools):
             try:
                 return self._fast(messages, tools)
             except Exception:  # noqa: BLE001 - rendered again below, so the error is the template's own

@@ -33,7 +33,7 @@ import logging
 import re
 import time
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -152,7 +152,8 @@ def _write(opts: WriteOptions, workers: Workers, run: Path, tasks: list[ShardTas
     reuse.update(shards=len(tasks), shards_reused=len(tasks) - len(todo))
 
     def save(t: ShardTask, r: ShardResult) -> None:
-        atomic_write(run / "shards" / (t.name + ".json"), sealed_json_bytes({"write": key, "result": asdict(r)}))
+        atomic_write(run / "shards" / (t.name + ".json"), sealed_json_bytes({"write": key, "result": {
+            f.name: getattr(r, f.name) for f in fields(r)}}))  # its values are JSON already: no deep copy
         results[t.index] = r
 
     if todo:
