@@ -82,27 +82,24 @@ def _plain_messages(messages) -> bool:
     strings, or content lists of parts whose values are strings): half the time of the walk."""
     if type(messages) is not list:
         return _plain(messages)
-    for m in messages:
-        if type(m) is not dict:
-            if not _plain(m):
-                return False
+    return all(_plain_dict(m, content=True) for m in messages)
+
+
+def _plain_dict(d, content: bool = False) -> bool:
+    """:func:`_plain` of ``d``, its string values taken at once (and with ``content``, the parts of a
+    ``"content"`` list the same way)."""
+    if type(d) is not dict:
+        return _plain(d)
+    for k, v in d.items():
+        if type(k) is not str:
+            return False
+        if type(v) is str:
             continue
-        for k, v in m.items():
-            if type(k) is not str:
+        if content and k == "content" and type(v) is list:
+            if not all(_plain_dict(p) for p in v):
                 return False
-            if type(v) is str:
-                continue
-            if k == "content" and type(v) is list:
-                for p in v:
-                    if type(p) is not dict:
-                        if not _plain(p):
-                            return False
-                        continue
-                    for pk, x in p.items():
-                        if type(pk) is not str or (type(x) is not str and not _plain(x)):
-                            return False
-            elif not _plain(v):
-                return False
+        elif not _plain(v):
+            return False
     return True
 
 
