@@ -315,16 +315,16 @@ def recorded_run(out: Path) -> tuple[str | None, str]:
 
 
 def verify_output(out_dir: str | Path, *, model: str | None = None, decode: bool = False, workers: int = 2,
-                  run_dir: bool = True, progress=None, energon_workers: int = 0) -> dict:
+                  run_dir: bool = True, progress=None) -> dict:
     """:func:`vlmpack.check.check_output` plus the recount of every shard (module docstring).
 
     ``model``: the model directory (default: the one recorded in ``OUT/.vlmpack/config.json``; its
     processors are built with the processor options recorded there, :func:`recorded_run`);
-    ``workers``: processes for the recount; ``energon_workers``: the gate's Energon loader workers
-    (``check_output``'s ``num_workers``; default 0, in this process: the gate decodes the media in
-    this process either way, so loader workers would add only their start and the pickling of every
-    pack with its media across processes: on the demo output ``vlmpack check --workers 0`` took
-    ~12 CPU-s and no more wall time against ~14 with 2). Returns check's dict with
+    ``workers``: processes for the recount. The gate's Energon pass runs in this process
+    (``check_output(num_workers=0)``): it decodes the media here either way, so loader workers would
+    add only their start and the pickling of every pack with its media across processes (on the demo
+    output ``vlmpack check --workers 0`` took ~12 CPU-s and no more wall time against ~14 with 2).
+    Returns check's dict with
     ``recounted_shards`` added; ``problems`` holds every finding. Raises :class:`ConfigError` only
     when no model directory is given or recorded. ``progress``: called ``progress(label, advance,
     total)`` per pack checked and recounted (:func:`~vlmpack.check.check_output`'s), for a progress bar.
@@ -339,7 +339,7 @@ def verify_output(out_dir: str | Path, *, model: str | None = None, decode: bool
     if not model:
         raise ConfigError(f"{out}: no model directory recorded in {RUN_DIR}/config.json; pass --model DIR "
                           "(the one given to vlmpack pack)")
-    res = check_output(out, num_workers=energon_workers, run_dir=run_dir, progress=progress)
+    res = check_output(out, num_workers=0, run_dir=run_dir, progress=progress)
     shards = [str(p) for p in shard_paths(out)]  # regular files only: a link is never followed
     tick = progress or (lambda label, advance, total: None)
     label, counts = "recount", res["shard_counts"] or {}

@@ -56,7 +56,7 @@ from vlmpack.models.special_tokens import (
     token_cuts,
     tokenize_pieces,
 )
-from vlmpack.models.template_render import TemplateRender
+from vlmpack.models.template_render import TemplateRender, apply_template
 from vlmpack.models.tiktoken_bpe import fast_encoder
 from vlmpack.models.tool_fields import field_special_token, unrendered_field, used_fields
 from vlmpack.records import MESSAGE_EXTRAS
@@ -218,9 +218,7 @@ class Qwen2VLFamily(QwenVideoRule):
         fast = self.template_render
         if fast is not None:
             return fast(self.template_messages(messages), tools)
-        return self.tokenizer.apply_chat_template(self.template_messages(messages),
-                                                  tools=list(tools) if tools else None, tokenize=False,
-                                                  add_generation_prompt=False)
+        return apply_template(self.tokenizer, self.template_messages(messages), tools)
 
     def field_problem(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> tuple[str, str] | None:
         """``(reason, detail)`` when the conversation's tool use or reasoning cannot be packed exactly,

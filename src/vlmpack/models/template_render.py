@@ -103,6 +103,13 @@ def _plain_dict(d, content: bool = False) -> bool:
     return True
 
 
+def apply_template(tokenizer, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
+    """``tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
+    add_generation_prompt=False)``: transformers' own render, the one :class:`TemplateRender` matches."""
+    return tokenizer.apply_chat_template(list(messages), tools=list(tools) if tools else None, tokenize=False,
+                                         add_generation_prompt=False)
+
+
 class TemplateRender:
     """``render(messages, tools)`` -> the text ``tokenizer.apply_chat_template(messages, tools=tools,
     tokenize=False, add_generation_prompt=False)`` gives (str), by the steps of the module docstring;
@@ -142,9 +149,8 @@ class TemplateRender:
         return None
 
     def slow(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
-        """``apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=False)``."""
-        return self.tokenizer.apply_chat_template(list(messages), tools=list(tools) if tools else None,
-                                                  tokenize=False, add_generation_prompt=False)
+        """:func:`apply_template` of this tokenizer."""
+        return apply_template(self.tokenizer, messages, tools)
 
     def __call__(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
         """The rendered text; raises what ``apply_chat_template`` raises for the conversation."""
