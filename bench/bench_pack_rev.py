@@ -1,14 +1,15 @@
 """``vlmpack pack`` end to end: this tree against an earlier git revision, on the same records, in one run.
 
-    python bench/bench_pack_rev.py REV [--n 3e4] [--rounds 3] [--data DIR]
+    python bench/bench_pack_rev.py REV [--n 3e4] [--rounds 3] [--text-only] [--data DIR]
 
 REV's ``src/`` is exported (``git archive``) into a temporary folder and run with ``PYTHONPATH``
 pointing at it (the same interpreter and installed packages); this tree runs as installed. Both run
 :func:`bench_scale.e2e` (the demo records replicated to ``--n`` with new ids, ``vlmpack pack`` with 2
 workers at L = 8192, a cache root holding only the model's load recipe, recorded by this tree, so every
-count is redone), interleaved ``--rounds`` times so a noisy spell hits both alike. Prints CPU-ms a
-sample (the command and its workers; median, min-max), wall seconds, the count stage's seconds, the
-samples packed and the shards' digest, then this tree / REV and whether the shards are byte-identical.
+count is redone; ``--text-only``: only the demo records without images, replicated), interleaved
+``--rounds`` times so a noisy spell hits both alike. Prints CPU-ms a sample (the command and its
+workers; median, min-max), wall seconds, the count stage's seconds, the samples packed and the
+shards' digest, then this tree / REV and whether the shards are byte-identical.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def main() -> None:
     ap.add_argument("rev", help="the git revision to compare with (e.g. a commit before a change)")
     ap.add_argument("--n", default="3e4", help="records (the demo set replicated with new ids)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--text-only", action="store_true", help="replicate only the demo records without images")
     add_data_option(ap)
     args = ap.parse_args()
     n = int(float(args.n))
@@ -50,9 +52,10 @@ def main() -> None:
             for name in runs:
                 if name == commit:
                     os.environ["PYTHONPATH"] = str(Path(tmp) / "src")
-                runs[name].append(e2e(n, data, model_dir, 8192))
+                runs[name].append(e2e(n, data, model_dir, 8192, text_only=args.text_only))
                 os.environ.pop("PYTHONPATH", None)
-    print(f"\n`vlmpack pack`, {n:,} demo records replicated with new ids, 2 workers, {args.rounds} interleaved "
+    what = "text-only demo records" if args.text_only else "demo records"
+    print(f"\n`vlmpack pack`, {n:,} {what} replicated with new ids, 2 workers, {args.rounds} interleaved "
           "rounds\n")
     print("| code | CPU-ms / sample (median, min-max) | wall s | count stage s | packed | shards digest |")
     print("|---|---:|---:|---:|---:|---|")

@@ -204,9 +204,10 @@ def driver_child(n: int, seq_len: int, base_store: str, model_dir: str) -> dict:
     return row
 
 
-def e2e(n: int, data: Path, model_dir: Path, seq_len: int) -> dict:
+def e2e(n: int, data: Path, model_dir: Path, seq_len: int, *, text_only: bool = False) -> dict:
     """A real ``vlmpack pack`` CLI run (2 workers) on the demo records replicated to ``n`` with
-    new ids, its cache root holding only the model's load recipe (no counts reused); wall seconds,
+    new ids (``text_only``: only the 2,846 records without images), its cache root holding only the
+    model's load recipe (no counts reused); wall seconds,
     CPU seconds (workers included), the driver's peak RSS (``ru_maxrss`` of the command's process)
     and ``digest``: sha256 over the shards' names and sha256s (the run's folder is always
     ``CACHE/e2e_run``, emptied before and removed after, so the locators in the shards, and so the
@@ -216,6 +217,8 @@ def e2e(n: int, data: Path, model_dir: Path, seq_len: int) -> dict:
     tmp.mkdir(parents=True)
     try:
         lines = [json.loads(x) for x in (data / "real_sft.jsonl").read_text().splitlines()]
+        if text_only:
+            lines = [r for r in lines if not r.get("images")]
         with open(Path(tmp) / "in.jsonl", "w") as f:
             for i in range(n):
                 rec = dict(lines[i % len(lines)])

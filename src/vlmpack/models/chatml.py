@@ -5,6 +5,7 @@ turns (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, and the Qwen2/2.5-based InternVL and LLaV
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 
 def assistant_label_mask(ids: np.ndarray, *, im_start_id: int, assistant_id: int, im_end_id: int,
@@ -17,20 +18,39 @@ def assistant_label_mask(ids: np.ndarray, *, im_start_id: int, assistant_id: int
     kept); the turn ends at its ``<|im_end|>`` inclusive (the end-of-turn token the model must
     learn to emit). The ``"\\n"`` after ``<|im_end|>`` and every other token stays unlabelled.
     A turn with no ``<|im_end|>`` (truncated) runs to the end of ``ids``.
+
+    One pass of a numba kernel (:func:`_assistant_spans`) over ``ids`` (any integer array or
+    sequence; the count stage calls it once per sample, where the dozen small NumPy calls of a
+    vectorized scan cost ~65 us a demo sample and the kernel a few).
     """
     ids = np.asarray(ids)
+    mask = np.zeros(len(ids), dtype=bool)
+    if len(ids) >= 2:
+        _assistant_spans(ids, int(im_start_id), int(assistant_id), int(im_end_id), int(newline_id), mask)
+    return mask
+
+
+@njit(cache=True)
+def _assistant_spans(ids, im_start_id, assistant_id, im_end_id, newline_id, mask):  # pragma: no cover - numba
+    """Set ``mask`` True on every assistant turn's labelled span (see :func:`assistant_label_mask`).
+    Turns are met in order, so each span's start and its end (the first ``<|im_end|>`` at or after
+    the start, inclusive; else the end of ``ids``) only grow: one forward pointer finds every end,
+    and a position is set once (linear in ``len(ids)`` whatever the turns)."""
     n = len(ids)
-    mask = np.zeros(n, dtype=bool)
-    if n < 2:
-        return mask
-    heads = np.flatnonzero((ids[:-1] == im_start_id) & (ids[1:] == assistant_id))
-    if not len(heads):
-        return mask
-    content = skip_token(ids, heads + 2, newline_id)
-    ends = np.flatnonzero(ids == im_end_id)
-    k = np.searchsorted(ends, content)
-    stop = np.where(k < len(ends), ends[np.minimum(k, len(ends) - 1)] + 1, n)
-    return spans_mask(n, content, stop)
+    end = 0  # the search pointer for the next <|im_end|>
+    covered = 0  # positions before it are set already
+    for i in range(n - 1):
+        if ids[i] != im_start_id or ids[i + 1] != assistant_id:
+            continue
+        start = i + 2
+        if start < n and ids[start] == newline_id:
+            start += 1
+        end = max(end, start)
+        while end < n and ids[end] != im_end_id:
+            end += 1
+        stop = min(end + 1, n)
+        mask[max(start, covered):stop] = True
+        covered = max(covered, stop)
 
 
 def skip_token(ids: np.ndarray, at: np.ndarray, token_id: int) -> np.ndarray:

@@ -121,14 +121,19 @@ _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 def _warm_up() -> None:
     """Do here, once, what each forked count worker would otherwise do for itself on its first task:
     the media check's rules key (:func:`vlmpack.media.check_table.rules`: a hash of the media code,
-    PIL and PyAV imported for their versions) and pyarrow's import of pandas, which its first
-    ``pa.array`` makes when pandas is installed (~0.5 CPU-s a process on this machine)."""
+    PIL and PyAV imported for their versions), pyarrow's import of pandas, which its first
+    ``pa.array`` makes when pandas is installed (~0.5 CPU-s a process on this machine), and numba's
+    first call, here of the ChatML label scan the count stage runs per sample (its dispatcher and the
+    cached machine code loaded, ~0.3 CPU-s a process; the driver pays it in the plan stage anyway)."""
+    import numpy as np
     import pyarrow as pa
 
     from vlmpack.media.check_table import rules
+    from vlmpack.models.chatml import assistant_label_mask
 
     rules()
     pa.array([], pa.int32())
+    assistant_label_mask(np.zeros(2, np.int64), im_start_id=0, assistant_id=0, im_end_id=0, newline_id=0)
 
 
 def _worker_init() -> None:

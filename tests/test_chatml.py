@@ -1,0 +1,48 @@
+"""The ChatML label scan (:func:`vlmpack.models.chatml.assistant_label_mask`, a numba kernel) against
+the vectorized NumPy scan it replaced, restated here as the reference, on hypothesis id arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vlmpack.models.chatml import assistant_label_mask, skip_token, spans_mask
+
+IDS = {"im_start_id": 1, "assistant_id": 2, "im_end_id": 3, "newline_id": 4}
+
+
+def vectorized_scan(ids: np.ndarray) -> np.ndarray:
+    """The rule as NumPy calls: heads ``<|im_start|> assistant``, their content after an own
+    ``"\\n"`` token, each span to the first ``<|im_end|>`` at or after it (inclusive), else to the
+    end; the union of the spans."""
+    n = len(ids)
+    mask = np.zeros(n, dtype=bool)
+    heads = np.flatnonzero((ids[:-1] == IDS["im_start_id"]) & (ids[1:] == IDS["assistant_id"])) if n >= 2 else []
+    if not len(heads):
+        return mask
+    content = skip_token(ids, heads + 2, IDS["newline_id"])
+    ends = np.flatnonzero(ids == IDS["im_end_id"])
+    k = np.searchsorted(ends, content)
+    if not len(ends):
+        return spans_mask(n, content, np.full(len(content), n))
+    stop = np.where(k < len(ends), ends[np.minimum(k, len(ends) - 1)] + 1, n)
+    return spans_mask(n, content, stop)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.integers(0, 5), max_size=80), st.sampled_from([np.int64, np.int32, np.uint32]))
+def test_kernel_equals_the_vectorized_scan(ids, dtype):
+    arr = np.array(ids, dtype=dtype)
+    assert np.array_equal(assistant_label_mask(arr, **IDS), vectorized_scan(arr))
+    assert np.array_equal(assistant_label_mask(ids, **IDS), vectorized_scan(arr))  # a list as it is
+
+
+def test_turns_as_the_rule_says():
+    # header "\n" skipped, content and <|im_end|> labelled, the "\n" after it not; a user turn not
+    ids = [1, 9, 4, 7, 3, 4, 1, 2, 4, 5, 6, 3, 4]
+    assert assistant_label_mask(ids, **IDS).tolist() == [False] * 9 + [True, True, True, False]
+    # a merged "\n\n" token (not the newline id) is content; a truncated turn runs to the end
+    assert assistant_label_mask([1, 2, 8, 5, 6], **IDS).tolist() == [False, False, True, True, True]
+    assert assistant_label_mask([1, 2], **IDS).tolist() == [False, False]
+    assert assistant_label_mask([], **IDS).tolist() == []
