@@ -1,5 +1,6 @@
-"""The ChatML label scan (:func:`vlmpack.models.chatml.assistant_label_mask`, a numba kernel) against
-the vectorized NumPy scan it replaced, restated here as the reference, on hypothesis id arrays."""
+"""The ChatML label scan (:func:`vlmpack.models.chatml.assistant_label_mask`) and
+:func:`~vlmpack.models.chatml.spans_mask`, numba kernels, against the NumPy forms they replaced,
+restated here as the references, on hypothesis id arrays and spans."""
 
 from __future__ import annotations
 
@@ -10,6 +11,14 @@ from hypothesis import strategies as st
 from vlmpack.models.chatml import assistant_label_mask, skip_token, spans_mask
 
 IDS = {"im_start_id": 1, "assistant_id": 2, "im_end_id": 3, "newline_id": 4}
+
+
+def spans_reference(n: int, starts, stops) -> np.ndarray:
+    """``spans_mask`` as NumPy calls (the form it replaced)."""
+    delta = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(delta, np.minimum(starts, n), 1)
+    np.add.at(delta, np.minimum(stops, n), -1)
+    return np.cumsum(delta[:n]) > 0
 
 
 def vectorized_scan(ids: np.ndarray) -> np.ndarray:
@@ -25,9 +34,9 @@ def vectorized_scan(ids: np.ndarray) -> np.ndarray:
     ends = np.flatnonzero(ids == IDS["im_end_id"])
     k = np.searchsorted(ends, content)
     if not len(ends):
-        return spans_mask(n, content, np.full(len(content), n))
+        return spans_reference(n, content, np.full(len(content), n))
     stop = np.where(k < len(ends), ends[np.minimum(k, len(ends) - 1)] + 1, n)
-    return spans_mask(n, content, stop)
+    return spans_reference(n, content, stop)
 
 
 @settings(max_examples=2000, deadline=None)
@@ -36,6 +45,14 @@ def test_kernel_equals_the_vectorized_scan(ids, dtype):
     arr = np.array(ids, dtype=dtype)
     assert np.array_equal(assistant_label_mask(arr, **IDS), vectorized_scan(arr))
     assert np.array_equal(assistant_label_mask(ids, **IDS), vectorized_scan(arr))  # a list as it is
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.integers(0, 40), st.lists(st.tuples(st.integers(0, 50), st.integers(0, 50)), max_size=8))
+def test_spans_mask_equals_the_numpy_form(n, spans):
+    starts = np.array([a for a, _ in spans], dtype=np.int64)
+    stops = np.array([b for _, b in spans], dtype=np.int64)
+    assert np.array_equal(spans_mask(n, starts, stops), spans_reference(n, starts, stops))
 
 
 def test_turns_as_the_rule_says():

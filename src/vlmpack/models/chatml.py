@@ -62,8 +62,23 @@ def skip_token(ids: np.ndarray, at: np.ndarray, token_id: int) -> np.ndarray:
 
 
 def spans_mask(n: int, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
-    """bool ``[n]``: True on ``[starts[i], stops[i])`` for every i (positions past ``n`` clipped)."""
+    """bool ``[n]``: True on ``[starts[i], stops[i])`` for every i (positions past ``n`` clipped):
+    +1 at each start, -1 at each stop, True where the running sum is positive (one numba pass,
+    :func:`_spans`; the GLM-4.1V and Kimi label scans call it once per sample)."""
+    mask = np.zeros(n, dtype=bool)
+    _spans(np.asarray(starts, dtype=np.int64), np.asarray(stops, dtype=np.int64), mask)
+    return mask
+
+
+@njit(cache=True)
+def _spans(starts, stops, mask):  # pragma: no cover - numba
+    n = len(mask)
     delta = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(delta, np.minimum(starts, n), 1)
-    np.add.at(delta, np.minimum(stops, n), -1)
-    return np.cumsum(delta[:n]) > 0
+    for s in starts:
+        delta[min(s, n)] += 1
+    for e in stops:
+        delta[min(e, n)] -= 1
+    run = 0
+    for i in range(n):
+        run += delta[i]
+        mask[i] = run > 0
