@@ -32,9 +32,9 @@ def vectorized_scan(ids: np.ndarray) -> np.ndarray:
         return mask
     content = skip_token(ids, heads + 2, IDS["newline_id"])
     ends = np.flatnonzero(ids == IDS["im_end_id"])
-    k = np.searchsorted(ends, content)
     if not len(ends):
         return spans_reference(n, content, np.full(len(content), n))
+    k = np.searchsorted(ends, content)
     stop = np.where(k < len(ends), ends[np.minimum(k, len(ends) - 1)] + 1, n)
     return spans_reference(n, content, stop)
 
