@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>.*?):\d+\)$")
 _TEST_FILE = re.compile(r"(?:^|/)(test_[^/]+\.py)$")
-#: Functions whose inclusive time is shown (any frame on the stack whose name starts with one of these).
+#: Functions whose inclusive time is shown (:func:`is_function`: a frame of one of these anywhere on the stack).
 HOT_SPOTS = ("run_pack", "PackCollator.__call__", "load_model", "load_chat_tokenizer", "from_pretrained",
              "convert_to_native_format", "ImageFile.load", "exif_transpose", "write_report_html", "full_problem",
              "recount_shard", "apply_chat_template", "Module._call_impl", "_find_and_load")
@@ -68,6 +68,12 @@ def _name(frame: str) -> str:
     return m["func"] if m else frame
 
 
+def is_function(name: str, function: str) -> bool:
+    """Whether frame function ``name`` (py-spy's qualified name, e.g. ``PreTrainedTokenizerBase.from_pretrained``)
+    is ``function``, given bare (``from_pretrained``) or qualified (``PackCollator.__call__``)."""
+    return name == function or name.endswith("." + function)
+
+
 def summary(path: str, rate: float, top: int) -> str:
     """Per test, per leaf library and per hot spot (:data:`HOT_SPOTS`, inclusive), CPU-seconds."""
     by_owner, by_lib, by_spot, total = Counter(), Counter(), Counter(), 0
@@ -77,7 +83,7 @@ def summary(path: str, rate: float, top: int) -> str:
         by_lib[library(frames)] += n
         names = {_name(f) for f in frames}
         for spot in HOT_SPOTS:
-            if any(x.startswith(spot) for x in names):
+            if any(is_function(x, spot) for x in names):
                 by_spot[spot] += n
     out = [f"{total / rate:,.1f} CPU-s in {total:,} samples"]
     for title, counts in (("per test (or process)", by_owner), ("per leaf library", by_lib),
@@ -87,11 +93,12 @@ def summary(path: str, rate: float, top: int) -> str:
 
 
 def callers(path: str, function: str, rate: float, top: int, depth: int = 5) -> str:
-    """The ``depth`` frames above each call of ``function`` (by name prefix), with their CPU-seconds."""
+    """The ``depth`` frames above the outermost call of ``function`` (:func:`is_function`) on each stack,
+    with their CPU-seconds."""
     counts = Counter()
     for frames, n in stacks(path):
         names = [_name(f) for f in frames if not f.startswith("process ")]
-        hits = [i for i, x in enumerate(names) if x.startswith(function)]
+        hits = [i for i, x in enumerate(names) if is_function(x, function)]
         if hits:
             i = hits[0]
             counts[" < ".join(names[max(0, i - depth):i + 1][::-1])] += n
@@ -103,7 +110,7 @@ def main() -> None:
     p.add_argument("raw", help="py-spy raw output (record -f raw)")
     p.add_argument("--rate", type=float, default=20.0, help="the -r of py-spy record (samples a second)")
     p.add_argument("--top", type=int, default=40)
-    p.add_argument("--callers", metavar="FUNCTION", help="who calls FUNCTION (name prefix, e.g. Class.method)")
+    p.add_argument("--callers", metavar="FUNCTION", help="who calls FUNCTION (bare, or Class.method)")
     a = p.parse_args()
     print(callers(a.raw, a.callers, a.rate, a.top) if a.callers else summary(a.raw, a.rate, a.top))
 
