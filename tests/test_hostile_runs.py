@@ -340,3 +340,28 @@ def test_a_signal_while_the_pool_starts_still_kills_and_joins_its_workers(monkey
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
     assert len(made) == 2 and not [p for p in made if p.is_alive()]
+
+
+def _gc_state() -> tuple:
+    import gc
+
+    return gc.get_threshold(), gc.get_freeze_count()
+
+
+def test_pool_workers_freeze_what_they_forked_with_and_collect_young_objects_less_often(model_dir):
+    """A local pool's workers (fork) start with the parent's objects frozen out of the collector's
+    passes and the young generation collected every ``WORKER_GC_THRESHOLD[0]`` allocations; the
+    parent's own collector settings are left as they were."""
+    import gc
+
+    from vlmpack.pack import executors
+
+    suite = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)  # Python's default (the suite's conftest sets its own)
+    try:
+        with executors.guarded_executor("local", 2, str(model_dir), preload=False) as pool:
+            states = [pool.submit(_gc_state).result() for _ in range(4)]
+        assert gc.get_threshold() == (700, 10, 10)
+    finally:
+        gc.set_threshold(*suite)
+    assert all(t == executors.WORKER_GC_THRESHOLD and frozen > 1000 for t, frozen in states), states
