@@ -37,7 +37,7 @@ for _name, _value in (("MALLOC_MMAP_THRESHOLD_", "268435456"), ("MALLOC_TRIM_THR
 # Collecting the young generation every 10,000 allocations lets most of them die first (the tiktoken,
 # load-recipe and processor-options files alone: 47.5 -> 13.9 CPU-s of collection, 165 -> 31 full
 # passes, 169 -> 126 s wall, peak RSS 2.81 -> 2.95 GB; a whole run: 173 -> 73 CPU-s of collection,
-# the workers' CPU 1,304 -> 1,239 s). Test processes only: what the tests check does not depend on when
+# the workers' CPU 1,304 -> 1,239 CPU-s). Test processes only: what the tests check does not depend on when
 # cyclic garbage is freed (the CLI processes the tests start keep Python's defaults).
 gc.set_threshold(10_000, 10, 10)
 
