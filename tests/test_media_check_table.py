@@ -119,3 +119,29 @@ def test_rows_are_keyed_by_content_kind_level_and_rules(tmp_path):
     table.close()
     again = CheckTable(tmp_path / TABLE_NAME).get("ef" * 32, "video", "verify")
     assert again == video and type(again.fps) is int and type(again.duration_s) is float
+
+
+def test_the_table_is_in_wal_mode_before_the_count_workers_start(small_demo, real_data, model_dir, tmp_path,
+                                                                  monkeypatch):
+    """Two pool workers switching a new table file to write-ahead-log mode at once can be answered
+    "database is locked" at once (one of them then checks every image itself): the count stage
+    makes the file first, so the workers find it in WAL mode (a switch that takes no lock)."""
+    from vlmpack.pack import count_stage
+
+    cache = tmp_path / "cache"
+    modes: list[str | None] = []
+    real = count_stage.guarded_executor
+
+    def spy(*args, **kwargs):
+        path = cache / TABLE_NAME
+        if not path.is_file():
+            modes.append(None)
+        else:
+            with sqlite3.connect(path) as db:
+                modes.append(db.execute("PRAGMA journal_mode").fetchone()[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(count_stage, "guarded_executor", spy)
+    seen = _spy(monkeypatch)
+    _run(small_demo[:1], real_data, model_dir, tmp_path / "a", str(cache), seen)
+    assert modes == ["wal"]

@@ -168,6 +168,22 @@ def open_table(root: str | Path | None) -> CheckTable | None:
     return _OPEN[key]
 
 
+def prepare_table(root: str | Path | None) -> None:
+    """Create the table file in the cache root ``root`` (write-ahead log mode and schema) and close
+    it, before the workers that share it start: two processes switching a new file to WAL mode at
+    once can get "database is locked" at once, SQLite's busy timeout notwithstanding (seen with two
+    pool workers of one run: that worker then checked every media item itself). On a file already in
+    WAL mode the switch takes no lock. Never raises: a failure is left to the workers (one warning
+    each, :func:`open_table`)."""
+    if root is None:
+        return
+    try:
+        Path(root).mkdir(parents=True, exist_ok=True)
+        CheckTable(Path(root) / TABLE_NAME).close()
+    except (OSError, sqlite3.Error):
+        pass
+
+
 def close_tables() -> None:
     """Write what is buffered and close this process's tables; the next :func:`open_table` opens
     the file again (e.g. after it was replaced). Tables a parent process opened before forking this

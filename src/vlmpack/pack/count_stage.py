@@ -44,6 +44,7 @@ import pyarrow as pa
 from vlmpack import signals
 from vlmpack.config import PackConfig
 from vlmpack.fsio import atomic_write, fsync_dir, read_sealed_json, sealed_json_bytes
+from vlmpack.media.check_table import prepare_table
 from vlmpack.models import check_processor
 from vlmpack.models.load_recipe import use_cache_root
 from vlmpack.pack import count_task as count_mod
@@ -237,6 +238,7 @@ def count_stage(opts: CountOptions, store: Path, ranges: list[InputRange], key: 
             share(t.index, fresh=True)  # replaces a stale entry (media changed since)
 
         if todo:
+            prepare_table(check_table or cache)  # before the workers open it at once
             weights = [r.nbytes for r in ranges]
             with guarded_executor(workers.executor, workers.workers, opts.model, workers.ray_address,
                                   processor=opts.processor) as pool:
