@@ -145,3 +145,39 @@ def test_library_warnings_hidden_unless_verbose():
                 for m in ("PIL.Image", "transformers.utils", "vlmpack.x"):
                     warn_from(m)
         assert len(got) == len(want), (verbose, [str(w.message) for w in got])
+
+
+_EXIT_PROBE = """
+import atexit, sys, threading, time
+atexit.register(lambda: print("atexit handler ran", flush=True))
+class Teardown:
+    def __del__(self):
+        print("interpreter teardown ran", flush=True)
+keep = Teardown()
+if sys.argv[1] == "thread":  # a thread that is not a daemon: Python must join it, so the normal exit
+    threading.Thread(target=time.sleep, args=(3,)).start()
+sys.argv = ["vlmpack", *sys.argv[2:]]
+from vlmpack.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("args, code", [(["--version"], 0), (["pack", "--seq-len", "0"], 2)])
+def test_the_console_script_runs_exit_handlers_and_skips_the_teardown(tmp_path, args, code):
+    """``vlmpack.cli.main`` ends a finished command through ``os._exit`` after the ``atexit``
+    handlers and a flush of stdout/stderr (the interpreter's teardown costs ~0.6 s after a pack);
+    with a thread that is not a daemon still running it exits as Python does."""
+    import subprocess
+    import sys
+
+    probe = tmp_path / "probe.py"
+    probe.write_text(_EXIT_PROBE)
+    fast = subprocess.run([sys.executable, str(probe), "fast", *args], capture_output=True, text=True, timeout=120)
+    assert fast.returncode == code, fast.stderr
+    assert "atexit handler ran" in fast.stdout and "interpreter teardown ran" not in fast.stdout
+    assert (__version__ in fast.stdout) if code == 0 else fast.stderr.startswith("vlmpack: error")
+    if code == 0:  # once: the thread keeps the process 3 s
+        slow = subprocess.run([sys.executable, str(probe), "thread", *args], capture_output=True, text=True,
+                              timeout=120)
+        assert slow.returncode == code, slow.stderr
+        assert "atexit handler ran" in slow.stdout and "interpreter teardown ran" in slow.stdout

@@ -11,12 +11,15 @@ builder lives outside the wheel: ``tools/build_demo.py``.
 
 from __future__ import annotations
 
+import atexit
 import errno
 import logging
 import os
 import signal
 import sys
+import threading
 import traceback
+from typing import NoReturn
 
 import typer
 from rich.console import Console
@@ -142,7 +145,29 @@ def main(argv: list[str] | None = None) -> int:
               "and report it)", file=sys.stderr)
         code = EXIT_INTERNAL
     sys.stdout.flush()
-    sys.exit(code)
+    _leave(code)
+
+
+def _leave(code: int) -> NoReturn:
+    """End the process with ``code`` once a command is done. When every thread left is a daemon, the
+    exit handlers run (``atexit``: logging's flush, multiprocessing's joins), stdout and stderr are
+    flushed and the process ends through ``os._exit``: the interpreter's teardown (a last garbage
+    collection over every object and the freeing of every module, about 0.6 s after a ``vlmpack
+    pack`` of the 5,783 demo records; nothing of it reaches a file) is skipped. Otherwise, and in a
+    process that multiprocessing started (its own exit path runs no ``atexit`` handler of the parent
+    it was forked from), ``sys.exit``: Python joins those threads first."""
+    import multiprocessing
+
+    main_thread = threading.main_thread()
+    if multiprocessing.parent_process() is not None or any(
+            t.is_alive() and not t.daemon for t in threading.enumerate() if t is not main_thread):
+        sys.exit(code)
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _oneline(e: object) -> str:
