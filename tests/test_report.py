@@ -210,3 +210,42 @@ def test_summary_in_the_users_words() -> None:
     assert next_steps("/data/out x") == [("report", "/data/out x/report.html"),
                                          ("rejects", "/data/out x/rejects.jsonl"),
                                          ("next", "vlmpack verify '/data/out x'")]
+
+
+def _figure_spy(monkeypatch) -> list[tuple[str, object, dict[str, bytes]]]:
+    """Each draw of the report's figures: (thread name, its ReportData, the PNGs)."""
+    import threading
+
+    from vlmpack.pack import figures
+
+    draws: list[tuple[str, object, dict[str, bytes]]] = []
+    real = figures.report_pngs
+
+    def spy(d):
+        pngs = real(d)
+        draws.append((threading.current_thread().name, d, pngs))
+        return pngs
+
+    monkeypatch.setattr(figures, "report_pngs", spy)
+    return draws
+
+
+def test_figures_are_drawn_beside_the_write_stage_and_are_the_ones_shown(small_demo, real_data, model_dir, tmp_path,
+                                                                          monkeypatch) -> None:
+    """The driver draws the figures on a thread while its write workers run; report.html shows those
+    PNGs, byte for byte what a draw in the main thread gives; a finished run started again draws none."""
+    draws = _figure_spy(monkeypatch)
+    cfg = load_config(input=small_demo, media_root=str(real_data), model=str(model_dir), output=str(tmp_path / "o"),
+                      seq_len=8192, progress=False, workers=2)
+    run_pack(cfg)
+    assert [name for name, _, _ in draws] == ["vlmpack-figures"]
+    _, data, pngs = draws[0]
+    page = _Page()
+    page.feed((tmp_path / "o" / "report.html").read_text(encoding="utf-8"))
+    shown = [base64.b64decode(i["src"].split(",", 1)[1]) for i in page.imgs]
+    assert shown == list(pngs.values()) and len(shown) == len(REPORT_FIGURES)
+    from vlmpack.pack.figures import report_pngs
+
+    assert report_pngs(data) == pngs  # the thread draws what the main thread draws
+    run_pack(cfg)  # nothing new: the PNGs come from the run directory's cache, no thread
+    assert len(draws) == 2  # (report_pngs above went through the spy)

@@ -239,6 +239,9 @@ def test_media_changed_between_count_and_write_is_a_rejection(how, root, model_d
         return real_write(*a, **k)
 
     monkeypatch.setattr(pipeline, "_write", write_after_a_change)
+    from test_report import _figure_spy
+
+    draws = _figure_spy(monkeypatch)
     cfg = load_config(input=[str(inp)], media_root=str(root), model=str(model_dir), output=str(root / "out"),
                       seq_len=8192, workers=1, progress=False)
     users = [i + 1 for i, line in enumerate(inp.read_text().splitlines())
@@ -253,6 +256,9 @@ def test_media_changed_between_count_and_write_is_a_rejection(how, root, model_d
     packed = [m for raw in read_packs(root / "out") for k, m in raw.items() if k.startswith("img")]
     assert b.read_bytes() not in packed and counted not in packed  # the sample is in no pack
     assert report["sources"][0]["samples_packed"] == report["samples_packed"]
+    # the figures drawn during the write stage did not know of the rejection: drawn again, with it
+    assert [(name, d.reasons.get(reason, 0)) for name, d, _ in draws] == [("vlmpack-figures", 0),
+                                                                          ("MainThread", len(users))]
     proc = run_cli(["check", root / "out"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     monkeypatch.setattr(pipeline, "_write", real_write)

@@ -33,6 +33,7 @@ import logging
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 
@@ -58,7 +59,7 @@ from vlmpack.pack.executors import guarded_executor, run_tasks
 from vlmpack.pack.manifest import InputFiles, build_manifest, manifest_digest
 from vlmpack.pack.nodes import InputRange, check_node_output, model_fingerprint, node_ranges, node_record, shard_prefix
 from vlmpack.pack.plan_stage import make_plan, overlong_rejections, plan_stage, stage_manifest
-from vlmpack.pack.report import build_report, write_report_html
+from vlmpack.pack.report import build_report, figures_ahead, write_report_html
 from vlmpack.pack.rundir import RUN_DIR, prepare_output, unlock_output
 from vlmpack.pack.seal import write_hashes
 from vlmpack.pack.splits import SPLIT_NAMES, split_report
@@ -124,10 +125,10 @@ def _shard_tasks(opts: WriteOptions, run: Path, manifest: pa.Table, plan: PackPl
 
 
 def _write(opts: WriteOptions, workers: Workers, run: Path, tasks: list[ShardTask], key: str,
-           reuse: dict) -> list[ShardResult]:
+           reuse: dict, pool_started: Callable[[], object] | None = None) -> list[ShardResult]:
     """Write the shards not yet done for the write ``key`` (a marker of another key, or an
     unreadable one, counts as not done); a pool is started only when a shard is left (it loads the
-    model only for ``--pretokenize``)."""
+    model only for ``--pretokenize``). ``pool_started`` is called once its workers are all started."""
     out = Path(opts.output)
     names = {t.name for t in tasks}
     for p in out.glob("*.tmp"):  # leftovers of a killed run (only vlmpack's own names)
@@ -159,6 +160,8 @@ def _write(opts: WriteOptions, workers: Workers, run: Path, tasks: list[ShardTas
     if todo:
         with guarded_executor(workers.executor, workers.workers, opts.pretokenize_model or "", workers.ray_address,
                               preload=opts.pretokenize_model is not None, processor=opts.processor) as pool:
+            if pool_started is not None:
+                pool_started()
             run_tasks(pool, write_shard, todo, done=save, desc="write", weights=[t.num_packs for t in todo],
                       unit="pack", show=workers.progress)
     return results  # type: ignore[return-value]
@@ -301,7 +304,19 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
     release_free_memory()
     shard_splits = None if pack_split is None else {t.name: SPLIT_NAMES[pack_split[t.first_pack]] for t in tasks}
     atomic_write(run / "outputs.json", sealed_json_bytes({"shards": [x.name for x in tasks]}))
-    shards = _write(write_opts, workers, run, tasks, keys["write"], reuse)
+    stats = read_stats(results)
+    records_by_file = np.bincount([r.file_idx for r in results], [r.stats.records for r in results],
+                                  len(cfg.input)).astype(np.int64).tolist()
+    # the report's figures, drawn while the write workers run (taken below if the writer left nothing out)
+    ahead = figures_ahead(cfg, manifest, plan, build_report(
+        cfg, fingerprint, stats, manifest, plan, list(rejections), [], {}, records_by_file,
+        split=split_totals(results)), run / "figures.json")
+    try:
+        shards = _write(write_opts, workers, run, tasks, keys["write"], reuse,
+                        pool_started=ahead.start if ahead is not None else None)
+    finally:
+        if ahead is not None:
+            ahead.wait()  # before anything forks again
     left_out = _write_rejections(inputs, shards)
     rejections += [r for r, _, _ in left_out]
     timings["write"] = time.perf_counter() - t
@@ -309,12 +324,9 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
         write_metadata(cfg.output, {s.name: s.num_packs for s in shards}, get_sink(cfg.layout).dataset_files(),
                        shard_splits)
     _write_rejects(cfg, rejections)
-    stats = read_stats(results)
     # worker seconds of this run: a task reused from an earlier run or the count cache took none
     timings["worker_read_validate"] = sum(r.seconds_read for r in results if not r.reused)
     timings["worker_count"] = sum(r.seconds_count for r in results if not r.reused)
-    records_by_file = np.bincount([r.file_idx for r in results], [r.stats.records for r in results],
-                                  len(cfg.input)).astype(np.int64).tolist()
     report = build_report(cfg, fingerprint, stats, manifest, plan, rejections, shards, timings, records_by_file,
                           left_out=[(f, n) for _, f, n in left_out], split=split_totals(results))
     report["status"] = "ok" if report["samples_packed"] else "failed"
@@ -328,7 +340,7 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
     report["stage_keys"] = keys
     atomic_write(Path(cfg.output) / "report.json", json_bytes(report, indent=1))
     # OUT/report.html: figures + key numbers (no shard re-read; PNGs reused while what they show is the same)
-    write_report_html(cfg, manifest, plan, report, png_cache=run / "figures.json")
+    write_report_html(cfg, manifest, plan, report, png_cache=run / "figures.json", ahead=ahead)
     write_hashes(Path(cfg.output), [s.name for s in shards])  # last: the sha256 of what check compares
     if not report["samples_packed"]:
         raise RunFailedError(f"no sample was packed ({report['records_read']:,} records read, "

@@ -35,9 +35,10 @@ import pyarrow as pa
 
 from vlmpack import __version__
 from vlmpack.config import PackConfig
-from vlmpack.fsio import atomic_write, json_bytes, read_sealed_json, sealed_json_bytes
+from vlmpack.fsio import atomic_write, sealed_json_bytes
 from vlmpack.models import family_of
-from vlmpack.pack.media_tokens import TOKEN_COLUMNS, token_columns, tokens_by_kind
+from vlmpack.pack.media_tokens import token_columns, tokens_by_kind
+from vlmpack.pack.report_figures import FiguresAhead, figures_digest, read_png_cache
 from vlmpack.pack.write import ShardResult
 from vlmpack.packing import PackPlan
 from vlmpack.packing.alignment import aligned_lengths
@@ -344,35 +345,44 @@ figure{{display:inline-block;margin:0.5em}}img{{max-width:100%}}figcaption{{colo
     return doc.encode("utf-8")
 
 
+def figures_ahead(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, report: dict,
+                  png_cache: Path | None = None) -> FiguresAhead | None:
+    """The run's figures to draw beside the write stage (:class:`vlmpack.pack.report_figures.FiguresAhead`,
+    not started) from ``report`` as :func:`build_report` gives it before the shards are written, or
+    ``None`` when ``png_cache`` already holds them."""
+    digest = figures_digest(cfg.seq_len, manifest, plan, report)
+    if png_cache is not None and read_png_cache(png_cache, digest) is not None:
+        return None
+
+    def draw() -> dict[str, bytes]:
+        from vlmpack.pack.figures import report_pngs
+
+        return report_pngs(report_data(cfg, manifest, plan, report))
+
+    return FiguresAhead(draw, digest)
+
+
 def write_report_html(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, report: dict,
-                      png_cache: Path | None = None) -> Path:
+                      png_cache: Path | None = None, ahead: FiguresAhead | None = None) -> Path:
     """Render the figures of the run and write ``OUT/report.html`` atomically; returns its path.
 
     ``png_cache``: a sealed JSON file (:func:`vlmpack.fsio.sealed_json_bytes`; data only) keeping
-    the PNGs (base64) with the sha256 of the data they show (:func:`report_data`); while that is
+    the PNGs (base64) with the sha256 of the data they show (:func:`figures_digest`); while that is
     unchanged (a resume with nothing new, another shard size) and the file matches its checksum, the
     PNGs are taken from it instead of drawn again (matplotlib is not even imported), so a finished
-    run started again costs no plotting. Raises ``OSError`` (disk full, read-only, ...)."""
-    import hashlib
-
+    run started again costs no plotting. ``ahead``: the figures drawn during the write stage
+    (:func:`figures_ahead`), taken when they show the same. Raises ``OSError`` (disk full, read-only, ...)."""
     path = Path(cfg.output) / REPORT_HTML
-    h = hashlib.sha256()  # what report_data() holds, without importing matplotlib
-    for name in ("num_tokens", "kind", "media_tokens", *TOKEN_COLUMNS.values()):
-        if name in manifest.column_names:  # a manifest of an older vlmpack lacks the later kinds' columns
-            h.update(name.encode())
-            h.update(manifest.column(name).to_numpy().astype(np.int64))  # its buffer: no bytes copy
-    for arr in (plan.overlong, plan.offsets, plan.order, plan.pack_tokens):
-        h.update(np.asarray(arr, dtype=np.int64).tobytes() + b"|")
-    h.update(json_bytes([cfg.seq_len, report.get("rejected_by_reason"), report.get("dropped_overlong"),
-                         report.get("sources")], sort_keys=True))
-    digest = h.hexdigest()
-    cached = _read_png_cache(png_cache, digest) if png_cache is not None else None
+    digest = figures_digest(cfg.seq_len, manifest, plan, report)
+    cached = read_png_cache(png_cache, digest) if png_cache is not None else None
     if cached is not None:
         pngs, captions = cached
     else:
         from vlmpack.pack.figures import REPORT_FIGURES, report_pngs
 
-        pngs = report_pngs(report_data(cfg, manifest, plan, report))
+        pngs = ahead.take(digest) if ahead is not None else None
+        if pngs is None:
+            pngs = report_pngs(report_data(cfg, manifest, plan, report))
         captions = {name: caption for name, caption, _ in REPORT_FIGURES}
         if png_cache is not None:
             atomic_write(png_cache, sealed_json_bytes({
@@ -380,22 +390,3 @@ def write_report_html(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, repor
                 "pngs": {name: base64.b64encode(png).decode("ascii") for name, png in pngs.items()}}))
     atomic_write(path, report_html(report, pngs, f"vlmpack pack report: {display_path(str(cfg.output))}", captions))
     return path
-
-
-def _read_png_cache(path: Path, digest: str) -> tuple[dict[str, bytes], dict[str, str]] | None:
-    """``(pngs, captions)`` of the PNG cache at ``path`` when it matches its checksum, was made for
-    ``digest`` and holds PNG bytes only; else ``None`` (drawn again)."""
-    cached = read_sealed_json(path)
-    if cached is None or cached.get("digest") != digest:
-        return None
-    pngs, captions = cached.get("pngs"), cached.get("captions")
-    if not (isinstance(pngs, dict) and isinstance(captions, dict)
-            and all(isinstance(v, str) for v in (*pngs.values(), *captions.values()))):
-        return None
-    try:
-        raw = {str(name): base64.b64decode(b64, validate=True) for name, b64 in pngs.items()}
-    except ValueError:
-        return None
-    if not all(png.startswith(b"\x89PNG\r\n\x1a\n") for png in raw.values()):
-        return None
-    return raw, {str(k): v for k, v in captions.items()}

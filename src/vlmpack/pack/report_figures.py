@@ -1,0 +1,99 @@
+"""The report's figures around a run: the digest of what they show, their PNG cache, and drawing
+them on a thread while the shards are written.
+
+``OUT/report.html`` shows PNGs drawn by matplotlib (:mod:`vlmpack.pack.figures`, about 0.7 s for a
+run of the 5,783 demo records). What they show depends on the manifest's token columns, the plan
+and three entries of ``report.json`` (:func:`figures_digest`), all known once the plan is made;
+the write stage changes them only when it leaves a sample out (its media changed after counting).
+So the driver draws them (:class:`FiguresAhead`) while its write workers run, when it only waits
+for them, and :func:`vlmpack.pack.report.write_report_html` takes the PNGs when the digest of the
+finished run is the same (else it draws them again). Nothing here reaches the shards.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from vlmpack.fsio import json_bytes, read_sealed_json
+from vlmpack.pack.media_tokens import TOKEN_COLUMNS
+from vlmpack.packing import PackPlan
+
+
+def figures_digest(seq_len: int, manifest: pa.Table, plan: PackPlan, report: dict) -> str:
+    """sha256 (hex) of what the report's figures show: the manifest's ``num_tokens``, ``kind``,
+    ``media_tokens`` and per-kind token columns (int64), the plan's arrays, ``seq_len`` (tokens) and
+    ``report``'s ``rejected_by_reason``, ``dropped_overlong`` and ``sources``. Imports no matplotlib."""
+    h = hashlib.sha256()
+    for name in ("num_tokens", "kind", "media_tokens", *TOKEN_COLUMNS.values()):
+        if name in manifest.column_names:  # a manifest of an older vlmpack lacks the later kinds' columns
+            h.update(name.encode())
+            h.update(manifest.column(name).to_numpy().astype(np.int64))  # its buffer: no bytes copy
+    for arr in (plan.overlong, plan.offsets, plan.order, plan.pack_tokens):
+        h.update(np.asarray(arr, dtype=np.int64).tobytes() + b"|")
+    h.update(json_bytes([seq_len, report.get("rejected_by_reason"), report.get("dropped_overlong"),
+                         report.get("sources")], sort_keys=True))
+    return h.hexdigest()
+
+
+def read_png_cache(path: Path, digest: str) -> tuple[dict[str, bytes], dict[str, str]] | None:
+    """``(pngs, captions)`` of the PNG cache at ``path`` when it matches its checksum, was made for
+    ``digest`` and holds PNG bytes only; else ``None`` (drawn again)."""
+    cached = read_sealed_json(path)
+    if cached is None or cached.get("digest") != digest:
+        return None
+    pngs, captions = cached.get("pngs"), cached.get("captions")
+    if not (isinstance(pngs, dict) and isinstance(captions, dict)
+            and all(isinstance(v, str) for v in (*pngs.values(), *captions.values()))):
+        return None
+    try:
+        raw = {str(name): base64.b64decode(b64, validate=True) for name, b64 in pngs.items()}
+    except ValueError:
+        return None
+    if not all(png.startswith(b"\x89PNG\r\n\x1a\n") for png in raw.values()):
+        return None
+    return raw, {str(k): v for k, v in captions.items()}
+
+
+class FiguresAhead:
+    """The report's PNGs, drawn by ``draw`` (no argument; returns name -> PNG bytes) on a daemon
+    thread from :meth:`start` on, for a run whose figures have the digest ``digest``.
+
+    Start it only after the last fork of the stage it overlaps (the write pool's workers are all
+    forked when :func:`vlmpack.pack.executors.make_executor` returns) and :meth:`wait` for it before
+    anything forks again: a fork while it draws could copy a lock it holds. ``draw`` must read only
+    data nobody changes meanwhile (Arrow tables, the plan's arrays, a report dict of its own)."""
+
+    def __init__(self, draw: Callable[[], dict[str, bytes]], digest: str) -> None:
+        self.digest = digest
+        self._draw = draw
+        self._pngs: dict[str, bytes] | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start drawing (once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="vlmpack-figures", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._pngs = self._draw()
+        except Exception:  # noqa: BLE001 - drawn again by write_report_html, which raises what drawing raises
+            self._pngs = None
+
+    def wait(self) -> None:
+        """Return once the drawing (if started) is over."""
+        if self._thread is not None:
+            self._thread.join()
+
+    def take(self, digest: str) -> dict[str, bytes] | None:
+        """The PNGs when they were drawn, without error, for ``digest``; else ``None``."""
+        self.wait()
+        return self._pngs if digest == self.digest else None
