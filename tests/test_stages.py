@@ -94,7 +94,7 @@ def test_another_seq_len_replans_and_rewrites_without_counting(small_demo, real_
     calls = _spy_counter(monkeypatch)
     first = run_pack(_cfg(small_demo, real_data, model_dir, tmp_path / "a", cache, seq_len=4096))
     n = first["reused"]["count_tasks"]
-    assert n == 2 and sorted(calls) == [0, 1] and first["reused"]["count_tasks_reused"] == 0
+    assert n >= 2 and sorted(calls) == list(range(n)) and first["reused"]["count_tasks_reused"] == 0
     calls.clear()
     _forbid_model(monkeypatch)
 

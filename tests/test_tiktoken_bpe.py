@@ -178,3 +178,34 @@ def test_a_lone_surrogate_raises_as_the_tokenizer_does(model_dir):
         plain(["ab\ud800"])
     with pytest.raises(UnicodeEncodeError):
         tb.TiktokenBPE(plain)(["ab\ud800"])
+
+
+class _Vocab:
+    def __init__(self, vocab: dict[str, int]) -> None:
+        self.vocab = vocab
+
+    def get_vocab(self, with_added_tokens: bool = True) -> dict[str, int]:
+        assert with_added_tokens is False  # what _byte_ranks asks for
+        return self.vocab
+
+
+_ALPHABET = sorted(tb.byte_level_alphabet())
+
+
+@settings(deadline=None, max_examples=300)
+@given(st.lists(st.text(st.one_of(st.sampled_from(_ALPHABET), st.characters(max_codepoint=0x2FF)), min_size=1,
+                        max_size=6), min_size=1, max_size=30, unique=True))
+def test_byte_ranks_map_a_token_to_its_bytes_or_refuse_a_foreign_character(tokens):
+    """The translate-and-encode of ``_byte_ranks`` gives, token by token, the bytes of the alphabet's
+    character -> byte map (GPT-2's ``bytes_to_unicode`` inverted), and None exactly when a token holds a
+    character outside the alphabet (Latin-1 ones among them) or two tokens are the same bytes."""
+    alphabet = tb.byte_level_alphabet()
+    want: dict[bytes, int] | None = {}
+    for i, tok in enumerate(tokens):
+        if any(c not in alphabet for c in tok):
+            want = None
+            break
+        want[bytes(alphabet[c] for c in tok)] = i
+    if want is not None and len(want) != len(tokens):
+        want = None
+    assert tb._byte_ranks(_Vocab({t: i for i, t in enumerate(tokens)})) == want

@@ -59,14 +59,25 @@ def byte_level_alphabet() -> dict[str, int]:
     return {c: b for b, c in chars.items()}
 
 
+def byte_level_table() -> dict[int, int]:
+    """``str.translate`` table of the byte-level alphabet: each of its characters -> the code point
+    of its byte (so ``.encode("latin-1")`` gives the bytes), every other Latin-1 character ->
+    U+FFFF (so that encoding fails, as for any character above U+00FF left as it is)."""
+    table = {i: 0xFFFF for i in range(256)}
+    table.update({ord(c): b for c, b in byte_level_alphabet().items()})
+    return table
+
+
 def _byte_ranks(backend) -> dict[bytes, int] | None:
     """The vocabulary (added tokens left out) as byte strings -> ids, or None when a token holds a
-    character outside the byte-level alphabet or two tokens are the same bytes."""
-    alphabet = byte_level_alphabet()
+    character outside the byte-level alphabet or two tokens are the same bytes. (One ``translate``
+    and ``encode`` per token, C loops, instead of a generator over its characters: 0.27 -> 0.18 s
+    for Qwen's 151,643 tokens.)"""
+    table = byte_level_table()
     vocab = backend.get_vocab(with_added_tokens=False)
     try:
-        ranks = {bytes(alphabet[c] for c in tok): i for tok, i in vocab.items()}
-    except KeyError:
+        ranks = {tok.translate(table).encode("latin-1"): i for tok, i in vocab.items()}
+    except UnicodeEncodeError:
         return None
     return ranks if len(ranks) == len(vocab) else None
 

@@ -292,7 +292,7 @@ def count_inputs(cfg: PackConfig) -> Counted:
     options, inputs)."""
     check_processor(cfg.model, cfg.processor)
     payload = cfg.fingerprint_payload()
-    ranges, _ = node_ranges(cfg, stages.TASK_BYTES)
+    ranges, _ = node_ranges(cfg, stages.task_bytes(cfg))
     key = count_key(cfg, payload)
     root = count_cache_dir(cfg)
     reuse: dict = {}

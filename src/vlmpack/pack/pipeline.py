@@ -259,7 +259,7 @@ def run_pack(cfg: PackConfig) -> dict:
     fingerprint = cfg.fingerprint(payload)
     out = Path(cfg.output)
     check_node_output(cfg)
-    ranges, tasks_total = node_ranges(cfg, stages.TASK_BYTES)  # this node's input tasks (all of them: one node)
+    ranges, tasks_total = node_ranges(cfg, stages.task_bytes(cfg))  # this node's input tasks (all of them: one node)
     run = prepare_output(out, fingerprint, payload, overwrite=cfg.overwrite)
     try:
         return _run(cfg, run, fingerprint, payload, ranges, tasks_total)

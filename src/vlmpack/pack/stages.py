@@ -6,7 +6,7 @@ before:
 
 - count key (:func:`count_key`): sha256 of the vlmpack version, the source of the counting code
   (:func:`counting_code_digest`: a rule fixed between releases must not reuse cached counts),
-  :data:`TASK_BYTES`, the inputs'
+  the task size (:func:`task_bytes`), the inputs'
   identity (absolute path, size in bytes, mtime in ns) and content (sha256 of the bytes,
   :func:`input_sha256`: an input replaced in place with the same size and mtime gets another key),
   the model directory (absolute path and the sha256 of each counting file,
@@ -36,8 +36,24 @@ from vlmpack.fsio import cache_root
 from vlmpack.packing.alignment import planned_multiple
 from vlmpack.records import MAX_MEDIA_BYTES, MAX_MEMBER_BYTES, display_path
 
-#: Input bytes per count task (fixed: the output must not depend on workers; part of the count key).
+#: Input bytes per count task at most (:func:`task_bytes`; the output never depends on the task size).
 TASK_BYTES = 2 << 20
+#: Count tasks an input set is cut into at least, while tasks keep :data:`MIN_TASK_BYTES` bytes.
+MIN_TASKS = 16
+#: Input bytes per count task at least.
+MIN_TASK_BYTES = 512 << 10
+
+
+def task_bytes(cfg: PackConfig) -> int:
+    """Input bytes per count task for ``cfg``'s inputs: :data:`TASK_BYTES`, or, for inputs of fewer than
+    :data:`MIN_TASKS` x :data:`TASK_BYTES` bytes in all, their total / :data:`MIN_TASKS` (at least
+    :data:`MIN_TASK_BYTES`), so a small run's tasks spread evenly over the workers (the 7 MB demo set
+    made four 2 MiB tasks: on two workers one of them waited a second for the other). It depends on the
+    inputs' sizes only, never on ``--workers``: counts are reused whatever the worker count, and the
+    shards never depend on it. Part of the count key (:func:`count_payload`). Raises ``OSError`` when an
+    input cannot be read."""
+    total = sum(os.path.getsize(p) for p in cfg.input)
+    return max(MIN_TASK_BYTES, min(TASK_BYTES, total // MIN_TASKS))
 #: Options that decide the counts and the samples' serialized entries (the count stage).
 COUNT_OPTIONS = ("input", "input_format", "input_schema", "text_key", "record_map", "media_root",
                  "allow_absolute_media", "media_lmdb", "media_check", "special_tokens", "model", "max_member_bytes",
@@ -250,7 +266,7 @@ def count_payload(cfg: PackConfig, payload: dict) -> dict:
     rejections name their file so, and a shard's ``source.file`` is that name: the same file named
     another way, absolute vs relative or from another folder, is counted under its own name), plus
     :data:`COUNT_OPTIONS` (absolute paths), the node slice when ``num_nodes > 1`` (task indices are
-    the node's own) and :data:`TASK_BYTES`. Raises ``OSError``
+    the node's own) and the task size (:func:`task_bytes`). Raises ``OSError``
     when an input cannot be read."""
     opts = payload["options"]
     count_opts = {k: opts.get("schema" if k == "input_schema" else k) for k in COUNT_OPTIONS
@@ -263,7 +279,7 @@ def count_payload(cfg: PackConfig, payload: dict) -> dict:
         count_opts["overlong_split"] = opts.get("seq_len")
     if cfg.num_nodes > 1:
         count_opts.update(num_nodes=cfg.num_nodes, node_rank=cfg.node_rank)
-    return {"vlmpack": __version__, "code": counting_code_digest(), "stage": "count", "task_bytes": TASK_BYTES,
+    return {"vlmpack": __version__, "code": counting_code_digest(), "stage": "count", "task_bytes": task_bytes(cfg),
             "options": count_opts, "inputs": payload["inputs"], "input_names": [display_path(p) for p in cfg.input],
             "inputs_sha256": [input_sha256(p) for p in cfg.input], "model_files": payload["model_files"]}
 
