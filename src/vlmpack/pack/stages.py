@@ -47,13 +47,15 @@ MIN_TASK_BYTES = 512 << 10
 def task_bytes(cfg: PackConfig) -> int:
     """Input bytes per count task for ``cfg``'s inputs: :data:`TASK_BYTES`, or, for inputs of fewer than
     :data:`MIN_TASKS` x :data:`TASK_BYTES` bytes in all, their total / :data:`MIN_TASKS` (at least
-    :data:`MIN_TASK_BYTES`), so a small run's tasks spread evenly over the workers (the 7 MB demo set
-    made four 2 MiB tasks: on two workers one of them waited a second for the other). It depends on the
-    inputs' sizes only, never on ``--workers``: counts are reused whatever the worker count, and the
-    shards never depend on it. Part of the count key (:func:`count_payload`). Raises ``OSError`` when an
-    input cannot be read."""
+    :data:`MIN_TASK_BYTES`, never above :data:`TASK_BYTES`), so a small run's tasks spread evenly over
+    the workers (the 7 MB demo set made four 2 MiB tasks: on two workers one of them waited a second for
+    the other). It depends on the inputs' sizes only, never on ``--workers``: counts are reused whatever
+    the worker count, and the shards never depend on it. Part of the count key (:func:`count_payload`).
+    Raises ``OSError`` when an input cannot be read."""
     total = sum(os.path.getsize(p) for p in cfg.input)
-    return max(MIN_TASK_BYTES, min(TASK_BYTES, total // MIN_TASKS))
+    return min(TASK_BYTES, max(MIN_TASK_BYTES, total // MIN_TASKS))
+
+
 #: Options that decide the counts and the samples' serialized entries (the count stage).
 COUNT_OPTIONS = ("input", "input_format", "input_schema", "text_key", "record_map", "media_root",
                  "allow_absolute_media", "media_lmdb", "media_check", "special_tokens", "model", "max_member_bytes",
