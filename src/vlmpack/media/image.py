@@ -18,7 +18,7 @@ real images of every accepted format; ``bench/bench_pack.py`` measures the cost)
   the pixel unpacking; zlib inflate is most of the remaining cost. The inflate is zlib-ng's (the
   ``zlib-ng`` package's ``zlib_ng`` module, zlib's API): the library Pillow's own wheels decode PNG
   with (``PIL.features.pilinfo()``: "compiled for zlib-ng"), about 3x the standard library's zlib on
-  the demo PNGs (the stdlib module is the fallback where the package is missing).
+  the demo PNGs.
 - **JPEG / MPO**: ``draft()`` to 1/8 scale, then ``load()``: libjpeg still parses every marker and
   entropy-decodes every scan to its end (so a cut file still runs out of data), it only skips
   most of the inverse DCT and the upsampling.
@@ -35,11 +35,7 @@ from typing import IO
 
 import numpy as np
 from PIL import Image, ImageFile, PngImagePlugin, UnidentifiedImageError
-
-try:  # the inflate of Pillow's wheels (see the module doc); same API and decisions as the stdlib's zlib
-    from zlib_ng import zlib_ng as zlib
-except ImportError:  # pragma: no cover - zlib-ng is a dependency; a platform without its wheel
-    import zlib
+from zlib_ng import zlib_ng as zlib  # the inflate of Pillow's wheels (module doc); the stdlib zlib's API
 
 #: PIL plugins tried by :func:`open_image_file` (``Image.open(..., formats=OPEN_FORMATS)``).
 OPEN_FORMATS = ("JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF")

@@ -38,7 +38,7 @@ from vlmpack.config import PackConfig
 from vlmpack.fsio import atomic_write, sealed_json_bytes
 from vlmpack.models import family_of
 from vlmpack.pack.media_tokens import token_columns, tokens_by_kind
-from vlmpack.pack.report_figures import FiguresAhead, figures_digest, read_png_cache
+from vlmpack.pack.report_figures import FiguresAhead, arrays_hash, figures_digest, read_png_cache
 from vlmpack.pack.write import ShardResult
 from vlmpack.packing import PackPlan
 from vlmpack.packing.alignment import aligned_lengths
@@ -350,7 +350,8 @@ def figures_ahead(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, report: d
     """The run's figures to draw beside the write stage (:class:`vlmpack.pack.report_figures.FiguresAhead`,
     not started) from ``report`` as :func:`build_report` gives it before the shards are written, or
     ``None`` when ``png_cache`` already holds them."""
-    digest = figures_digest(cfg.seq_len, manifest, plan, report)
+    arrays = arrays_hash(manifest, plan)
+    digest = figures_digest(cfg.seq_len, arrays, report)
     if png_cache is not None and read_png_cache(png_cache, digest) is not None:
         return None
 
@@ -359,7 +360,7 @@ def figures_ahead(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, report: d
 
         return report_pngs(report_data(cfg, manifest, plan, report))
 
-    return FiguresAhead(draw, digest)
+    return FiguresAhead(draw, arrays, digest)
 
 
 def write_report_html(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, report: dict,
@@ -371,9 +372,11 @@ def write_report_html(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, repor
     unchanged (a resume with nothing new, another shard size) and the file matches its checksum, the
     PNGs are taken from it instead of drawn again (matplotlib is not even imported), so a finished
     run started again costs no plotting. ``ahead``: the figures drawn during the write stage
-    (:func:`figures_ahead`), taken when they show the same. Raises ``OSError`` (disk full, read-only, ...)."""
+    (:func:`figures_ahead` of the same ``manifest`` and ``plan``: their arrays are not hashed again),
+    taken when they show the same. Raises ``OSError`` (disk full, read-only, ...)."""
     path = Path(cfg.output) / REPORT_HTML
-    digest = figures_digest(cfg.seq_len, manifest, plan, report)
+    arrays = ahead.arrays if ahead is not None else arrays_hash(manifest, plan)
+    digest = figures_digest(cfg.seq_len, arrays, report)
     cached = read_png_cache(png_cache, digest) if png_cache is not None else None
     if cached is not None:
         pngs, captions = cached

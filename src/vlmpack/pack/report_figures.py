@@ -26,10 +26,11 @@ from vlmpack.pack.media_tokens import TOKEN_COLUMNS
 from vlmpack.packing import PackPlan
 
 
-def figures_digest(seq_len: int, manifest: pa.Table, plan: PackPlan, report: dict) -> str:
-    """sha256 (hex) of what the report's figures show: the manifest's ``num_tokens``, ``kind``,
-    ``media_tokens`` and per-kind token columns (int64), the plan's arrays, ``seq_len`` (tokens) and
-    ``report``'s ``rejected_by_reason``, ``dropped_overlong`` and ``sources``. Imports no matplotlib."""
+def arrays_hash(manifest: pa.Table, plan: PackPlan):
+    """The ``hashlib`` sha256 object over the arrays the report's figures show: the manifest's
+    ``num_tokens``, ``kind``, ``media_tokens`` and per-kind token columns (int64) and the plan's arrays
+    (about 40 bytes a sample). The write stage never changes them, so a run hashes them once and
+    :func:`figures_digest` adds the report's part to a copy. Imports no matplotlib."""
     h = hashlib.sha256()
     for name in ("num_tokens", "kind", "media_tokens", *TOKEN_COLUMNS.values()):
         if name in manifest.column_names:  # a manifest of an older vlmpack lacks the later kinds' columns
@@ -37,6 +38,14 @@ def figures_digest(seq_len: int, manifest: pa.Table, plan: PackPlan, report: dic
             h.update(manifest.column(name).to_numpy().astype(np.int64))  # its buffer: no bytes copy
     for arr in (plan.overlong, plan.offsets, plan.order, plan.pack_tokens):
         h.update(np.asarray(arr, dtype=np.int64).tobytes() + b"|")
+    return h
+
+
+def figures_digest(seq_len: int, arrays, report: dict) -> str:
+    """sha256 (hex) of what the report's figures show: ``arrays`` (:func:`arrays_hash` of the
+    manifest and plan; not changed), then ``seq_len`` (tokens) and ``report``'s ``rejected_by_reason``,
+    ``dropped_overlong`` and ``sources``."""
+    h = arrays.copy()
     h.update(json_bytes([seq_len, report.get("rejected_by_reason"), report.get("dropped_overlong"),
                          report.get("sources")], sort_keys=True))
     return h.hexdigest()
@@ -63,14 +72,16 @@ def read_png_cache(path: Path, digest: str) -> tuple[dict[str, bytes], dict[str,
 
 class FiguresAhead:
     """The report's PNGs, drawn by ``draw`` (no argument; returns name -> PNG bytes) on a daemon
-    thread from :meth:`start` on, for a run whose figures have the digest ``digest``.
+    thread from :meth:`start` on, for a run whose figures have the digest ``digest``; ``arrays``: the
+    :func:`arrays_hash` of its manifest and plan, kept for the finished run's digest.
 
     Start it only after the last fork of the stage it overlaps (the write pool's workers are all
     forked when :func:`vlmpack.pack.executors.make_executor` returns) and :meth:`wait` for it before
     anything forks again: a fork while it draws could copy a lock it holds. ``draw`` must read only
     data nobody changes meanwhile (Arrow tables, the plan's arrays, a report dict of its own)."""
 
-    def __init__(self, draw: Callable[[], dict[str, bytes]], digest: str) -> None:
+    def __init__(self, draw: Callable[[], dict[str, bytes]], arrays, digest: str) -> None:
+        self.arrays = arrays
         self.digest = digest
         self._draw = draw
         self._pngs: dict[str, bytes] | None = None
