@@ -31,7 +31,7 @@ from vlmpack.models.qwen3_vl import Qwen3_5Family, Qwen3VLFamily
 from vlmpack.models.smolvlm import SmolVLMFamily
 
 __all__ = ["COUNTING_FILES", "FAMILIES", "MediaSize", "ModelFamily", "ProcessedImages",
-           "check_processor", "family_of", "load_model", "model_type"]
+           "check_processor", "family_of", "load_model", "loaded_before", "model_type"]
 
 #: ``model_type`` of ``config.json`` -> family class (one line per supported type).
 FAMILIES: dict[str, type] = {
@@ -87,7 +87,24 @@ def load_model(model_dir: str | Path, processor: Mapping[str, Any] | str | None 
 
     if isinstance(processor, str):
         processor = json.loads(processor) if processor else None
-    return _load(str(model_dir), processor_json(processor))
+    key = (str(model_dir), processor_json(processor))
+    family = _load(*key)
+    _LOADED.add(key)
+    return family
+
+
+def loaded_before(model_dir: str | Path, processor: Mapping[str, Any] | str | None = None) -> bool:
+    """Whether this process has loaded ``model_dir`` with ``processor`` (:func:`load_model`; its
+    cache keeps the last four: a load asked for again is then usually at once). Loads nothing."""
+    from vlmpack.models.options import processor_json
+
+    if isinstance(processor, str):
+        processor = json.loads(processor) if processor else None
+    return (str(model_dir), processor_json(processor)) in _LOADED
+
+
+#: (directory, processor options JSON) of every :func:`load_model` that returned in this process
+_LOADED: set[tuple[str, str]] = set()
 
 
 def check_processor(model_dir: str | Path, processor: Mapping[str, Any]) -> None:

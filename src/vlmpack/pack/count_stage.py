@@ -60,6 +60,7 @@ from vlmpack.pack.count_task import (
 )
 from vlmpack.pack.executors import guarded_executor, run_tasks
 from vlmpack.pack.manifest import InputFiles, build_manifest
+from vlmpack.pack.media_precheck import media_precheck
 from vlmpack.pack.nodes import InputRange, node_ranges
 from vlmpack.pack.results import read_result, save_result
 from vlmpack.pack.stages import CountOptions, Workers, count_cache_dir, count_key, count_payload
@@ -240,8 +241,10 @@ def count_stage(opts: CountOptions, store: Path, ranges: list[InputRange], key: 
         if todo:
             prepare_table(check_table or cache)  # before the workers open it at once
             weights = [r.nbytes for r in ranges]
-            with guarded_executor(workers.executor, workers.workers, opts.model, workers.ray_address,
-                                  processor=opts.processor) as pool:
+            with media_precheck(todo, workers, opts.model, opts.processor) as pre, \
+                    guarded_executor(workers.executor, workers.workers, opts.model, workers.ray_address,
+                                     processor=opts.processor) as pool:
+                pre.stop()  # the workers exist: they check the rest
                 run_tasks(pool, count_mod.run_task, todo, done=save, desc="count",
                           weights=[weights[t.index] for t in todo], unit="B", show=workers.progress)
         for t in tasks:  # counted before the cache existed, or while it was busy

@@ -26,6 +26,7 @@ import hashlib
 import json
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -349,6 +350,19 @@ def count_samples(family, samples: list[Sample], special_tokens: str = "reject"
     return counted, rejected
 
 
+def read_records(task: MeasureTask, stats: ReadStats) -> Iterator[Sample | Rejection]:
+    """The parsed records of ``task``'s range, in input order, as its source reads them
+    (:mod:`vlmpack.sources`; ``stats`` gets the source's counts): a :class:`Sample` (media not yet
+    probed) or the :class:`Rejection` of a record that does not parse. Raises what the source raises
+    for the input as a whole (:class:`vlmpack.errors.InputError`)."""
+    return get_source(task.fmt).read(task.path, task.start, task.end, task.first_line, schema=task.schema,
+                                     media_root=task.media_root, allow_absolute_media=task.allow_absolute_media,
+                                     stats=stats, max_member_bytes=task.max_member_bytes,
+                                     **({"lmdb_envs": dict(task.media_lmdb)} if task.media_lmdb else {}),
+                                     **({"text_key": task.text_key} if task.text_key else {}),
+                                     **({"record_map": task.record_map} if task.record_map else {}))
+
+
 def run_task(task: MeasureTask) -> MeasureResult:
     """Read, validate and count one range; write its records part file (atomically)."""
     use_cache_root(task.check_table or None)  # a Ray worker finds the run's load recipes (load_recipe)
@@ -358,14 +372,8 @@ def run_task(task: MeasureTask) -> MeasureResult:
     stats = ReadStats()
     valid: list[Sample] = []
     rejections: list[Rejection] = []
-    source = get_source(task.fmt)
     sink = get_sink(task.layout)
-    for rec in source.read(task.path, task.start, task.end, task.first_line, schema=task.schema,
-                           media_root=task.media_root, allow_absolute_media=task.allow_absolute_media,
-                           stats=stats, max_member_bytes=task.max_member_bytes,
-                           **({"lmdb_envs": dict(task.media_lmdb)} if task.media_lmdb else {}),
-                           **({"text_key": task.text_key} if task.text_key else {}),
-                           **({"record_map": task.record_map} if task.record_map else {})):
+    for rec in read_records(task, stats):
         if isinstance(rec, Rejection):
             rejections.append(rec)
             continue
