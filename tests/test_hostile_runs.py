@@ -365,3 +365,24 @@ def test_pool_workers_freeze_what_they_forked_with_and_collect_young_objects_les
     finally:
         gc.set_threshold(*suite)
     assert all(t == executors.WORKER_GC_THRESHOLD and frozen > 1000 for t, frozen in states), states
+
+
+def _text_bound_new_misses(model_dir: str) -> int:
+    from vlmpack.pack.validate import text_bound_of
+
+    before = text_bound_of.cache_info().misses
+    text_bound_of(model_dir)
+    return text_bound_of.cache_info().misses - before
+
+
+def test_pool_workers_fork_with_the_model_and_its_text_bound_ready(model_dir):
+    """A count task asks for the model's text bound (a pass over the vocabulary) before it
+    tokenizes: a preloading pool computes it once before forking, so no worker computes it again."""
+    from vlmpack.pack import executors
+    from vlmpack.pack.validate import text_bound_of
+
+    text_bound_of.cache_clear()
+    with executors.guarded_executor("local", 2, str(model_dir)) as pool:
+        assert text_bound_of.cache_info().misses == 1
+        new = [pool.submit(_text_bound_new_misses, str(model_dir)).result() for _ in range(4)]
+    assert new == [0, 0, 0, 0]

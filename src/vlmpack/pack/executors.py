@@ -24,6 +24,7 @@ from tqdm import tqdm
 from vlmpack import signals
 from vlmpack.errors import ConfigError
 from vlmpack.models import load_model
+from vlmpack.pack.validate import text_bound_of
 
 
 class InlineExecutor(Executor):
@@ -95,8 +96,9 @@ def make_executor(kind: str, workers: int, model_dir: str, ray_address: str | No
     if workers <= 1:
         return InlineExecutor()
     if sys.platform.startswith("linux"):
-        if preload:  # the workers fork with the model, and its tiktoken encoder (models/tiktoken_bpe.py) built
+        if preload:  # the workers fork with the model, its tiktoken encoder (models/tiktoken_bpe.py) built
             getattr(load_model(model_dir, processor), "fast_bpe", None)
+            text_bound_of(model_dir)  # and the text bound each count task asks for (a vocabulary pass, ~0.1 s)
             _warm_up()
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"), initializer=_worker_init)
     else:
