@@ -132,3 +132,19 @@ def test_no_precheck_without_a_pool_or_a_table(small_demo, real_data, model_dir,
     no_table = [dataclasses.replace(t, check_table="") for t in tasks]
     with media_precheck.media_precheck(no_table, Workers(2), str(model_dir)) as pre:
         assert pre._proc is None
+
+
+def _in_a_daemon(tasks, model_dir) -> bool:
+    with media_precheck.media_precheck(tasks, Workers(2), model_dir) as pre:
+        return pre._proc is None
+
+
+def test_a_daemonic_process_counts_without_a_precheck(small_demo, real_data, model_dir, tmp_path, monkeypatch):
+    """multiprocessing forbids a daemonic process children: there the count goes on without one."""
+    import multiprocessing
+
+    monkeypatch.setattr(media_precheck, "loaded_before", lambda *a: False)
+    tasks = _tasks(small_demo, real_data, model_dir, tmp_path / "cache", tmp_path)
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:  # a Pool's workers are daemonic
+        assert pool.apply(_in_a_daemon, (tasks, str(model_dir))) is True

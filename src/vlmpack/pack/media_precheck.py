@@ -111,9 +111,13 @@ class Precheck:
         if tasks:
             ctx = get_context("fork")
             self._stop, self._count = ctx.Event(), ctx.Value("q", 0)
-            self._proc = ctx.Process(target=_child, args=(list(tasks), self._stop, self._count), daemon=True,
-                                     name="vlmpack-media-precheck")
-            self._proc.start()
+            proc = ctx.Process(target=_child, args=(list(tasks), self._stop, self._count), daemon=True,
+                               name="vlmpack-media-precheck")
+            try:
+                proc.start()
+                self._proc = proc
+            except (AssertionError, OSError) as e:  # a daemonic process may not fork one; no process left
+                log.debug("media pre-check not started (%s)", e)
 
     def stop(self) -> None:
         """Ask the pre-check to end after its current item (returns at once)."""
