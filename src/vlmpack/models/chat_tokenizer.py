@@ -3,23 +3,35 @@ them (:func:`load_chat_tokenizer`; shared by every family)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 from vlmpack.errors import ConfigError
 
 
-def load_chat_tokenizer(model_dir: str | Path):
+def load_chat_tokenizer(model_dir: str | Path, *, light: bool = False):
     """The fast tokenizer of ``model_dir`` with its chat template (from ``chat_template.json`` /
     ``chat_template.jinja`` when ``tokenizer_config.json`` has none, as transformers' processors
     load it). The class is the one ``AutoTokenizer.from_pretrained`` picks; once recorded for this
     directory (:mod:`vlmpack.models.load_recipe`, only when the class built directly gives the same
     tokenizer) it is built directly, without ``AutoTokenizer`` (whose import pulls in torch).
-    Raises :class:`ConfigError` (one line) when it cannot be loaded, naming the files missing when
-    the directory holds no tokenizer file (:func:`require_tokenizer_files`)."""
-    from vlmpack.models import load_recipe
+    ``light`` (a family that counts through what :class:`vlmpack.models.light_tokenizer.LightTokenizer`
+    answers): that tokenizer once recorded for the directory (no transformers import), recorded
+    after transformers' load otherwise. Raises :class:`ConfigError` (one line) when it cannot be
+    loaded, naming the files missing when the directory holds no tokenizer file
+    (:func:`require_tokenizer_files`)."""
+    from vlmpack.models import light_tokenizer, load_recipe
 
     require_tokenizer_files(model_dir)
+    if light:
+        tok = light_tokenizer.load(model_dir, functools.partial(load_chat_tokenizer, model_dir))  # picklable
+        if tok is not None:
+            return tok
+        tok = load_chat_tokenizer(model_dir)
+        if light_tokenizer.recorded(model_dir) is None:
+            light_tokenizer.record(model_dir, tok)
+        return tok
     recipe = load_recipe.read(model_dir, "tokenizer")
     cls = load_recipe.tokenizer_class(recipe.get("class")) if recipe is not None else None
     try:

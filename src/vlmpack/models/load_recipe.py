@@ -16,7 +16,10 @@ package by its name and built with its own ``from_pretrained`` (no ``AutoTokeniz
 and the family counts with the recorded settings (its processor object is built only when pixels
 are needed: training, ``vlmpack verify``'s media pass). For the demo's Qwen2.5-VL directory a
 fresh process's ``load_model`` then takes 2.7 CPU-s instead of 9.0, interpreter start and imports
-included (``bench/bench_load.py``, docs/benchmarks.md).
+included (``bench/bench_load.py``, docs/benchmarks.md). The Qwen-VL families go one step further:
+the pipeline transformers built is kept beside the recipe and read back without transformers
+(:mod:`vlmpack.models.light_tokenizer`, part ``light``); the key's library versions are read from
+their distributions' metadata, so computing it imports neither.
 
 Exact by construction, and checked where it is recorded:
 
@@ -80,12 +83,19 @@ def recipe_key(model_dir: str | Path) -> str:
     return _content_key(str(model_dir), stamp)
 
 
+@lru_cache(maxsize=1)
+def library_versions() -> tuple[str, str]:
+    """The installed transformers and tokenizers versions, from their distributions' metadata
+    (what their ``__version__`` says, without importing transformers: 0.6 s)."""
+    from importlib.metadata import version
+
+    return version("transformers"), version("tokenizers")
+
+
 @lru_cache(maxsize=64)
 def _content_key(model_dir: str, stamp: tuple) -> str:
-    import tokenizers
-    import transformers
-
-    h = hashlib.sha256(f"vlmpack-load-recipe/{FORMAT}/{transformers.__version__}/{tokenizers.__version__}".encode())
+    transformers_version, tokenizers_version = library_versions()
+    h = hashlib.sha256(f"vlmpack-load-recipe/{FORMAT}/{transformers_version}/{tokenizers_version}".encode())
     for name, _, _ in stamp:
         data = (Path(model_dir) / name).read_bytes()
         h.update(f"\0{name}\0{len(data)}\0".encode())

@@ -116,7 +116,7 @@ class Qwen2VLFamily(QwenVideoRule):
 
     def __init__(self, model_dir: str | Path):
         self.model_dir = str(model_dir)
-        self.tokenizer = load_chat_tokenizer(model_dir)
+        self.tokenizer = load_chat_tokenizer(model_dir, light=True)
         if not (Path(model_dir) / "preprocessor_config.json").is_file():
             raise ConfigError(f"{model_dir}: no preprocessor_config.json (needed for image token counts)")
         self.image_settings = recorded_settings(self)  # the processor is built here only before a recipe

@@ -19,13 +19,14 @@ The canonical messages a family gives (:meth:`vlmpack.models.qwen2_vl.Qwen2VLFam
 are already fresh dicts of plain JSON types (they come from JSON, or from a layout's own dicts), so
 the two copies of steps 2 and 3 give equal values and cost more than half of a render (measured on
 the demo set: ~200 -> ~90 us a conversation). :class:`TemplateRender` takes steps 1, 2 (only the
-None drop), 4 and 5 with transformers' own functions and the keywords made plain once.
+None drop), 4 and 5 with those functions restated (:mod:`vlmpack.models.jinja_env`, no transformers
+import) and the keywords made plain once.
 
 Whether it renders what ``apply_chat_template`` renders is checked on every load
 (:meth:`TemplateRender.problem`): both render a set of probe conversations (text, image and video
 parts, a system turn, reasoning, tool calls with a null argument, a tool turn, tool schemas, a
-message with a null field) and must give equal text, or raise alike; any difference, or a
-transformers without those functions, leaves rendering to ``apply_chat_template``. A conversation
+message with a null field) and must give equal text, or raise alike; any difference leaves
+rendering to ``apply_chat_template``. A conversation
 that is not plain JSON (a value of another type, e.g. a NumPy scalar from a table cell) or that
 raises is also rendered by ``apply_chat_template`` (so an error is the template's own, word for
 word).
@@ -34,6 +35,8 @@ word).
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from vlmpack.models.jinja_env import alias_reasoning_fields, compile_template, plain_template_data
 
 _PLAIN = (str, int, float, bool, type(None))
 
@@ -117,25 +120,23 @@ class TemplateRender:
     check fails."""
 
     def __init__(self, tokenizer) -> None:
-        from transformers.utils.chat_template_utils import (
-            _alias_reasoning_fields,
-            _compile_jinja_template,
-            _plain_template_data,
-        )
-
         self.tokenizer = tokenizer
-        self._alias = _alias_reasoning_fields
-        self._compile = _compile_jinja_template
-        self._keywords = _plain_template_data(dict(tokenizer.special_tokens_map))
+        self._alias = alias_reasoning_fields
+        self._compile = compile_template
+        self._keywords = plain_template_data(dict(tokenizer.special_tokens_map))
 
     @classmethod
     def for_tokenizer(cls, tokenizer) -> TemplateRender | None:
         """A :class:`TemplateRender` of ``tokenizer`` when it renders the :data:`PROBES` as
-        ``apply_chat_template`` does, else None (also when transformers lacks the functions used)."""
+        ``apply_chat_template`` does, else None. A tokenizer whose ``render_checked`` is true (a
+        :class:`vlmpack.models.light_tokenizer.LightTokenizer`: checked so when it was recorded, with
+        this code) is not checked again."""
         try:
             render = cls(tokenizer)
         except (ImportError, AttributeError, TypeError):
             return None
+        if getattr(tokenizer, "render_checked", False) is True:
+            return render
         return render if render.problem() is None else None
 
     def problem(self) -> str | None:
