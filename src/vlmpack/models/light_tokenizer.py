@@ -8,10 +8,11 @@ pipeline from its vocabulary and merges. What counting asks of the tokenizer is 
 ``tokenizers`` pipeline (ids, through :mod:`vlmpack.models.tiktoken_bpe` or the pipeline itself),
 token ids of a few strings, the added tokens, the special tokens and the chat template. So when
 transformers has built a directory's tokenizer once, :func:`record` keeps, beside its load recipe
-(``<cache root>/load/<key>.pipeline``), the pipeline transformers built (``backend_tokenizer.to_str()``: the ``tokenizers`` library's own
-serialization, not ``tokenizer.json``, which transformers 5 rebuilds with other offsets and decoder
-settings) and those answers as data; :func:`load` gives a :class:`LightTokenizer` from them
-(``tokenizers.Tokenizer.from_str``, about 0.3 s for Qwen2's 151k vocabulary; no transformers import).
+(``<cache root>/load/<key>.pipeline``), the pipeline transformers built (``backend_tokenizer.to_str()``:
+the ``tokenizers`` library's own serialization, not ``tokenizer.json``, which transformers 5 rebuilds
+with other offsets and decoder settings) and those answers as data; :func:`load` gives a
+:class:`LightTokenizer` from them (``tokenizers.Tokenizer.from_str``, about 0.3 s for Qwen2's 151k
+vocabulary; no transformers import).
 
 Exact by construction and by check: :func:`record` keeps a directory only when the light tokenizer,
 built from what it is about to write, answers every question it answers itself exactly as
