@@ -94,7 +94,8 @@ def test_a_tampered_pipeline_or_recipe_is_not_followed(model_dir):
     pipeline.write_bytes(good.replace(b'"hello":', b'"hellp":', 1))
     tok = load_chat_tokenizer(model_dir, light=True)
     assert not isinstance(tok, LightTokenizer) and tok("hello")["input_ids"] == want("hello")["input_ids"]
-    pipeline.write_bytes(good)
+    assert pipeline.read_bytes() == good  # kept again from transformers' tokenizer
+    assert isinstance(load_chat_tokenizer(model_dir, light=True), LightTokenizer)
     # facts edited in the recipe (the seal no longer matches): not read, recorded afresh
     obj = json.loads(path.read_text())
     obj["light"]["facts"]["attrs"]["pad_token_id"] = 0

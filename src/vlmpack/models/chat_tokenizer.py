@@ -29,7 +29,8 @@ def load_chat_tokenizer(model_dir: str | Path, *, light: bool = False):
         if tok is not None:
             return tok
         tok = load_chat_tokenizer(model_dir)
-        if light_tokenizer.recorded(model_dir) is None:
+        part = light_tokenizer.recorded(model_dir)
+        if part is None or part.get("ok"):  # none yet, or kept but its pipeline file gone or damaged
             light_tokenizer.record(model_dir, tok)
         return tok
     recipe = load_recipe.read(model_dir, "tokenizer")
