@@ -148,3 +148,28 @@ def test_a_daemonic_process_counts_without_a_precheck(small_demo, real_data, mod
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(1) as pool:  # a Pool's workers are daemonic
         assert pool.apply(_in_a_daemon, (tasks, str(model_dir))) is True
+
+
+def test_text_only_records_end_the_precheck_early(real_data, model_dir, tmp_path, monkeypatch):
+    """Records without media give the workers nothing to take: after DRY_RECORDS of them in a row
+    the pre-check stops reading (it read the whole input before, for nothing)."""
+    import json
+
+    lines = [x for x in (real_data / "real_sft.jsonl").read_text().splitlines() if not json.loads(x).get("images")]
+    assert len(lines) > 2 * media_precheck.DRY_RECORDS
+    (tmp_path / "text.jsonl").write_text("\n".join(lines) + "\n")
+    tasks = _tasks([str(tmp_path / "text.jsonl")], real_data, model_dir, tmp_path / "cache", tmp_path)
+    read: list[int] = []
+    real = media_precheck.read_records
+
+    def spy(task, stats):
+        for rec in real(task, stats):
+            read.append(task.index)
+            yield rec
+
+    monkeypatch.setattr(media_precheck, "read_records", spy)
+    try:
+        assert media_precheck.precheck_tasks(tasks) == 0
+    finally:
+        close_tables()
+    assert len(read) == media_precheck.DRY_RECORDS and read[0] == tasks[-1].index  # the last task first

@@ -37,12 +37,14 @@ from vlmpack.pack.executors import _worker_init
 from vlmpack.pack.stages import Workers
 from vlmpack.records import ReadStats, Rejection
 
-__all__ = ["FLUSH_EVERY", "JOIN_S", "Precheck", "media_precheck", "precheck_tasks"]
+__all__ = ["DRY_RECORDS", "FLUSH_EVERY", "JOIN_S", "Precheck", "media_precheck", "precheck_tasks"]
 
 log = logging.getLogger(__name__)
 
 #: Items probed between two writes of the table (rows become visible to the workers when written).
 FLUSH_EVERY = 32
+#: Records in a row without a media item after which the pre-check ends (text-only data: nothing to gain).
+DRY_RECORDS = 1000
 #: Seconds the count's end waits for a stopped pre-check to finish its item before killing it.
 JOIN_S = 5.0
 
@@ -52,14 +54,15 @@ def precheck_tasks(tasks: Sequence[MeasureTask], stop=None) -> int:
     of ``tasks[0].check_table`` at each task's ``media_check`` level, until ``stop`` (an object
     with ``is_set()``, e.g. a ``multiprocessing.Event``; ``None``: never) is set. Returns the number
     of media references probed (accepted or not; a file referenced again is answered by the
-    per-process cache of :func:`vlmpack.media.probe.probe_media`, and counted again).
+    per-process cache of :func:`vlmpack.media.probe.probe_media`, and counted again). Ends early
+    after :data:`DRY_RECORDS` records in a row without media (text-only data).
     Never raises for a record, an item or the table (a record that does not parse, an item
     rejected: skipped, the workers say why); skips tasks reading ``--media-lmdb`` stores (an LMDB
     environment is not to be used across a fork)."""
     table = open_table(tasks[0].check_table or None) if tasks else None
     if table is None:
         return 0
-    probed = 0
+    probed = dry = 0
     try:
         for task in reversed(tasks):
             if task.media_lmdb:
@@ -69,6 +72,9 @@ def precheck_tasks(tasks: Sequence[MeasureTask], stop=None) -> int:
                     return probed
                 if isinstance(rec, Rejection):
                     continue
+                dry = 0 if rec.media else dry + 1
+                if dry >= DRY_RECORDS:  # text-only records: reading them gains the workers nothing
+                    return probed
                 for item in rec.media:
                     try:
                         probe_media(item.path, item.kind, task.media_check, media_root=task.media_root,
