@@ -1,8 +1,8 @@
 """Media checked while the model loads: the core a first count leaves idle, put to work.
 
 Before a local pool's count workers fork, the driver loads the model (tokenizer, chat template,
-media settings; about 2 s for Qwen2.5-VL with its load recipe, 6-9 s without) and warms up what the
-workers share (:func:`vlmpack.pack.executors.make_executor`), on one core, while the others wait.
+media settings, the tokenizer's encoder; 1-2 s for Qwen2.5-VL with its load recipe, 5-9 s without)
+and warms up what the workers share (:func:`vlmpack.pack.executors.make_executor`), on one core, while the others wait.
 The default media check (:mod:`vlmpack.media.check_table`) needs no model: its verdict and header
 facts depend on an item's bytes alone. So :func:`media_precheck` forks one process first, which
 reads the count tasks' records (the last task first: the workers start at the first) and probes
@@ -17,7 +17,7 @@ gain (a fork pool of two or more workers, a check table, a model not loaded yet 
 every error in it is swallowed (the workers check what it did not), it ignores SIGINT (the driver
 stops it), dies with the driver (``PR_SET_PDEATHSIG``) and is stopped, then reaped, when the count
 ends. On the 5,783 demo records at L = 4096 with two workers it got through 2,300-3,400 of their
-media references before the workers started, and the whole command took 0.8x the wall time
+media references before the workers started, and the whole command took about 0.85x the wall time
 (docs/benchmarks.md, ``bench/bench_peers.py``).
 """
 
@@ -126,12 +126,12 @@ class Precheck:
                 log.debug("media pre-check not started (%s)", e)
 
     def stop(self) -> None:
-        """Ask the pre-check to end after its current item (returns at once)."""
+        """Ask the pre-check to end after its current record (returns at once)."""
         if self._stop is not None:
             self._stop.set()
 
     def close(self, *, kill: bool = False) -> None:
-        """Stop the pre-check, wait up to :data:`JOIN_S` seconds for it to end (``kill``: none), else
+        """Stop the pre-check, wait up to :data:`JOIN_S` seconds for it to end (``kill``: not at all), else
         kill it; then take its count (0 when killed)."""
         if self._proc is None:
             return
