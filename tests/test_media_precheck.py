@@ -48,8 +48,8 @@ def test_the_precheck_keeps_what_the_workers_accept_and_never_raises(small_demo,
     finally:
         close_tables()
     kept = _rows(cache)
-    # the records' media were probed (the broken ones too, without an exception; an image referenced
-    # twice is one probe, two paths of the same bytes one row) ...
+    # the records' media were probed (the broken ones too, without an exception; each reference counts,
+    # rejected ones keep no row, two paths of the same bytes share one) ...
     assert probed > 250 and 200 < len(kept) < probed
 
     # ... and the table holds exactly what a count that checks everything itself (no pre-check) keeps
