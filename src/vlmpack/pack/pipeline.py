@@ -59,7 +59,7 @@ from vlmpack.pack.executors import guarded_executor, run_tasks
 from vlmpack.pack.manifest import InputFiles, build_manifest, manifest_digest
 from vlmpack.pack.nodes import InputRange, check_node_output, model_fingerprint, node_ranges, node_record, shard_prefix
 from vlmpack.pack.plan_stage import make_plan, overlong_rejections, plan_stage, stage_manifest
-from vlmpack.pack.report import build_report, figures_ahead, write_report_html
+from vlmpack.pack.report import build_report, figure_entries, figures_ahead, write_report_html
 from vlmpack.pack.rundir import RUN_DIR, prepare_output, unlock_output
 from vlmpack.pack.seal import write_hashes
 from vlmpack.pack.splits import SPLIT_NAMES, split_report
@@ -304,13 +304,12 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
     release_free_memory()
     shard_splits = None if pack_split is None else {t.name: SPLIT_NAMES[pack_split[t.first_pack]] for t in tasks}
     atomic_write(run / "outputs.json", sealed_json_bytes({"shards": [x.name for x in tasks]}))
-    stats = read_stats(results)
     records_by_file = np.bincount([r.file_idx for r in results], [r.stats.records for r in results],
                                   len(cfg.input)).astype(np.int64).tolist()
+    split = split_totals(results)
     # the report's figures, drawn while the write workers run (taken below if the writer left nothing out)
-    ahead = figures_ahead(cfg, manifest, plan, build_report(
-        cfg, fingerprint, stats, manifest, plan, list(rejections), [], {}, records_by_file,
-        split=split_totals(results)), run / "figures.json")
+    ahead = figures_ahead(cfg, manifest, plan, figure_entries(cfg, manifest, plan, list(rejections), records_by_file,
+                                                              split=split), run / "figures.json")
     try:
         shards = _write(write_opts, workers, run, tasks, keys["write"], reuse,
                         pool_started=ahead.start if ahead is not None else None)
@@ -324,11 +323,12 @@ def _run(cfg: PackConfig, run: Path, fingerprint: str, payload: dict, ranges: li
         write_metadata(cfg.output, {s.name: s.num_packs for s in shards}, get_sink(cfg.layout).dataset_files(),
                        shard_splits)
     _write_rejects(cfg, rejections)
+    stats = read_stats(results)
     # worker seconds of this run: a task reused from an earlier run or the count cache took none
     timings["worker_read_validate"] = sum(r.seconds_read for r in results if not r.reused)
     timings["worker_count"] = sum(r.seconds_count for r in results if not r.reused)
     report = build_report(cfg, fingerprint, stats, manifest, plan, rejections, shards, timings, records_by_file,
-                          left_out=[(f, n) for _, f, n in left_out], split=split_totals(results))
+                          left_out=[(f, n) for _, f, n in left_out], split=split)
     report["status"] = "ok" if report["samples_packed"] else "failed"
     if shard_splits is not None:
         report["splits"] = split_report(cfg.split, shards, shard_splits)

@@ -103,8 +103,8 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
     the count tasks (:class:`vlmpack.pack.turn_split.SplitStats`, ``entries_added_by_file``: per input
     file index), which the identity counts: ``records read + entries_added = packed + rejected +
     dropped overlong``."""
-    reasons = Counter(r.reason for r in rejections)
-    overlong = reasons.pop("overlong", 0)
+    shown = figure_entries(cfg, manifest, plan, rejections, records_by_file, left_out, split)
+    reasons, overlong = shown["rejected_by_reason"], shown["dropped_overlong"]
     rejected = sum(reasons.values())
     packed = int(sum(s.num_samples for s in shards))
     tokens = int(sum(s.num_tokens for s in shards))
@@ -133,7 +133,7 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
         "rejected": rejected,
         "dropped_overlong": overlong,
         "identity_holds": stats.records + (split or {}).get("entries_added", 0) == packed + rejected + overlong,
-        "rejected_by_reason": dict(sorted(reasons.items())),
+        "rejected_by_reason": reasons,
         "members_without_key": stats.members_without_key,
         "members_not_files": stats.members_not_files,
         "packs": packs,
@@ -176,11 +176,28 @@ def build_report(cfg: PackConfig, fingerprint: str, stats: ReadStats, manifest: 
         report["alignment"] = alignment_figures(cfg, ntok[order], offsets)
     if split:  # --overlong split: records cut into pieces at turns
         report["overlong_split"] = {k: v for k, v in split.items() if k != "entries_added_by_file"}
-    if records_by_file is not None:
-        report["sources"] = source_counts(cfg, manifest, plan, rejections, records_by_file, left_out)
-        for i, n in (split or {}).get("entries_added_by_file", {}).items():
-            report["sources"][int(i)]["entries_added"] = n
+    if "sources" in shown:
+        report["sources"] = shown["sources"]
     return report
+
+
+def figure_entries(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, rejections: list[Rejection],
+                   records_by_file: list[int] | None = None, left_out: list[tuple[int, int]] = (),
+                   split: dict | None = None) -> dict:
+    """The entries of :func:`build_report` (same arguments) that the report's figures show, alone:
+    ``rejected_by_reason`` (reason -> samples, sorted, ``overlong`` left out), ``dropped_overlong``
+    (samples rejected ``overlong``) and, with ``records_by_file``, ``sources``
+    (:func:`source_counts`, with ``--overlong split``'s ``entries_added`` per file). Known once the
+    plan is made: the figures are drawn from them during the write stage
+    (:func:`figures_ahead`) without building the whole report twice."""
+    reasons = Counter(r.reason for r in rejections)
+    overlong = reasons.pop("overlong", 0)
+    out: dict = {"rejected_by_reason": dict(sorted(reasons.items())), "dropped_overlong": overlong}
+    if records_by_file is not None:
+        out["sources"] = source_counts(cfg, manifest, plan, rejections, records_by_file, left_out)
+        for i, n in (split or {}).get("entries_added_by_file", {}).items():
+            out["sources"][int(i)]["entries_added"] = n
+    return out
 
 
 def alignment_figures(cfg: PackConfig, lengths: np.ndarray, offsets: np.ndarray) -> dict:
@@ -348,8 +365,8 @@ figure{{display:inline-block;margin:0.5em}}img{{max-width:100%}}figcaption{{colo
 def figures_ahead(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, report: dict,
                   png_cache: Path | None = None) -> FiguresAhead | None:
     """The run's figures to draw beside the write stage (:class:`vlmpack.pack.report_figures.FiguresAhead`,
-    not started) from ``report`` as :func:`build_report` gives it before the shards are written, or
-    ``None`` when ``png_cache`` already holds them."""
+    not started) from ``report``'s entries as :func:`figure_entries` gives them before the shards are
+    written, or ``None`` when ``png_cache`` already holds them."""
     arrays = arrays_hash(manifest, plan)
     digest = figures_digest(cfg.seq_len, arrays, report)
     if png_cache is not None and read_png_cache(png_cache, digest) is not None:
