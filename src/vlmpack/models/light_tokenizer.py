@@ -32,6 +32,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +57,10 @@ PROBE_TEXTS = ("\n", "assistant", "Assistant:", "image", "user", "system", " ", 
 _TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
 
 
+@lru_cache(maxsize=1)
 def _code_sha256() -> str:
     """sha256 (hex) of the code a recorded answer depends on: this module, the template render and its
-    Jinja environment."""
+    Jinja environment (read once per process)."""
     h = hashlib.sha256()
     here = Path(__file__).resolve().parent
     for name in ("light_tokenizer.py", "template_render.py", "jinja_env.py"):

@@ -100,9 +100,9 @@ def make_executor(kind: str, workers: int, model_dir: str, ray_address: str | No
             getattr(load_model(model_dir, processor), "fast_bpe", None)
             text_bound_of(model_dir)  # and the text bound each count task asks for (a vocabulary pass, ~0.1 s)
             _warm_up()
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"), initializer=_worker_init)
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"), initializer=worker_init)
     else:
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_worker_init)
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=worker_init)
     if created is not None:
         created(pool)
     # Start the workers now with SIGINT/SIGTERM blocked: a signal that lands inside os.fork's
@@ -142,8 +142,9 @@ def _warm_up() -> None:
 WORKER_GC_THRESHOLD = (10_000, 10, 10)
 
 
-def _worker_init() -> None:
-    """Pool worker set-up: leave SIGINT/SIGTERM to the parent, die when the parent dies, and keep the
+def worker_init() -> None:
+    """Pool worker set-up (also the media pre-check's process, :mod:`vlmpack.pack.media_precheck`):
+    leave SIGINT/SIGTERM to the parent, die when the parent dies, and keep the
     objects it forked with (the model, its tokenizer and encoder) out of the cyclic garbage
     collector's passes (``gc.freeze()``: collections only walk what the worker allocates; on 30,000
     demo records the count workers spent ~1.6 CPU-s each in the collector, ~0.85 frozen, and a pass

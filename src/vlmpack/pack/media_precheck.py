@@ -33,7 +33,7 @@ from vlmpack.media.check_table import open_table
 from vlmpack.media.probe import probe_media
 from vlmpack.models import loaded_before
 from vlmpack.pack.count_task import MeasureTask, read_records
-from vlmpack.pack.executors import _worker_init
+from vlmpack.pack.executors import worker_init
 from vlmpack.pack.stages import Workers
 from vlmpack.records import ReadStats, Rejection
 
@@ -100,7 +100,7 @@ def _records(task: MeasureTask) -> Iterator:
 
 
 def _child(tasks: Sequence[MeasureTask], stop, probed) -> None:
-    _worker_init()  # SIGINT left to the driver, dies with it
+    worker_init()  # SIGINT left to the driver, dies with it
     try:
         probed.value = precheck_tasks(tasks, stop)
     except BaseException:  # noqa: BLE001 - an aid: never a traceback of its own
