@@ -54,7 +54,7 @@ import numpy as np
 
 def _digest(images) -> object:
     if isinstance(images, np.ndarray):
-        return images.shape, images.dtype.str, hashlib.sha256(np.ascontiguousarray(images).tobytes()).hexdigest()
+        return images.shape, images.dtype.str, hashlib.sha256(np.ascontiguousarray(images)).hexdigest()
     if isinstance(images, (list, tuple)):
         return tuple(_digest(x) for x in images)
     raise TypeError(f"_preprocess got images of type {type(images).__name__}; expected arrays")
@@ -79,6 +79,30 @@ def _zeros(shape: tuple) -> np.ndarray:
     return np.broadcast_to(np.float32(0), shape)
 
 
+def _zero_view(x) -> bool:
+    """Whether ``x`` is a stand-in of :func:`_zeros` (a read-only view of one zero)."""
+    return (isinstance(x, np.ndarray) and not x.flags.writeable and not any(x.strides) and x.size > 0
+            and not x.flat[0])
+
+
+class _JoinStandins:
+    """numpy, as the ``np`` of a transformers image-processor module while :func:`shape_only_pixels`
+    runs, but ``concatenate`` on dim 0 of :func:`_zero_view` stand-ins of one row shape and dtype gives
+    one read-only zero view of the joined shape (what ``np.concatenate`` would fill with zeros);
+    anything else is numpy's own."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def concatenate(arrays, axis=0, **kwargs):
+        arrays = list(arrays)
+        if (axis == 0 and not kwargs and arrays and all(_zero_view(a) and a.ndim for a in arrays)
+                and len({(a.shape[1:], a.dtype) for a in arrays}) == 1):
+            return np.broadcast_to(arrays[0].dtype.type(0), (sum(a.shape[0] for a in arrays), *arrays[0].shape[1:]))
+        return np.concatenate(arrays, axis=axis, **kwargs)
+
+
 def _stacked_zeros(value):
     """A list of :func:`_zeros` stand-ins of one shape ``[*s]`` -> one read-only zero view
     ``[len, *s]``: what ``BatchFeature``'s tensor conversion makes of the list (``np.array`` of it,
@@ -88,10 +112,14 @@ def _stacked_zeros(value):
     if not (isinstance(value, list) and value and all(isinstance(x, np.ndarray) for x in value)):
         return value
     first = value[0]
-    if all(x.shape == first.shape and x.dtype == first.dtype and not any(x.strides) and not x.flags.writeable
-           and x.size and not x.flat[0] for x in value):
+    if all(x.shape == first.shape and x.dtype == first.dtype and _zero_view(x) for x in value):
         return np.broadcast_to(first.dtype.type(0), (len(value), *first.shape))
     return value
+
+
+#: transformers modules whose ``_preprocess`` joins per-image patches with ``np.concatenate``
+#: (their ``np`` is :class:`_JoinStandins` while :func:`shape_only_pixels` runs)
+JOINING_MODULES = ("qwen2_vl.image_processing_pil_qwen2_vl", "glm4v.image_processing_pil_glm4v")
 
 
 @contextlib.contextmanager
@@ -103,6 +131,8 @@ def shape_only_pixels():
     normalize give, so nothing downstream converts), rescale and normalize -> the input itself;
     ``Qwen2VLImageProcessorPil.patchify`` (a rearrangement of those pixels) -> zeros
     ``[grid_h * grid_w, C * temporal_patch_size * patch_size**2]`` and the grid."""
+    import importlib
+
     import transformers.image_processing_backends as backends
     from transformers.image_utils import ChannelDimension
     from transformers.models.qwen2_vl import Qwen2VLImageProcessorPil
@@ -110,6 +140,8 @@ def shape_only_pixels():
     names = ("np_resize", "np_rescale", "np_normalize")
     saved = {n: getattr(backends, n) for n in names}
     patchify = Qwen2VLImageProcessorPil.__dict__["patchify"]
+    # the modules whose _preprocess joins the patches of each image with np.concatenate
+    joiners = [importlib.import_module(f"transformers.models.{m}") for m in JOINING_MODULES]
 
     def flat_patches(self, image, patch_size, merge_size, temporal_patch_size):
         channel, height, width = image.shape
@@ -126,12 +158,16 @@ def shape_only_pixels():
     for name, standin in zip(names, (resize, same, same)):
         setattr(backends, name, standin)
     Qwen2VLImageProcessorPil.patchify = flat_patches
+    for module in joiners:
+        module.np = _JoinStandins()
     try:
         yield
     finally:
         for n, f in saved.items():
             setattr(backends, n, f)
         Qwen2VLImageProcessorPil.patchify = patchify
+        for module in joiners:
+            module.np = np
 
 
 def _same_but_pixels(real: dict, standin: dict) -> None:

@@ -132,7 +132,9 @@ def _shape_only_glm_patchify():
             return original(self, image, patch_size, merge_size, temporal_patch_size)
         channel, height, width = image.shape
         grid_h, grid_w = height // patch_size, width // patch_size
-        return np.zeros((grid_h * grid_w, channel * temporal_patch_size * patch_size ** 2), np.float32), grid_h, grid_w
+        # a read-only view of one zero, as image_memo's stand-ins: nothing to fill, joined without a copy
+        zeros = np.broadcast_to(np.float32(0), (grid_h * grid_w, channel * temporal_patch_size * patch_size ** 2))
+        return zeros, grid_h, grid_w
 
     Glm4vImageProcessorPil.patchify = patchify
     try:
