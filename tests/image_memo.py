@@ -130,7 +130,9 @@ def shape_only_pixels():
     shape-true stand-ins: resize -> zeros ``[C, *size]``, float32 (the dtype the real rescale and
     normalize give, so nothing downstream converts), rescale and normalize -> the input itself;
     ``Qwen2VLImageProcessorPil.patchify`` (a rearrangement of those pixels) -> zeros
-    ``[grid_h * grid_w, C * temporal_patch_size * patch_size**2]`` and the grid."""
+    ``[grid_h * grid_w, C * temporal_patch_size * patch_size**2]`` and the grid; the ``np`` of the
+    :data:`JOINING_MODULES` -> :class:`_JoinStandins` (their patches joined as one view). Each
+    replaced name gets back the value it had on entry."""
     import importlib
 
     import transformers.image_processing_backends as backends
@@ -141,7 +143,7 @@ def shape_only_pixels():
     saved = {n: getattr(backends, n) for n in names}
     patchify = Qwen2VLImageProcessorPil.__dict__["patchify"]
     # the modules whose _preprocess joins the patches of each image with np.concatenate
-    joiners = [importlib.import_module(f"transformers.models.{m}") for m in JOINING_MODULES]
+    joiners = {m: m.np for m in (importlib.import_module(f"transformers.models.{n}") for n in JOINING_MODULES)}
 
     def flat_patches(self, image, patch_size, merge_size, temporal_patch_size):
         channel, height, width = image.shape
@@ -166,8 +168,8 @@ def shape_only_pixels():
         for n, f in saved.items():
             setattr(backends, n, f)
         Qwen2VLImageProcessorPil.patchify = patchify
-        for module in joiners:
-            module.np = np
+        for module, saved_np in joiners.items():
+            module.np = saved_np
 
 
 def _same_but_pixels(real: dict, standin: dict) -> None:
