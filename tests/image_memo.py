@@ -72,11 +72,20 @@ class Memo:
     _entries: dict = field(default_factory=dict)
 
 
-def _zeros(shape: tuple) -> np.ndarray:
-    """Zeros of ``shape``, float32, as a read-only view of one zero (no memory, nothing to fill: a
-    writable ``np.zeros`` of a resized image was a fifth of the SmolVLM sweep, its pages zeroed by
-    ``calloc`` under the suite's malloc settings); a step that wrote into it would raise."""
-    return np.broadcast_to(np.float32(0), shape)
+def _zeros(shape: tuple, dtype=np.float32) -> np.ndarray:
+    """Zeros of ``shape`` (float32 unless ``dtype``), as a read-only view of one zero (no memory,
+    nothing to fill: a writable ``np.zeros`` of a resized image was a fifth of the SmolVLM sweep, its
+    pages zeroed by ``calloc`` under the suite's malloc settings); a step that wrote into it would raise."""
+    return np.broadcast_to(np.dtype(dtype).type(0), shape)
+
+
+def patch_standins(image, patch_size: int, temporal_patch_size: int) -> tuple[np.ndarray, int, int]:
+    """Shape-true stand-in of a Qwen-style ``patchify`` of a channel-first image ``[C, H, W]``:
+    :func:`_zeros` ``[grid_h * grid_w, C * temporal_patch_size * patch_size**2]`` (the flat patch
+    layout), ``grid_h``, ``grid_w``."""
+    channel, height, width = image.shape
+    grid_h, grid_w = height // patch_size, width // patch_size
+    return _zeros((grid_h * grid_w, channel * temporal_patch_size * patch_size ** 2)), grid_h, grid_w
 
 
 def _zero_view(x) -> bool:
@@ -99,7 +108,7 @@ class _JoinStandins:
         arrays = list(arrays)
         if (axis == 0 and not kwargs and arrays and all(_zero_view(a) and a.ndim for a in arrays)
                 and len({(a.shape[1:], a.dtype) for a in arrays}) == 1):
-            return np.broadcast_to(arrays[0].dtype.type(0), (sum(a.shape[0] for a in arrays), *arrays[0].shape[1:]))
+            return _zeros((sum(a.shape[0] for a in arrays), *arrays[0].shape[1:]), arrays[0].dtype)
         return np.concatenate(arrays, axis=axis, **kwargs)
 
 
@@ -113,7 +122,7 @@ def _stacked_zeros(value):
         return value
     first = value[0]
     if all(x.shape == first.shape and x.dtype == first.dtype and _zero_view(x) for x in value):
-        return np.broadcast_to(first.dtype.type(0), (len(value), *first.shape))
+        return _zeros((len(value), *first.shape), first.dtype)
     return value
 
 
@@ -146,9 +155,7 @@ def shape_only_pixels():
     joiners = {m: m.np for m in (importlib.import_module(f"transformers.models.{n}") for n in JOINING_MODULES)}
 
     def flat_patches(self, image, patch_size, merge_size, temporal_patch_size):
-        channel, height, width = image.shape
-        grid_h, grid_w = height // patch_size, width // patch_size
-        return _zeros((grid_h * grid_w, channel * temporal_patch_size * patch_size ** 2)), grid_h, grid_w
+        return patch_standins(image, patch_size, temporal_patch_size)
 
     def resize(image, size, *args, data_format=None, input_data_format=None, **kwargs):
         assert data_format == input_data_format == ChannelDimension.FIRST, (data_format, input_data_format)

@@ -38,7 +38,7 @@ import pytest
 import torch
 from conftest import cache_lock, logit_diff
 from demo_data.packs import demo_packs, first_image_packs
-from image_memo import assert_grid_pack, shared_preprocess
+from image_memo import assert_grid_pack, patch_standins, shared_preprocess
 from PIL import Image
 
 from vlmpack.config import load_config
@@ -130,11 +130,7 @@ def _shape_only_glm_patchify():
     def patchify(self, image, patch_size, merge_size, temporal_patch_size):
         if backends.np_resize is real_resize:
             return original(self, image, patch_size, merge_size, temporal_patch_size)
-        channel, height, width = image.shape
-        grid_h, grid_w = height // patch_size, width // patch_size
-        # a read-only view of one zero, as image_memo's stand-ins: nothing to fill, joined without a copy
-        zeros = np.broadcast_to(np.float32(0), (grid_h * grid_w, channel * temporal_patch_size * patch_size ** 2))
-        return zeros, grid_h, grid_w
+        return patch_standins(image, patch_size, temporal_patch_size)
 
     Glm4vImageProcessorPil.patchify = patchify
     try:
