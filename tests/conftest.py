@@ -185,6 +185,18 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept otherwise
 
 
+def last_hidden(model, **kw):
+    """Last hidden states ``[T, H]`` (float) of ``model.model``: the forward of a
+    ``*ForConditionalGeneration`` before its ``lm_head``, for :func:`logit_diff`. ``labels`` is dropped
+    (no loss: its log-softmax over the whole vocabulary would cost as much as the model), no KV cache."""
+    import torch
+
+    kw.pop("labels", None)
+    kw["use_cache"] = False
+    with torch.no_grad():
+        return model.model(**kw).last_hidden_state[0]
+
+
 def logit_diff(model, h, ref, chunk: int = 256) -> float:
     """Max |logits(h) - logits(ref)| of the model's own bias-free ``lm_head`` (``x @ W.T``), computed
     by its linearity as max |(h - ref) @ W.T|: one product instead of two, and no rounding of the

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import cache_lock, logit_diff
+from conftest import cache_lock, last_hidden, logit_diff
 from demo_data.packs import demo_packs, multi_sample_image_packs
 from image_memo import assert_sample_encodes, shape_only_pixels, shared_preprocess
 from PIL import Image
@@ -304,13 +304,6 @@ def g3_alone(gemma3_dir):
     return {"proc": _processor(gemma3_dir)}
 
 
-def _hidden(model, **kw) -> torch.Tensor:
-    """Last hidden states ``[T, H]`` of ``model.model`` (the forward before the ``lm_head``)."""
-    kw.pop("labels", None)
-    kw["use_cache"] = False
-    with torch.no_grad():
-        return model.model(**kw).last_hidden_state[0]
-
 
 def _alone(cache, model, pack, pas: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``(input_ids, hidden states)`` of every sample of ``pack`` run alone through transformers' own
@@ -323,7 +316,7 @@ def _alone(cache, model, pack, pas: bool) -> list[tuple[torch.Tensor, torch.Tens
             text = proc.apply_chat_template(_template_msgs(s), tokenize=False)
             ref = proc(text=[text], images=[_images(pack, s)], add_special_tokens=False, return_tensors="pt",
                        **(PAS if pas else {}))
-            h = _hidden(model, input_ids=ref["input_ids"], pixel_values=ref["pixel_values"],
+            h = last_hidden(model, input_ids=ref["input_ids"], pixel_values=ref["pixel_values"],
                         attention_mask=ref["attention_mask"], token_type_ids=ref["token_type_ids"])
             out.append((ref["input_ids"][0], h))
         cache[key] = out
@@ -357,7 +350,7 @@ def test_packed_equals_alone(image_packs, g3_models, g3_alone, gemma3_dir, gemma
         assert sorted(batch["attention_mask"]) == ["full_attention", "sliding_attention"]
         model = g3_models[attn]
         kw = model_inputs(batch, attn)
-        h = _hidden(model, **kw)
+        h = last_hidden(model, **kw)
         alone = _alone(g3_alone, g3_models["sdpa"], pack, pas)
         for s, (a, z) in enumerate(zip(batch["cu_seqlens"][:-1].tolist(), batch["cu_seqlens"][1:].tolist())):
             ids, ref = alone[s]
@@ -391,12 +384,12 @@ def test_negative_controls_differ(image_packs, g3_models, g3_alone, gemma3_dir):
     kw = model_inputs(batch, "sdpa")
     kw["attention_mask"] = fam.attention_masks({"input_ids": batch["input_ids"],
                                                 "seq_idx": torch.zeros_like(batch["seq_idx"])}, "sdpa")
-    h = _hidden(model, **kw)
+    h = last_hidden(model, **kw)
     leak = (h[cu[1]:cu[2]] - alone[1][1]).abs().max().item()
     assert (h[:cu[1]] - alone[0][1]).abs().max().item() < ATOL and leak > 1e-3
     kw = model_inputs(batch, "sdpa")
     kw["attention_mask"] = packed_attention_masks(batch["input_ids"], batch["seq_idx"], -1, fam.sliding_window)
-    h = _hidden(model, **kw)
+    h = last_hidden(model, **kw)
     causal = (h[:cu[1]] - alone[0][1]).abs().max().item()
     print(f"negative controls: one segment {leak:.3g}, no image blocks {causal:.3g}")
     assert causal > 1e-3

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import last_hidden, logit_diff
 
 from vlmpack.config import load_config
 from vlmpack.errors import ConfigError
@@ -188,12 +189,6 @@ def tiny_llava_next(model_dir: Path, image_token_id: int, *, attn_implementation
     return LlavaNextForConditionalGeneration(cfg).float().eval()
 
 
-def _hidden(model, **kw) -> torch.Tensor:
-    kw.pop("labels", None)
-    kw["use_cache"] = False
-    with torch.no_grad():
-        return model.model(**kw).last_hidden_state[0]
-
 
 @pytest.fixture(scope="module")
 def next_packs(real_data, llava_next_dir):
@@ -216,15 +211,13 @@ def _alone(fam, model, pack) -> list[tuple[torch.Tensor, torch.Tensor]]:
         text = fam.render(s["messages"])
         images = [load_image(Image.open(io.BytesIO(pack[m["part"]]))) for m in s["media"]]
         ref = fam.processor(text=[text], images=[images], return_tensors="pt", **fam.text_kwargs(text))
-        out.append((ref["input_ids"][0], _hidden(model, input_ids=ref["input_ids"], pixel_values=ref["pixel_values"],
-                                                image_sizes=ref["image_sizes"])))
+        out.append((ref["input_ids"][0], last_hidden(model, input_ids=ref["input_ids"],
+                                                     pixel_values=ref["pixel_values"], image_sizes=ref["image_sizes"])))
     return out
 
 
 @pytest.mark.parametrize("dense", [True, False], ids=["mask", "posids"])
 def test_llava_next_packed_equals_alone_and_a_plain_causal_mask_differs(next_packs, llava_next_dir, dense):
-    from conftest import logit_diff
-
     from vlmpack.train import PackCollator, model_inputs
     from vlmpack.train.testing import plain_causal_inputs
 
@@ -234,7 +227,7 @@ def test_llava_next_packed_equals_alone_and_a_plain_causal_mask_differs(next_pac
     for pack in next_packs:
         batch = collator(pack)
         assert batch["num_samples"] >= 2 and batch["pixel_values"].dim() == 5 and len(batch["image_sizes"]) >= 2
-        h = _hidden(model, **model_inputs(batch, "sdpa"))
+        h = last_hidden(model, **model_inputs(batch, "sdpa"))
         alone = _alone(fam, model, pack)
         cu = batch["cu_seqlens"].tolist()
         for s, (a, z) in enumerate(zip(cu[:-1], cu[1:])):
@@ -244,7 +237,7 @@ def test_llava_next_packed_equals_alone_and_a_plain_causal_mask_differs(next_pac
             assert diff < ATOL, f"{batch['sample_ids'][s]}: packed logits differ by {diff:.3g}"
     if dense:  # negative control: per-sample positions, plain causal mask: the second sample sees the first
         batch = collator(next_packs[0])
-        h = _hidden(model, **plain_causal_inputs(batch, "sdpa"))
+        h = last_hidden(model, **plain_causal_inputs(batch, "sdpa"))
         alone = _alone(fam, model, next_packs[0])
         cu = batch["cu_seqlens"].tolist()
         assert logit_diff(model, h[:cu[1]], alone[0][1]) < ATOL

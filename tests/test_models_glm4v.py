@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import cache_lock, logit_diff
+from conftest import cache_lock, last_hidden, logit_diff
 from demo_data.packs import demo_packs, first_image_packs
 from image_memo import assert_grid_pack, patch_standins, shared_preprocess
 from PIL import Image
@@ -258,14 +258,6 @@ def glm_alone(glm4v_dir):
     return {"proc": _processor(glm4v_dir)}
 
 
-def _hidden(model, **kw) -> torch.Tensor:
-    """Last hidden states ``[T, H]`` of ``model.model`` (``Glm4vModel``: the forward of
-    ``Glm4vForConditionalGeneration`` before its ``lm_head``)."""
-    kw.pop("labels", None)
-    kw["use_cache"] = False
-    with torch.no_grad():
-        return model.model(**kw).last_hidden_state[0]
-
 
 def _alone(cache, model, pack) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``(input_ids, hidden states)`` of every sample of ``pack`` run alone through transformers' own
@@ -282,7 +274,7 @@ def _alone(cache, model, pack) -> list[tuple[torch.Tensor, torch.Tensor]]:
             if images:
                 kw.update(pixel_values=ref["pixel_values"], image_grid_thw=ref["image_grid_thw"],
                           mm_token_type_ids=ref["mm_token_type_ids"])
-            out.append((ref["input_ids"][0], _hidden(model, **kw)))
+            out.append((ref["input_ids"][0], last_hidden(model, **kw)))
         cache[key] = out
     return cache[key]
 
@@ -298,7 +290,7 @@ def test_packed_equals_alone(image_packs, glm_models, glm_alone, glm4v_dir, attn
         assert batch["num_samples"] >= 2 and len(batch["image_grid_thw"]) >= 2
         assert batch["position_ids"].shape == (layout, 1, batch["input_ids"].shape[1])
         model = glm_models[attn]
-        h = _hidden(model, **model_inputs(batch, attn))
+        h = last_hidden(model, **model_inputs(batch, attn))
         alone = _alone(glm_alone, glm_models["sdpa"], pack)
         for s, (a, z) in enumerate(zip(batch["cu_seqlens"][:-1].tolist(), batch["cu_seqlens"][1:].tolist())):
             ids, ref = alone[s]
@@ -313,7 +305,7 @@ def test_negative_control_plain_causal_mask_differs(image_packs, glm_models, glm
     model = glm_models["sdpa"]
     batch = PackCollator(glm4v_dir, attn_implementation="sdpa")(image_packs[0])
     alone = _alone(glm_alone, model, image_packs[0])
-    h = _hidden(model, **plain_causal_inputs(batch, "sdpa"))
+    h = last_hidden(model, **plain_causal_inputs(batch, "sdpa"))
     cu = batch["cu_seqlens"].tolist()
     assert logit_diff(model, h[:cu[1]], alone[0][1]) < ATOL
     assert logit_diff(model, h[cu[1]:cu[2]], alone[1][1]) > 1e-3
@@ -326,7 +318,7 @@ def test_negative_control_1d_positions_differ(image_packs, glm_models, glm_alone
     batch = PackCollator(glm4v_dir, mrope=False, attn_implementation="sdpa", dense_mask=True)(image_packs[0])
     assert batch["position_ids"].shape == batch["input_ids"].shape
     alone = _alone(glm_alone, model, image_packs[0])
-    h = _hidden(model, **model_inputs(batch, "sdpa"))
+    h = last_hidden(model, **model_inputs(batch, "sdpa"))
     for s, (a, z) in enumerate(zip(batch["cu_seqlens"][:-1].tolist(), batch["cu_seqlens"][1:].tolist())):
         assert logit_diff(model, h[a:z], alone[s][1]) > 1e-3, batch["sample_ids"][s]
 

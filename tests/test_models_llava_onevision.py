@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import logit_diff
+from conftest import last_hidden, logit_diff
 from demo_data.packs import demo_packs, multi_sample_image_packs
 from image_memo import assert_sample_encodes, pack_reference, shared_preprocess
 from PIL import Image
@@ -235,14 +235,6 @@ def lov_alone(llava_ov_dir):
     return {"proc": _processor(llava_ov_dir)}
 
 
-def _hidden(model, **kw) -> torch.Tensor:
-    """Last hidden states ``[T, H]`` of ``model.model`` (the forward of
-    ``LlavaOnevisionForConditionalGeneration`` before its ``lm_head``)."""
-    kw.pop("labels", None)
-    kw["use_cache"] = False
-    with torch.no_grad():
-        return model.model(**kw).last_hidden_state[0]
-
 
 def _alone(cache, model, pack) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``(input_ids, hidden states)`` of every sample of ``pack`` run alone through transformers' own
@@ -255,7 +247,7 @@ def _alone(cache, model, pack) -> list[tuple[torch.Tensor, torch.Tensor]]:
         for s in json.loads(pack["json"])["samples"]:
             text = proc.apply_chat_template(_template_msgs(s), tokenize=False)
             ref = proc(text=[text], images=[_sample_images(pack, s)], return_tensors="pt")
-            out.append((ref["input_ids"][0], _hidden(model, input_ids=ref["input_ids"],
+            out.append((ref["input_ids"][0], last_hidden(model, input_ids=ref["input_ids"],
                                                     pixel_values=ref["pixel_values"],
                                                     image_sizes=ref["image_sizes"],
                                                     batch_num_images=ref["batch_num_images"])))
@@ -274,7 +266,7 @@ def test_packed_equals_alone(image_packs, lov_models, lov_alone, llava_ov_dir, a
         assert batch["num_samples"] >= 2 and len(batch["image_sizes"]) >= 2
         assert batch["position_ids"].shape == batch["input_ids"].shape  # 1-D positions
         model = lov_models[attn]
-        h = _hidden(model, **model_inputs(batch, attn))
+        h = last_hidden(model, **model_inputs(batch, attn))
         alone = _alone(lov_alone, lov_models["sdpa"], pack)
         for s, (a, z) in enumerate(zip(batch["cu_seqlens"][:-1].tolist(), batch["cu_seqlens"][1:].tolist())):
             ids, ref = alone[s]
@@ -290,7 +282,7 @@ def test_negative_control_plain_causal_mask_differs(image_packs, lov_models, lov
     batch = PackCollator(llava_ov_dir, attn_implementation="sdpa")(image_packs[0])
     alone = _alone(lov_alone, model, image_packs[0])
     kw = plain_causal_inputs(batch, "sdpa")
-    h = _hidden(model, **kw)
+    h = last_hidden(model, **kw)
     cu = batch["cu_seqlens"].tolist()
     assert logit_diff(model, h[:cu[1]], alone[0][1]) < ATOL
     assert logit_diff(model, h[cu[1]:cu[2]], alone[1][1]) > 1e-3

@@ -11,7 +11,8 @@ test_every_image_sample_equals_qwen3_vl_processor[qwen3_5_dir]``.
    logits on a packed row (the collator's per-sample mRoPE from ``Qwen3_5Model.get_rope_index``,
    block masks for ``sdpa`` / ``eager``, the mask-free ``[4, 1, T]`` position-ids path) as on each
    sample alone through the model's own path (``mm_token_type_ids``, transformers' mRoPE), within
-   1e-4; a plain causal mask differs (negative control).
+   1e-4 (compared through the model's own ``lm_head``, ``conftest.logit_diff``, on the last hidden
+   states); a plain causal mask differs (negative control).
 2. With a Gated DeltaNet layer, transformers' torch fallback (no flash-linear-attention here, no
    GPU) carries state from one sample into the next: the first sample of a pack stays exact, the
    next ones differ. That is why ``PackCollator`` refuses such a model unless it runs
@@ -25,6 +26,7 @@ import json
 
 import pytest
 import torch
+from conftest import last_hidden, logit_diff
 from demo_data.packs import demo_packs
 
 from vlmpack.errors import ConfigError
@@ -84,7 +86,7 @@ def test_verify_passes_on_a_qwen3_5_output(image_packs, real_data, qwen3_5_dir):
 
 
 def _alone(model, batch) -> list[torch.Tensor]:
-    """Logits of every sample of ``batch`` run alone through the model's own path."""
+    """Last hidden states of every sample of ``batch`` run alone through the model's own path."""
     cu = batch["cu_seqlens"].tolist()
     grids = batch["image_grid_thw"]
     patches = grids.prod(-1).tolist()
@@ -99,20 +101,15 @@ def _alone(model, batch) -> list[torch.Tensor]:
             n = sum(patches[gi:gi + k])
             kw.update(pixel_values=batch["pixel_values"][pi:pi + n], image_grid_thw=grids[gi:gi + k])
             gi, pi = gi + k, pi + n
-        with torch.no_grad():
-            out.append(model(input_ids=ids, **kw).logits[0])
+        out.append(last_hidden(model, input_ids=ids, **kw))
     assert gi == len(grids)
     return out
 
 
-def _packed(model, batch, attn) -> torch.Tensor:
-    with torch.no_grad():
-        return model(**model_inputs(batch, attn)).logits[0]
-
-
-def _diffs(logits, alone, batch) -> list[float]:
+def _diffs(model, h, alone, batch) -> list[float]:
+    """Max |logits difference| per sample of the packed row's hidden states ``h`` and each sample's alone."""
     cu = batch["cu_seqlens"].tolist()
-    return [(logits[a:z] - ref).abs().max().item() for a, z, ref in zip(cu[:-1], cu[1:], alone)]
+    return [logit_diff(model, h[a:z], ref) for a, z, ref in zip(cu[:-1], cu[1:], alone)]
 
 
 CASES = [("sdpa", True, 3), ("eager", True, 3), ("sdpa", False, 4)]
@@ -127,13 +124,12 @@ def test_packed_equals_alone_full_attention(image_packs, qwen3_5_dir, attn, dens
     for pack in image_packs:
         batch = collator(pack)
         assert batch["num_samples"] >= 3 and len(batch["image_grid_thw"]) >= 2
-        diffs = _diffs(_packed(model, batch, attn), _alone(model, batch), batch)
+        alone = _alone(model, batch)
+        diffs = _diffs(model, last_hidden(model, **model_inputs(batch, attn)), alone, batch)
         assert max(diffs) < ATOL, diffs
         # negative control: a plain causal mask over the row lets later samples see earlier ones
         if dense and attn == "sdpa":
-            kw = plain_causal_inputs(batch, attn)
-            with torch.no_grad():
-                leaky = _diffs(model(**kw).logits[0], _alone(model, batch), batch)
+            leaky = _diffs(model, last_hidden(model, **plain_causal_inputs(batch, attn)), alone, batch)
             assert leaky[0] < ATOL and min(leaky[1:]) > 1e-3, leaky
 
 
@@ -144,5 +140,5 @@ def test_gated_deltanet_torch_fallback_leaks_across_samples(image_packs, qwen3_5
     collator = PackCollator(qwen3_5_dir, attn_implementation="sdpa", dense_mask=True,
                             allow_linear_attention_leak=True)
     batch = collator(image_packs[0])
-    diffs = _diffs(_packed(model, batch, "sdpa"), _alone(model, batch), batch)
+    diffs = _diffs(model, last_hidden(model, **model_inputs(batch, "sdpa")), _alone(model, batch), batch)
     assert diffs[0] < ATOL and min(diffs[1:]) > 1e-3, diffs

@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 import torch
 from cache_dir import CACHE
-from conftest import cache_lock, logit_diff
+from conftest import cache_lock, last_hidden, logit_diff
 from demo_data.packs import demo_packs, multi_sample_image_packs
 from image_memo import assert_sample_encodes, shape_only_pixels
 from PIL import Image
@@ -321,13 +321,6 @@ def smol_alone(smolvlm_dir):
     return {"proc": _processor(smolvlm_dir)}
 
 
-def _hidden(model, **kw) -> torch.Tensor:
-    """Last hidden states ``[T, H]`` of ``model.model`` (the forward before its ``lm_head``)."""
-    kw.pop("labels", None)
-    kw["use_cache"] = False
-    with torch.no_grad():
-        return model.model(**kw).last_hidden_state[0]
-
 
 def _alone(cache, model, pack) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``(input_ids, hidden states)`` of every sample of ``pack`` run alone through transformers' own
@@ -341,7 +334,7 @@ def _alone(cache, model, pack) -> list[tuple[torch.Tensor, torch.Tensor]]:
             images = [load_image(Image.open(io.BytesIO(pack[m["part"]]))) for m in s["media"]]
             ref = proc(text=[_text(proc, s["messages"])], images=[images] if images else None, return_tensors="pt")
             pix = {k: ref[k] for k in ("pixel_values", "pixel_attention_mask") if k in ref}
-            out.append((ref["input_ids"][0], _hidden(model, input_ids=ref["input_ids"], **pix)))
+            out.append((ref["input_ids"][0], last_hidden(model, input_ids=ref["input_ids"], **pix)))
         cache[key] = out
     return cache[key]
 
@@ -358,7 +351,7 @@ def test_packed_equals_alone(image_packs, encoded_packs, smol_models, smol_alone
         assert batch["pixel_values"].shape[:2] == (1, int(batch["media_tokens_per_sample"].sum()) // 64)
         assert batch["position_ids"].shape == batch["input_ids"].shape  # 1-D positions
         model = smol_models[attn]
-        h = _hidden(model, **model_inputs(batch, attn))
+        h = last_hidden(model, **model_inputs(batch, attn))
         alone = _alone(smol_alone, smol_models["sdpa"], pack)
         for s, (a, z) in enumerate(zip(batch["cu_seqlens"][:-1].tolist(), batch["cu_seqlens"][1:].tolist())):
             ids, ref = alone[s]
@@ -373,7 +366,7 @@ def test_negative_control_plain_causal_mask_differs(image_packs, encoded_packs, 
     model = smol_models["sdpa"]
     batch = PackCollator(smolvlm_dir, attn_implementation="sdpa").collate([encoded_packs[0]])
     alone = _alone(smol_alone, model, image_packs[0])
-    h = _hidden(model, **plain_causal_inputs(batch, "sdpa"))
+    h = last_hidden(model, **plain_causal_inputs(batch, "sdpa"))
     cu = batch["cu_seqlens"].tolist()
     assert logit_diff(model, h[:cu[1]], alone[0][1]) < ATOL
     assert logit_diff(model, h[cu[1]:cu[2]], alone[1][1]) > 1e-3

@@ -42,7 +42,7 @@ import numpy as np
 import pytest
 import torch
 from cli_runner import run_cli
-from conftest import logit_diff
+from conftest import last_hidden, logit_diff
 from test_audio import shape_only_fbank
 from test_models_qwen2_5_omni import audio_files, omni_dir, omni_records  # noqa: F401 - module fixtures used here
 
@@ -290,13 +290,6 @@ def thinker_enc(thinker_pack, omni_dir):  # noqa: F811
     return PackCollator(omni_dir, attn_implementation="sdpa").encode(thinker_pack)
 
 
-def _hidden(model, **kw) -> torch.Tensor:
-    """Last hidden states ``[T, H]`` of ``model.model`` (the thinker before its ``lm_head``)."""
-    kw.pop("labels", None)
-    kw["use_cache"] = False
-    with torch.no_grad():
-        return model.model(**kw).last_hidden_state[0]
-
 
 def _alone(cache: dict, proc, model, pack) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``(input_ids, hidden states)`` of every sample of ``pack`` run alone through transformers' own
@@ -309,7 +302,7 @@ def _alone(cache: dict, proc, model, pack) -> list[tuple[torch.Tensor, torch.Ten
             ref = _reference(proc, pack, s)
             kw = {k: ref[k] for k in ("input_ids", "attention_mask", "input_features", "feature_attention_mask",
                                       "pixel_values", "image_grid_thw") if k in ref}
-            out.append((ref["input_ids"][0], _hidden(model, **kw)))
+            out.append((ref["input_ids"][0], last_hidden(model, **kw)))
         cache[key] = out
     return cache[key]
 
@@ -330,7 +323,7 @@ def test_packed_equals_alone(thinker_pack, thinker_enc, thinkers, proc, alone_ca
     assert batch["num_samples"] == 3 and len(batch["feature_attention_mask"]) == 3
     assert batch["position_ids"].shape == (layout, 1, batch["input_ids"].shape[1])
     model = thinkers[attn]
-    h = _hidden(model, **model_inputs(batch, attn))
+    h = last_hidden(model, **model_inputs(batch, attn))
     alone = _alone(alone_cache, proc, thinkers["sdpa"], thinker_pack)
     for s, (a, z) in enumerate(zip(batch["cu_seqlens"][:-1].tolist(), batch["cu_seqlens"][1:].tolist())):
         ids, ref = alone[s]
@@ -346,12 +339,12 @@ def test_negative_controls_differ(thinker_pack, thinker_enc, thinkers, proc, alo
     model = thinkers["sdpa"]
     alone = _alone(alone_cache, proc, model, thinker_pack)
     batch = PackCollator(omni_dir, attn_implementation="sdpa").collate([thinker_enc])
-    h = _hidden(model, **plain_causal_inputs(batch, "sdpa"))
+    h = last_hidden(model, **plain_causal_inputs(batch, "sdpa"))
     cu = batch["cu_seqlens"].tolist()
     assert logit_diff(model, h[:cu[1]], alone[0][1]) < ATOL
     assert logit_diff(model, h[cu[1]:cu[2]], alone[1][1]) > 1e-3
     flat = PackCollator(omni_dir, mrope=False, attn_implementation="sdpa", dense_mask=True).collate([thinker_enc])
-    h = _hidden(model, **model_inputs(flat, "sdpa"))
+    h = last_hidden(model, **model_inputs(flat, "sdpa"))
     images = flat["images_per_sample"].tolist()
     assert images == [1, 0, 1]
     for s, (a, z) in enumerate(zip(cu[:-1], cu[1:])):

@@ -51,7 +51,7 @@ import pytest
 import torch
 from cache_dir import CACHE
 from cli_runner import run_cli
-from conftest import cache_lock, logit_diff
+from conftest import cache_lock, last_hidden, logit_diff
 from test_models_qwen2_5_omni import omni_dir  # noqa: F401 - module fixture used here
 from test_omni_video import _text
 from test_train_omni_audio import tiny_thinker
@@ -134,12 +134,6 @@ def enc(video_pack, omni_dir):  # noqa: F811
     return PackCollator(omni_dir, attn_implementation="sdpa").encode(video_pack)
 
 
-def _hidden(model, **kw) -> torch.Tensor:
-    kw.pop("labels", None)
-    kw["use_cache"] = False
-    with torch.no_grad():
-        return model.model(**kw).last_hidden_state[0]
-
 
 def _alone_inputs(batch: dict, reference: list[dict]) -> list[dict]:
     """Each sample's inputs for transformers' own path: the processor's ids and grids, the collator's
@@ -185,21 +179,21 @@ CASES = [("sdpa", True, 3), ("eager", True, 3), ("sdpa", False, 4)]  # (attn, de
 def test_packed_equals_alone(enc, reference, thinkers, omni_dir, attn, dense, layout):  # noqa: F811
     batch = PackCollator(omni_dir, position_layout=layout, attn_implementation=attn, dense_mask=dense).collate([enc])
     model = thinkers[attn]
-    h = _hidden(model, **model_inputs(batch, attn))
+    h = last_hidden(model, **model_inputs(batch, attn))
     cu = batch["cu_seqlens"].tolist()
     for s, kw in enumerate(_alone_inputs(batch, reference)):
-        diff = logit_diff(model, h[cu[s]:cu[s + 1]], _hidden(thinkers["sdpa"], **kw))
+        diff = logit_diff(model, h[cu[s]:cu[s + 1]], last_hidden(thinkers["sdpa"], **kw))
         assert diff < ATOL, f"{batch['sample_ids'][s]}: packed logits differ by {diff:.3g}"
 
 
 def test_negative_control_plain_causal_mask_differs(enc, reference, thinkers, omni_dir):  # noqa: F811
     model = thinkers["sdpa"]
     batch = PackCollator(omni_dir, attn_implementation="sdpa").collate([enc])
-    h = _hidden(model, **plain_causal_inputs(batch, "sdpa"))
+    h = last_hidden(model, **plain_causal_inputs(batch, "sdpa"))
     alone = _alone_inputs(batch, reference)
     cu = batch["cu_seqlens"].tolist()
-    assert logit_diff(model, h[:cu[1]], _hidden(model, **alone[0])) < ATOL
-    assert logit_diff(model, h[cu[1]:cu[2]], _hidden(model, **alone[1])) > 1e-3
+    assert logit_diff(model, h[:cu[1]], last_hidden(model, **alone[0])) < ATOL
+    assert logit_diff(model, h[cu[1]:cu[2]], last_hidden(model, **alone[1])) > 1e-3
 
 
 # ------------------------------------------------------------------ videos with their sound (use_audio_in_video)
@@ -281,7 +275,7 @@ def _sound_alone_inputs(batch: dict, reference: list[dict]) -> list[dict]:
 def sound_alone(sound_enc, sound_reference, thinkers, omni_dir) -> list[torch.Tensor]:  # noqa: F811
     """The tiny sdpa thinker's last hidden states of each sample run alone (transformers' own path)."""
     batch = PackCollator(omni_dir, attn_implementation="sdpa", processor=SOUND).collate([sound_enc])
-    return [_hidden(thinkers["sdpa"], **kw) for kw in _sound_alone_inputs(batch, sound_reference)]
+    return [last_hidden(thinkers["sdpa"], **kw) for kw in _sound_alone_inputs(batch, sound_reference)]
 
 
 def test_collator_sound_inputs_equal_the_omni_processor(sound_enc, sound_reference, thinkers, omni_dir):  # noqa: F811
@@ -340,7 +334,7 @@ def test_sound_packed_equals_alone(sound_enc, sound_alone, thinkers, omni_dir, a
     batch = PackCollator(omni_dir, position_layout=layout, attn_implementation=attn, dense_mask=dense,
                          processor=SOUND).collate([sound_enc])
     model = thinkers[attn]
-    h = _hidden(model, **model_inputs(batch, attn))
+    h = last_hidden(model, **model_inputs(batch, attn))
     cu = batch["cu_seqlens"].tolist()
     for s, alone in enumerate(sound_alone):
         diff = logit_diff(model, h[cu[s]:cu[s + 1]], alone)
@@ -350,7 +344,7 @@ def test_sound_packed_equals_alone(sound_enc, sound_alone, thinkers, omni_dir, a
 def test_sound_negative_control_plain_causal_mask_differs(sound_enc, sound_alone, thinkers, omni_dir):  # noqa: F811
     model = thinkers["sdpa"]
     batch = PackCollator(omni_dir, attn_implementation="sdpa", processor=SOUND).collate([sound_enc])
-    h = _hidden(model, **plain_causal_inputs(batch, "sdpa"))
+    h = last_hidden(model, **plain_causal_inputs(batch, "sdpa"))
     cu = batch["cu_seqlens"].tolist()
     assert logit_diff(model, h[:cu[1]], sound_alone[0]) < ATOL
     assert logit_diff(model, h[cu[1]:cu[2]], sound_alone[1]) > 1e-3

@@ -52,11 +52,11 @@ import torch
 
 pytest.importorskip("av")
 
-from conftest import logit_diff, with_video_config  # noqa: E402
+from conftest import last_hidden, logit_diff, with_video_config  # noqa: E402
 from test_models_internvl import _processor as internvl_processor  # noqa: E402
 from test_models_internvl import tiny_internvl  # noqa: E402
-from test_models_llava_onevision import _hidden, tiny_llava_onevision  # noqa: E402
 from test_models_llava_onevision import _processor as llava_processor  # noqa: E402
+from test_models_llava_onevision import tiny_llava_onevision  # noqa: E402
 from test_video_families import _reference_ids  # noqa: E402
 
 from vlmpack.config import load_config  # noqa: E402
@@ -204,7 +204,7 @@ def _alone_hidden(name: str, fam, proc, model, pack, sample: dict, cache: dict) 
     key = ("hidden", name, sample["id"])
     if key not in cache:
         ids, kw = _alone_inputs(name, fam, proc, pack, sample, cache)
-        cache[key] = (ids, _hidden(model, input_ids=ids[None], **kw))
+        cache[key] = (ids, last_hidden(model, input_ids=ids[None], **kw))
     return cache[key]
 
 
@@ -348,7 +348,7 @@ def test_packed_equals_alone_with_videos(packs, dirs, families, processors, tiny
     for pack in sel if (attn, dense) == ("sdpa", True) else sel[:1]:  # the other paths: the shortest (time)
         batch = collator(pack)
         assert batch["position_ids"].shape == batch["input_ids"].shape  # 1-D positions
-        h = _hidden(model, **model_inputs(batch, attn))
+        h = last_hidden(model, **model_inputs(batch, attn))
         cu = batch["cu_seqlens"].tolist()
         for s, a, z in zip(pack.samples, cu[:-1], cu[1:]):
             ids, ref = _alone_hidden(name, fam, processors[name], tiny[(name, "sdpa")], pack, s, alone_cache)
@@ -368,7 +368,7 @@ def test_negative_control_plain_causal_mask_differs(packs, dirs, families, proce
     pack = _video_packs(packs, name)[0]
     batch = PackCollator(dirs[name], attn_implementation="sdpa")(pack)
     kw = plain_causal_inputs(batch, "sdpa")
-    h = _hidden(model, **kw)
+    h = last_hidden(model, **kw)
     cu = batch["cu_seqlens"].tolist()
     refs = [_alone_hidden(name, fam, processors[name], model, pack, s, alone_cache)[1] for s in pack.samples[:2]]
     assert logit_diff(model, h[:cu[1]], refs[0]) < ATOL
