@@ -197,18 +197,28 @@ def last_hidden(model, **kw):
         return model.model(**kw).last_hidden_state[0]
 
 
-def logit_diff(model, h, ref, chunk: int = 256) -> float:
+def logit_diff(model, h, ref, chunk: int = 256, *, atol: float | None = None) -> float:
     """Max |logits(h) - logits(ref)| of the model's own bias-free ``lm_head`` (``x @ W.T``), computed
     by its linearity as max |(h - ref) @ W.T|: one product instead of two, and no rounding of the
     difference of two large logits; ``chunk`` tokens at a time into one reused buffer (a full
-    float32 ``[T, 152000]`` logits tensor is 2-4 GB). ``h``, ``ref``: float ``[T, H]`` tensors."""
+    float32 ``[T, 152000]`` logits tensor is 2-4 GB). ``h``, ``ref``: float ``[T, H]`` tensors.
+
+    ``atol``: for a check ``logit_diff(...) < atol``. Where the Cauchy-Schwarz bound
+    max_t ||h_t - ref_t|| * max_v ||W_v|| (which no logit difference exceeds) is already below it, that
+    bound is returned instead of the exact maximum (the check holds either way, at the cost of two
+    norms instead of a ``[T, V]`` product); otherwise the exact maximum. Negative controls (``> x``)
+    pass no ``atol``: they get the exact value."""
     import torch
 
     w = model.lm_head.weight
     assert model.lm_head.bias is None
-    buf = torch.empty(chunk, w.shape[0])
     with torch.no_grad():
         d = h - ref
+        if atol is not None and len(d):
+            bound = float(d.norm(dim=-1).max() * w.norm(dim=-1).max())
+            if bound < atol:
+                return bound
+        buf = torch.empty(chunk, w.shape[0])
         worst = 0.0
         for i in range(0, len(d), chunk):
             n = min(chunk, len(d) - i)

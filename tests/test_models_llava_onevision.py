@@ -22,8 +22,8 @@ The model directory is ``tools/demo_data/llava_onevision_dir.py`` 's (the Qwen2 
    ``batch_num_images`` for the sample's images as one nested list, no positions),
    with ``sdpa`` and ``eager`` block masks and the mask-free position-ids path; a plain causal
    mask (negative control) differs. Logits are compared through the model's own ``lm_head``
-   (``conftest.logit_diff``) in 256-token chunks of the last hidden states (a float32
-   ``[T, 152000]`` logits row is 2-4 GB).
+   (``conftest.logit_diff``) on the last hidden states: a Cauchy-Schwarz bound where it is already below
+   1e-4, else the exact maximum in 256-token chunks (a float32 ``[T, 152000]`` logits row is 2-4 GB).
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ def test_packed_equals_alone(image_packs, lov_models, lov_alone, llava_ov_dir, a
         for s, (a, z) in enumerate(zip(batch["cu_seqlens"][:-1].tolist(), batch["cu_seqlens"][1:].tolist())):
             ids, ref = alone[s]
             assert torch.equal(batch["input_ids"][0, a:z], ids)
-            diff = logit_diff(model, h[a:z], ref)
+            diff = logit_diff(model, h[a:z], ref, atol=ATOL)
             assert diff < ATOL, f"{batch['sample_ids'][s]}: packed logits differ by {diff:.3g}"
 
 
@@ -284,7 +284,7 @@ def test_negative_control_plain_causal_mask_differs(image_packs, lov_models, lov
     kw = plain_causal_inputs(batch, "sdpa")
     h = last_hidden(model, **kw)
     cu = batch["cu_seqlens"].tolist()
-    assert logit_diff(model, h[:cu[1]], alone[0][1]) < ATOL
+    assert logit_diff(model, h[:cu[1]], alone[0][1], atol=ATOL) < ATOL
     assert logit_diff(model, h[cu[1]:cu[2]], alone[1][1]) > 1e-3
 
 

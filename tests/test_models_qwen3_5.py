@@ -106,10 +106,11 @@ def _alone(model, batch) -> list[torch.Tensor]:
     return out
 
 
-def _diffs(model, h, alone, batch) -> list[float]:
-    """Max |logits difference| per sample of the packed row's hidden states ``h`` and each sample's alone."""
+def _diffs(model, h, alone, batch, atol: float | None = None) -> list[float]:
+    """Max |logits difference| per sample of the packed row's hidden states ``h`` and each sample's
+    alone (``atol``: as :func:`conftest.logit_diff`'s, for a check that each is below it)."""
     cu = batch["cu_seqlens"].tolist()
-    return [logit_diff(model, h[a:z], ref) for a, z, ref in zip(cu[:-1], cu[1:], alone)]
+    return [logit_diff(model, h[a:z], ref, atol=atol) for a, z, ref in zip(cu[:-1], cu[1:], alone)]
 
 
 CASES = [("sdpa", True, 3), ("eager", True, 3), ("sdpa", False, 4)]
@@ -125,7 +126,7 @@ def test_packed_equals_alone_full_attention(image_packs, qwen3_5_dir, attn, dens
         batch = collator(pack)
         assert batch["num_samples"] >= 3 and len(batch["image_grid_thw"]) >= 2
         alone = _alone(model, batch)
-        diffs = _diffs(model, last_hidden(model, **model_inputs(batch, attn)), alone, batch)
+        diffs = _diffs(model, last_hidden(model, **model_inputs(batch, attn)), alone, batch, ATOL)
         assert max(diffs) < ATOL, diffs
         # negative control: a plain causal mask over the row lets later samples see earlier ones
         if dense and attn == "sdpa":

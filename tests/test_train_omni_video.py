@@ -182,7 +182,7 @@ def test_packed_equals_alone(enc, reference, thinkers, omni_dir, attn, dense, la
     h = last_hidden(model, **model_inputs(batch, attn))
     cu = batch["cu_seqlens"].tolist()
     for s, kw in enumerate(_alone_inputs(batch, reference)):
-        diff = logit_diff(model, h[cu[s]:cu[s + 1]], last_hidden(thinkers["sdpa"], **kw))
+        diff = logit_diff(model, h[cu[s]:cu[s + 1]], last_hidden(thinkers["sdpa"], **kw), atol=ATOL)
         assert diff < ATOL, f"{batch['sample_ids'][s]}: packed logits differ by {diff:.3g}"
 
 
@@ -192,7 +192,7 @@ def test_negative_control_plain_causal_mask_differs(enc, reference, thinkers, om
     h = last_hidden(model, **plain_causal_inputs(batch, "sdpa"))
     alone = _alone_inputs(batch, reference)
     cu = batch["cu_seqlens"].tolist()
-    assert logit_diff(model, h[:cu[1]], last_hidden(model, **alone[0])) < ATOL
+    assert logit_diff(model, h[:cu[1]], last_hidden(model, **alone[0]), atol=ATOL) < ATOL
     assert logit_diff(model, h[cu[1]:cu[2]], last_hidden(model, **alone[1])) > 1e-3
 
 
@@ -337,7 +337,7 @@ def test_sound_packed_equals_alone(sound_enc, sound_alone, thinkers, omni_dir, a
     h = last_hidden(model, **model_inputs(batch, attn))
     cu = batch["cu_seqlens"].tolist()
     for s, alone in enumerate(sound_alone):
-        diff = logit_diff(model, h[cu[s]:cu[s + 1]], alone)
+        diff = logit_diff(model, h[cu[s]:cu[s + 1]], alone, atol=ATOL)
         assert diff < ATOL, f"{batch['sample_ids'][s]}: packed logits differ by {diff:.3g}"
 
 
@@ -346,5 +346,5 @@ def test_sound_negative_control_plain_causal_mask_differs(sound_enc, sound_alone
     batch = PackCollator(omni_dir, attn_implementation="sdpa", processor=SOUND).collate([sound_enc])
     h = last_hidden(model, **plain_causal_inputs(batch, "sdpa"))
     cu = batch["cu_seqlens"].tolist()
-    assert logit_diff(model, h[:cu[1]], sound_alone[0]) < ATOL
+    assert logit_diff(model, h[:cu[1]], sound_alone[0], atol=ATOL) < ATOL
     assert logit_diff(model, h[cu[1]:cu[2]], sound_alone[1]) > 1e-3

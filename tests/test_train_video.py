@@ -24,8 +24,9 @@ a second at a small pixel budget (token counts stay small; the rules are the sam
    ``pixel_values_videos`` / ``video_grid_thw`` / ``second_per_grid_ts`` and images,
    ``mm_token_type_ids``, no positions: the model computes mRoPE itself); a plain causal mask over
    the pack (negative control) differs by > 1e-3. Logits are compared through the model's own
-   ``lm_head`` (``conftest.logit_diff``) in 256-token chunks of the last hidden states (a float32
-   ``[T, 152000]`` logits row is 2-4 GB).
+   ``lm_head`` (``conftest.logit_diff``) on the last hidden states: a Cauchy-Schwarz bound where it is
+   already below 1e-4, else the exact maximum in 256-token chunks (a float32 ``[T, 152000]`` logits row is
+   2-4 GB).
 """
 
 from __future__ import annotations
@@ -363,10 +364,10 @@ def test_packed_equals_alone_with_videos(outputs, dirs, tiny, alone_cache, name,
         if key not in alone_cache:
             alone_cache[key] = _alone(tiny[(name, "sdpa")], fam, batch, pack)
         for s, (a, z) in enumerate(zip(batch["cu_seqlens"][:-1].tolist(), batch["cu_seqlens"][1:].tolist())):
-            diff = logit_diff(model, h[a:z], alone_cache[key][s])
+            diff = logit_diff(model, h[a:z], alone_cache[key][s], atol=ATOL)
             worst = max(worst, diff)
             assert diff < ATOL, f"{name} {batch['sample_ids'][s]}: packed logits differ by {diff:.3g}"
-    print(f"{name} {attn} {'mask' if dense else 'posids'}: max |packed - alone| = {worst:.2e}")
+    print(f"{name} {attn} {'mask' if dense else 'posids'}: max |packed - alone| <= {worst:.2e}")
 
 
 @pytest.mark.parametrize("name", ["qwen2_5_vl", "qwen3_vl"])
@@ -383,7 +384,7 @@ def test_negative_control_plain_causal_mask_differs(outputs, dirs, tiny, alone_c
     alone = alone_cache[key]
     h = last_hidden(model, **plain_causal_inputs(batch, "sdpa"))
     cu = batch["cu_seqlens"].tolist()
-    assert logit_diff(model, h[:cu[1]], alone[0]) < ATOL
+    assert logit_diff(model, h[:cu[1]], alone[0], atol=ATOL) < ATOL
     assert logit_diff(model, h[cu[1]:cu[2]], alone[1]) > 1e-3
 
 

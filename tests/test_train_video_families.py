@@ -353,11 +353,11 @@ def test_packed_equals_alone_with_videos(packs, dirs, families, processors, tiny
         for s, a, z in zip(pack.samples, cu[:-1], cu[1:]):
             ids, ref = _alone_hidden(name, fam, processors[name], tiny[(name, "sdpa")], pack, s, alone_cache)
             assert torch.equal(batch["input_ids"][0, a:z], ids)
-            diff = logit_diff(model, h[a:z], ref)
+            diff = logit_diff(model, h[a:z], ref, atol=ATOL)
             worst, n_samples, n_tokens = max(worst, diff), n_samples + 1, n_tokens + z - a
             assert diff < ATOL, f"{name} {s['id']}: packed logits differ by {diff:.3g}"
     print(f"{name} {attn} {'mask' if dense else 'posids'}: {n_samples} samples, {n_tokens} tokens, "
-          f"max |packed - alone| = {worst:.2e}")
+          f"max |packed - alone| <= {worst:.2e}")
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -371,7 +371,7 @@ def test_negative_control_plain_causal_mask_differs(packs, dirs, families, proce
     h = last_hidden(model, **kw)
     cu = batch["cu_seqlens"].tolist()
     refs = [_alone_hidden(name, fam, processors[name], model, pack, s, alone_cache)[1] for s in pack.samples[:2]]
-    assert logit_diff(model, h[:cu[1]], refs[0]) < ATOL
+    assert logit_diff(model, h[:cu[1]], refs[0], atol=ATOL) < ATOL
     assert logit_diff(model, h[cu[1]:cu[2]], refs[1]) > 1e-3
 
 
