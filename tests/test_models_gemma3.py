@@ -304,7 +304,6 @@ def g3_alone(gemma3_dir):
     return {"proc": _processor(gemma3_dir)}
 
 
-
 def _alone(cache, model, pack, pas: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``(input_ids, hidden states)`` of every sample of ``pack`` run alone through transformers' own
     path: the processor's ``input_ids``, ``attention_mask``, ``token_type_ids`` and ``pixel_values``

@@ -189,7 +189,6 @@ def tiny_llava_next(model_dir: Path, image_token_id: int, *, attn_implementation
     return LlavaNextForConditionalGeneration(cfg).float().eval()
 
 
-
 @pytest.fixture(scope="module")
 def next_packs(real_data, llava_next_dir):
     """Two real multi-sample image packs of the stand-in: one with a multi-image sample, one with >= 3 samples."""

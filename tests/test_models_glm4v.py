@@ -258,7 +258,6 @@ def glm_alone(glm4v_dir):
     return {"proc": _processor(glm4v_dir)}
 
 
-
 def _alone(cache, model, pack) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``(input_ids, hidden states)`` of every sample of ``pack`` run alone through transformers' own
     path: the processor's ``input_ids``, ``pixel_values``, ``image_grid_thw`` and ``mm_token_type_ids``;

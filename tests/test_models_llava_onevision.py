@@ -235,7 +235,6 @@ def lov_alone(llava_ov_dir):
     return {"proc": _processor(llava_ov_dir)}
 
 
-
 def _alone(cache, model, pack) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``(input_ids, hidden states)`` of every sample of ``pack`` run alone through transformers' own
     path: the processor's ids, 5-D padded ``pixel_values``, ``image_sizes`` and ``batch_num_images``

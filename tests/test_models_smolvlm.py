@@ -321,7 +321,6 @@ def smol_alone(smolvlm_dir):
     return {"proc": _processor(smolvlm_dir)}
 
 
-
 def _alone(cache, model, pack) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``(input_ids, hidden states)`` of every sample of ``pack`` run alone through transformers' own
     path: the processor's ids, ``pixel_values`` and ``pixel_attention_mask``, no positions, no mask."""

@@ -290,7 +290,6 @@ def thinker_enc(thinker_pack, omni_dir):  # noqa: F811
     return PackCollator(omni_dir, attn_implementation="sdpa").encode(thinker_pack)
 
 
-
 def _alone(cache: dict, proc, model, pack) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``(input_ids, hidden states)`` of every sample of ``pack`` run alone through transformers' own
     path: the processor's output (``attention_mask`` all ones, audio features, pixels); the model

@@ -134,7 +134,6 @@ def enc(video_pack, omni_dir):  # noqa: F811
     return PackCollator(omni_dir, attn_implementation="sdpa").encode(video_pack)
 
 
-
 def _alone_inputs(batch: dict, reference: list[dict]) -> list[dict]:
     """Each sample's inputs for transformers' own path: the processor's ids and grids, the collator's
     pixel rows of its media (module docstring)."""
