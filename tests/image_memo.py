@@ -29,7 +29,9 @@ value for value, in ``test_train_collate.py`` (``test_pixel_values_in_sample_ord
 (The stand-ins cut InternVL's sweep from about 190 s to 80 s.) A call that converts to tensors (the
 collator's) gets a list of stand-ins of one shape as one read-only zero view of the stacked shape
 (:func:`_stacked_zeros`), which ``torch.from_numpy`` takes as it is, instead of a new array filled
-with zeros (InternVL's sweep: 10 CPU-s of kernel page clearing).
+with zeros (InternVL's sweep: 10 CPU-s of kernel page clearing). Likewise numpy's ``pad`` and ``array``
+of stand-ins in the processors that pad and stack each image's patches (:class:`_NumpyStandins`; the
+LLaVA-NeXT sweep 61 -> 52 CPU-s, LLaVA-OneVision's with the OV2 layout tests 63 -> 57).
 
 Exact because each of these ``_preprocess`` methods (``GotOcr2ImageProcessorPil``,
 ``Qwen2VLImageProcessorPil``, ``LlavaOnevisionImageProcessorPil`` in transformers 5) ends in
@@ -94,11 +96,12 @@ def _zero_view(x) -> bool:
             and not x.flat[0])
 
 
-class _JoinStandins:
-    """numpy, as the ``np`` of a transformers image-processor module while :func:`shape_only_pixels`
-    runs, but ``concatenate`` on dim 0 of :func:`_zero_view` stand-ins of one row shape and dtype gives
-    one read-only zero view of the joined shape (what ``np.concatenate`` would fill with zeros);
-    anything else is numpy's own."""
+class _NumpyStandins:
+    """numpy, as the ``np`` of the :data:`STANDIN_NUMPY_MODULES` while :func:`shape_only_pixels` runs,
+    but where numpy would only fill a new array with zeros from :func:`_zero_view` stand-ins, a
+    read-only zero view of the result's shape and dtype instead: ``concatenate`` on dim 0 of stand-ins
+    of one row shape and dtype, ``pad`` of a stand-in with the constant 0, ``array`` of a list of
+    stand-ins of one shape and dtype (:func:`_stacked_zeros`); anything else is numpy's own."""
 
     def __getattr__(self, name):
         return getattr(np, name)
@@ -110,6 +113,20 @@ class _JoinStandins:
                 and len({(a.shape[1:], a.dtype) for a in arrays}) == 1):
             return _zeros((sum(a.shape[0] for a in arrays), *arrays[0].shape[1:]), arrays[0].dtype)
         return np.concatenate(arrays, axis=axis, **kwargs)
+
+    @staticmethod
+    def pad(array, pad_width, mode="constant", **kwargs):
+        if (mode == "constant" and set(kwargs) <= {"constant_values"} and not np.any(kwargs.get("constant_values", 0))
+                and _zero_view(array)):
+            widths = np.broadcast_to(np.asarray(pad_width, dtype=np.intp), (array.ndim, 2))  # numpy's own spelling
+            if (widths >= 0).all():
+                return _zeros(tuple(n + a + b for n, (a, b) in zip(array.shape, widths.tolist())), array.dtype)
+        return np.pad(array, pad_width, mode=mode, **kwargs)
+
+    @staticmethod
+    def array(obj, *args, **kwargs):
+        stacked = obj if args or kwargs else _stacked_zeros(obj)
+        return stacked if stacked is not obj else np.array(obj, *args, **kwargs)
 
 
 def _stacked_zeros(value):
@@ -126,9 +143,16 @@ def _stacked_zeros(value):
     return value
 
 
-#: transformers modules whose ``_preprocess`` joins per-image patches with ``np.concatenate``
-#: (their ``np`` is :class:`_JoinStandins` while :func:`shape_only_pixels` runs)
-JOINING_MODULES = ("qwen2_vl.image_processing_pil_qwen2_vl", "glm4v.image_processing_pil_glm4v")
+#: transformers modules whose image processors join, pad or stack per-image arrays with numpy (their
+#: ``np`` is :class:`_NumpyStandins` while :func:`shape_only_pixels` runs): Qwen2-VL's and GLM-4.1V's
+#: ``_preprocess`` (patches joined), LLaVA-NeXT's and LLaVA-OneVision's (each image's patches stacked,
+#: padded to the best resolution and to the batch's largest patch count), and ``BatchFeature``'s tensor
+#: conversion (a list of per-image arrays stacked before ``torch.from_numpy``)
+STANDIN_NUMPY_MODULES = ("transformers.models.qwen2_vl.image_processing_pil_qwen2_vl",
+                         "transformers.models.glm4v.image_processing_pil_glm4v",
+                         "transformers.models.llava_next.image_processing_pil_llava_next",
+                         "transformers.models.llava_onevision.image_processing_pil_llava_onevision",
+                         "transformers.feature_extraction_utils")
 
 
 @contextlib.contextmanager
@@ -140,7 +164,7 @@ def shape_only_pixels():
     normalize give, so nothing downstream converts), rescale and normalize -> the input itself;
     ``Qwen2VLImageProcessorPil.patchify`` (a rearrangement of those pixels) -> zeros
     ``[grid_h * grid_w, C * temporal_patch_size * patch_size**2]`` and the grid; the ``np`` of the
-    :data:`JOINING_MODULES` -> :class:`_JoinStandins` (their patches joined as one view). Each
+    :data:`STANDIN_NUMPY_MODULES` -> :class:`_NumpyStandins` (zero-filled results as one view). Each
     replaced name gets back the value it had on entry."""
     import importlib
 
@@ -151,8 +175,7 @@ def shape_only_pixels():
     names = ("np_resize", "np_rescale", "np_normalize")
     saved = {n: getattr(backends, n) for n in names}
     patchify = Qwen2VLImageProcessorPil.__dict__["patchify"]
-    # the modules whose _preprocess joins the patches of each image with np.concatenate
-    joiners = {m: m.np for m in (importlib.import_module(f"transformers.models.{n}") for n in JOINING_MODULES)}
+    joiners = {m: m.np for m in map(importlib.import_module, STANDIN_NUMPY_MODULES)}
 
     def flat_patches(self, image, patch_size, merge_size, temporal_patch_size):
         return patch_standins(image, patch_size, temporal_patch_size)
@@ -168,9 +191,11 @@ def shape_only_pixels():
         setattr(backends, name, standin)
     Qwen2VLImageProcessorPil.patchify = flat_patches
     for module in joiners:
-        module.np = _JoinStandins()
+        module.np = _NumpyStandins()
     try:
-        yield
+        with warnings.catch_warnings():  # torch's once-only note on a tensor of a read-only view: nothing writes
+            warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
+            yield
     finally:
         for n, f in saved.items():
             setattr(backends, n, f)
