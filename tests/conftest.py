@@ -29,6 +29,15 @@ for _name, _value in (("MALLOC_MMAP_THRESHOLD_", "268435456"), ("MALLOC_TRIM_THR
                       ("MALLOC_TOP_PAD_", "67108864")):
     os.environ.setdefault(_name, _value)
 
+# One compute thread per process for torch (OpenMP) and numpy (OpenBLAS): the suite runs one xdist worker
+# per core, so a second thread in each worker only contends with the other worker (and OpenMP's idle
+# threads spin between parallel regions). Model-forward files with -n 2 on 2 cores (train equivalence,
+# train video, Qwen3.5, video families, Kimi-VL): 161 -> 134 and 146 -> 118 CPU-s, 87 -> 77 and 80 -> 66 s.
+# Read when torch and numpy load (nothing has imported them yet here); inherited like the settings above.
+# The numerics of a comparison do not change with it: both sides of every check run in one process.
+for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+
 # Python's garbage collector: a test worker holds millions of long-lived objects (torch, transformers,
 # the module fixtures' tokenizers and models), and every full collection walks all of them. With the
 # default thresholds (700, 10, 10) the young generation is collected every 700 allocations, so the
