@@ -1,7 +1,8 @@
 """Exact token counts: the count vlmpack plans with equals the full transformers path.
 
 The reference path decodes every image (``transformers.image_utils.load_image``: EXIF transpose +
-RGB), runs ``Qwen2VLImageProcessorPil`` on the pixels to get ``image_grid_thw``, renders the chat
+RGB), runs ``Qwen2VLImageProcessorPil`` on them to get ``image_grid_thw`` (its pixel arithmetic as the
+shape-true stand-ins of ``tests/image_memo.py``, checked against the real one on 20 images), renders the chat
 template, expands each ``<|image_pad|>`` to ``prod(grid) // merge_size**2`` copies (what
 ``Qwen2VLProcessor.__call__`` does) and tokenizes; ``len(input_ids)`` must equal the count that
 ``vlmpack pack`` recorded in the shards for EVERY image sample of the real demo set.
@@ -35,17 +36,21 @@ def shard_samples(tmp_path_factory, real_data, model_dir):
     return samples
 
 
-def _reference_len(family, sample: dict, media: list[bytes], grid_cache: dict) -> int:
+def _image_pads(family, blob: bytes) -> int:
+    """``prod(image_grid_thw) // merge_size**2`` of the processor's own call on ``blob`` decoded by ``load_image``."""
     import io
 
     from transformers.image_utils import load_image
 
+    out = family.image_processor(images=[load_image(Image.open(io.BytesIO(blob)))], return_tensors="np")
+    return int(np.prod(out["image_grid_thw"][0])) // family.merge_size**2
+
+
+def _reference_len(family, sample: dict, media: list[bytes], grid_cache: dict) -> int:
     pads = []
     for blob in media:
         if blob not in grid_cache:
-            img = load_image(Image.open(io.BytesIO(blob)))
-            out = family.image_processor(images=[img], return_tensors="np")
-            grid_cache[blob] = int(np.prod(out["image_grid_thw"][0])) // family.merge_size**2
+            grid_cache[blob] = _image_pads(family, blob)
         pads.append(grid_cache[blob])
     msgs = [{"role": m["role"], "content": [{"type": "image"} if p["type"] == "image" else p for p in m["content"]]}
             for m in sample["messages"]]
@@ -57,12 +62,21 @@ def _reference_len(family, sample: dict, media: list[bytes], grid_cache: dict) -
 
 
 def test_every_image_sample_count_equals_transformers(shard_samples, model_dir):
+    from image_memo import shape_only_pixels
+
     family = load_model(str(model_dir))
     image_samples = [(s, m) for s, m in shard_samples if m]
     assert len(image_samples) >= 2900  # the real set has 2,937 image samples
+    # The grid depends on the image's size only, so the processor runs with shape-true stand-ins of its pixel
+    # arithmetic (image_memo.shape_only_pixels: the resize sizes and grids stay its own); its real pixel path
+    # gives the same grids on the first 20 distinct images (the stand-ins' check)
+    firsts = list(dict.fromkeys(blob for _, media in image_samples for blob in media))[:20]
+    real = [_image_pads(family, blob) for blob in firsts]
     cache: dict = {}
-    wrong = [(s["id"], s["num_tokens"], ref) for s, m in image_samples
-             if (ref := _reference_len(family, s, m, cache)) != s["num_tokens"]]
+    with shape_only_pixels():
+        assert [_image_pads(family, blob) for blob in firsts] == real
+        wrong = [(s["id"], s["num_tokens"], ref) for s, m in image_samples
+                 if (ref := _reference_len(family, s, m, cache)) != s["num_tokens"]]
     assert wrong == [], f"{len(wrong)} image samples miscounted, e.g. {wrong[:5]}"
 
 
