@@ -316,7 +316,7 @@ def _alone(cache, model, pack, pas: bool) -> list[tuple[torch.Tensor, torch.Tens
             ref = proc(text=[text], images=[_images(pack, s)], add_special_tokens=False, return_tensors="pt",
                        **(PAS if pas else {}))
             h = last_hidden(model, input_ids=ref["input_ids"], pixel_values=ref["pixel_values"],
-                        attention_mask=ref["attention_mask"], token_type_ids=ref["token_type_ids"])
+                            attention_mask=ref["attention_mask"], token_type_ids=ref["token_type_ids"])
             out.append((ref["input_ids"][0], h))
         cache[key] = out
     return cache[key]

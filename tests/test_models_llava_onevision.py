@@ -247,9 +247,9 @@ def _alone(cache, model, pack) -> list[tuple[torch.Tensor, torch.Tensor]]:
             text = proc.apply_chat_template(_template_msgs(s), tokenize=False)
             ref = proc(text=[text], images=[_sample_images(pack, s)], return_tensors="pt")
             out.append((ref["input_ids"][0], last_hidden(model, input_ids=ref["input_ids"],
-                                                    pixel_values=ref["pixel_values"],
-                                                    image_sizes=ref["image_sizes"],
-                                                    batch_num_images=ref["batch_num_images"])))
+                                                         pixel_values=ref["pixel_values"],
+                                                         image_sizes=ref["image_sizes"],
+                                                         batch_num_images=ref["batch_num_images"])))
         cache[key] = out
     return cache[key]
 
