@@ -69,12 +69,13 @@ def test_the_light_tokenizer_answers_as_transformers_and_counts_alike(request, r
 
 @pytest.mark.usefixtures("fresh_recipes")
 def test_what_it_does_not_answer_is_transformers_answer(model_dir):
-    real = load_chat_tokenizer(model_dir, light=True)
-    light = load_chat_tokenizer(model_dir, light=True)
-    assert isinstance(light, LightTokenizer) and light._real is None
+    load_chat_tokenizer(model_dir, light=True)  # recorded by now (the suite's recipes)
+    real, light = load_chat_tokenizer(model_dir), load_chat_tokenizer(model_dir, light=True)
+    assert isinstance(light, LightTokenizer) and light._real is None and not isinstance(real, LightTokenizer)
     again = pickle.loads(pickle.dumps(light))  # e.g. a spawned data loader worker's copy of a task encoder
     assert _surface(again) == _surface(light) and again._real is None
-    assert len(light) == len(real)  # not answered here: transformers' tokenizer, loaded now
+    assert len(light) == len(real) and light._real is None  # answered here (part of the checked surface)
+    assert light.vocab_size == real.vocab_size  # not answered here: transformers' tokenizer, loaded now
     assert light._real is not None and type(light._real) is type(real)
     text = "hello <|im_start|> world"
     assert light(text, return_attention_mask=True)["attention_mask"] == real(text)["attention_mask"]

@@ -21,7 +21,7 @@ token, the chat templates with and without tools, the special tokens' strings an
 when its render of the chat template passed :class:`vlmpack.models.template_render.TemplateRender`'s
 check against ``apply_chat_template`` (``render_checked``, recorded with the sha256 of the code that
 decided it: another vlmpack checks again). Anything else asked of a :class:`LightTokenizer` (another
-keyword, ``len()``, ``pad``, processors) is answered by transformers' tokenizer, loaded on first use.
+keyword, ``pad``, processors) is answered by transformers' tokenizer, loaded on first use.
 Nothing read is executed: the pipeline is JSON parsed by the ``tokenizers`` library, the answers are
 JSON data in the sealed recipe, and the pipeline file must have the sha256 the recipe names.
 """
@@ -75,7 +75,7 @@ class LightTokenizer:
     ``get_chat_template(None, tools)``, ``special_tokens_map``, ``added_tokens_decoder``,
     ``convert_tokens_to_ids``, the attributes of :data:`ATTRS`, ``encode(text, add_special_tokens=...)``,
     ``tok(text or texts, add_special_tokens=...)`` (a dict with ``"input_ids"`` only) and
-    ``decode(ids, clean_up_tokenization_spaces=False)``; ``render_checked``. Anything else (other
+    ``decode(ids, clean_up_tokenization_spaces=False)``, ``len()``; ``render_checked``. Anything else (other
     arguments too) goes to transformers' tokenizer of the directory, loaded on first use by ``real``
     (``None``: an ``AttributeError`` instead, as while :func:`record` checks)."""
 
@@ -161,7 +161,10 @@ class LightTokenizer:
         return getattr(self.real, name)
 
     def __len__(self) -> int:
-        return len(self.real)
+        """The full vocabulary with the added tokens (ids ``0 .. len - 1``), as transformers 5's
+        ``TokenizersBackend.__len__`` answers it: the pipeline's ``get_vocab_size(with_added_tokens=True)``
+        (checked against transformers' ``len()`` before a directory is recorded)."""
+        return self._backend.get_vocab_size(with_added_tokens=True)
 
     # ------------------------------------------------------------------ the rest
     @property
@@ -195,9 +198,10 @@ def _surface(tok) -> tuple:
     encoded = [tok.encode(t, add_special_tokens=s) for t in texts for s in (False, True)]
     split = tok(texts, add_special_tokens=False, split_special_tokens=True)["input_ids"]
     tok.backend_tokenizer.encode_special_tokens = False  # transformers leaves the call's setting on its pipeline
-    return (split, tok.backend_tokenizer.to_str(), tok.chat_template, repr(sorted(tok.special_tokens_map.items())),
-            repr(added), [getattr(tok, a) for a in ATTRS], tok.get_chat_template(None, None)
-            if tok.chat_template else None, [tok.convert_tokens_to_ids(t) for t in tokens],
+    return (split, len(tok), tok.backend_tokenizer.to_str(), tok.chat_template,
+            repr(sorted(tok.special_tokens_map.items())), repr(added), [getattr(tok, a) for a in ATTRS],
+            tok.get_chat_template(None, None) if tok.chat_template else None,
+            [tok.convert_tokens_to_ids(t) for t in tokens],
             tok.convert_tokens_to_ids(tokens), encoded,
             [tok(t, add_special_tokens=s)["input_ids"] for t in texts for s in (False, True)],
             tok(texts, add_special_tokens=False)["input_ids"],
