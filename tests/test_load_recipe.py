@@ -136,15 +136,30 @@ def test_no_recipe_without_a_cache_and_a_load_where_none_can_be_written(tmp_path
         load_recipe._root[0] = saved
 
 
-def test_a_second_process_loads_without_torch(tmp_path, model_dir):
-    code = ("import sys, json; from vlmpack.models import load_model; f = load_model(sys.argv[1]); "
-            "print(json.dumps({'torch': 'torch' in sys.modules, 'built': 'image_processor' in f.__dict__, "
-            "'tokens': f.image_tokens(640, 480), 'ids': f.token_ids([[{'role': 'user', 'content': "
-            "[{'type': 'text', 'text': 'hi'}]}]], ['reject'])[0]}))")
+def test_a_second_process_loads_without_torch_or_transformers(tmp_path, model_dir, real_data):
+    """Two fresh processes load the demo model and count 200 demo conversations (and one short one): the
+    first asks transformers and records (recipe, light tokenizer); the second follows the recipe without
+    importing torch or transformers (:mod:`vlmpack.models.light_tokenizer`), builds no image processor,
+    and gives the same image tokens and ids. (One pair of processes for both modules' claims.)"""
+    from test_light_tokenizer import _demo_conversations
+
+    code = ("import sys, json; from vlmpack.models import load_model; from vlmpack.pack.validate import "
+            "text_bound_of; f = load_model(sys.argv[1]); f.fast_bpe; text_bound_of(sys.argv[1]); "
+            "convs = [json.loads(x)['messages'] for x in open(sys.argv[2]).read().splitlines()]; "
+            "print(json.dumps({'torch': 'torch' in sys.modules, 'transformers': 'transformers' in sys.modules, "
+            "'built': 'image_processor' in f.__dict__, 'light': type(f.tokenizer).__name__, "
+            "'tokens': f.image_tokens(640, 480), 'ids': f.token_ids(convs, ['reject'] * len(convs))}))")
+    convs = tmp_path / "convs.jsonl"
+    hi = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    convs.write_text("\n".join(json.dumps({"messages": m}) for m in [hi, *_demo_conversations(real_data, 200)]))
     env = {**os.environ, "VLMPACK_CACHE": str(tmp_path / "cache")}
-    runs = [json.loads(subprocess.run([sys.executable, "-c", code, str(model_dir)], env=env, check=True,
+    runs = [json.loads(subprocess.run([sys.executable, "-c", code, str(model_dir), str(convs)], env=env, check=True,
                                       capture_output=True, text=True).stdout.splitlines()[-1]) for _ in range(2)]
-    assert runs[0]["torch"] and runs[0]["built"]  # the first load asks transformers (and records)
-    assert not runs[1]["torch"] and not runs[1]["built"]  # the second follows the recipe
-    assert runs[0]["tokens"] == runs[1]["tokens"] == 391 and runs[0]["ids"] == runs[1]["ids"]
+    # the first load asks transformers (and records)
+    assert runs[0]["torch"] and runs[0]["transformers"] and runs[0]["built"] and runs[0]["light"] == "Qwen2Tokenizer"
+    # the second follows the recipe and the light tokenizer
+    assert not runs[1]["torch"] and not runs[1]["transformers"] and not runs[1]["built"]
+    assert runs[1]["light"] == "LightTokenizer"
+    assert runs[0]["tokens"] == runs[1]["tokens"] == 391
+    assert runs[0]["ids"] == runs[1]["ids"] and len(runs[1]["ids"]) > 150
     assert len(list((Path(env["VLMPACK_CACHE"]) / "load").glob("*.json"))) == 1
