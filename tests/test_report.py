@@ -233,10 +233,13 @@ def _figure_spy(monkeypatch) -> list[tuple[str, object, dict[str, bytes]]]:
 def test_figures_are_drawn_beside_the_write_stage_and_are_the_ones_shown(small_demo, real_data, model_dir, tmp_path,
                                                                           monkeypatch) -> None:
     """The driver draws the figures on a thread while its write workers run; report.html shows those
-    PNGs, byte for byte what a draw in the main thread gives; a finished run started again draws none."""
+    PNGs, byte for byte what a draw in the main thread gives; a finished run started again draws none,
+    nor does the same data packed into another output of the same cache root (the shared PNG cache),
+    unless that cache's file was edited or the cache is off."""
     draws = _figure_spy(monkeypatch)
+    cache = tmp_path / "cache"  # a cache root of its own: no PNGs of other tests' runs of these records
     cfg = load_config(input=small_demo, media_root=str(real_data), model=str(model_dir), output=str(tmp_path / "o"),
-                      seq_len=8192, progress=False, workers=2)
+                      seq_len=8192, progress=False, workers=2, cache_dir=str(cache))
     run_pack(cfg)
     assert [name for name, _, _ in draws] == ["vlmpack-figures"]
     _, data, pngs = draws[0]
@@ -249,3 +252,17 @@ def test_figures_are_drawn_beside_the_write_stage_and_are_the_ones_shown(small_d
     assert report_pngs(data) == pngs  # the thread draws what the main thread draws
     run_pack(cfg)  # nothing new: the PNGs come from the run directory's cache, no thread
     assert len(draws) == 2  # (report_pngs above went through the spy)
+
+    def shown_in(out: str) -> list[bytes]:
+        page = _Page()
+        page.feed((tmp_path / out / "report.html").read_text(encoding="utf-8"))
+        return [base64.b64decode(i["src"].split(",", 1)[1]) for i in page.imgs]
+
+    run_pack(cfg.model_copy(update={"output": str(tmp_path / "o2")}))  # another output: the shared PNGs
+    assert len(draws) == 2 and shown_in("o2") == shown
+    [shared] = (cache / "figures").glob("*.json")
+    shared.write_bytes(shared.read_bytes().replace(b'"pngs"', b'"PNGs"', 1))  # edited: its seal no longer holds
+    run_pack(cfg.model_copy(update={"output": str(tmp_path / "o3")}))
+    assert [name for name, _, _ in draws[2:]] == ["vlmpack-figures"] and shown_in("o3") == shown
+    run_pack(cfg.model_copy(update={"output": str(tmp_path / "o4"), "cache_dir": "off"}))
+    assert len(draws) == 4 and shown_in("o4") == shown

@@ -72,7 +72,8 @@ class _Touch:
 
 
 def _cache_store(cache: Path) -> Path:
-    stores = [p for p in cache.iterdir() if p.is_dir() and p.name != "load"]  # load/: the model load recipes
+    # load/: the model load recipes, figures/: the report PNGs
+    stores = [p for p in cache.iterdir() if p.is_dir() and p.name not in ("load", "figures")]
     assert len(stores) == 1
     return stores[0]
 

@@ -39,7 +39,8 @@ def cache_root(value: str | None = None) -> Path | None:
     """The shared cache root: ``value`` (``--cache-dir``), else ``$VLMPACK_CACHE``, else
     ``~/.cache/vlmpack/counts``; ``None`` when the value is one of :data:`CACHE_OFF`. The count
     cache keeps each count key in ``<root>/<key>/``, the model load recipes in ``<root>/load/``
-    (:mod:`vlmpack.models.load_recipe`)."""
+    (:mod:`vlmpack.models.load_recipe`), the report's PNGs in ``<root>/figures/``
+    (:func:`vlmpack.pack.report_figures.shared_png_cache`)."""
     value = value if value is not None else os.environ.get(ENV_CACHE)
     if value is None:
         return Path.home() / ".cache" / "vlmpack" / "counts"

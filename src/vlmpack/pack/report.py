@@ -35,10 +35,10 @@ import pyarrow as pa
 
 from vlmpack import __version__
 from vlmpack.config import PackConfig
-from vlmpack.fsio import atomic_write, sealed_json_bytes
+from vlmpack.fsio import atomic_write
 from vlmpack.models import family_of
 from vlmpack.pack.media_tokens import token_columns, tokens_by_kind
-from vlmpack.pack.report_figures import FiguresAhead, arrays_hash, figures_digest, read_png_cache
+from vlmpack.pack.report_figures import FiguresAhead, arrays_hash, cached_pngs, figures_digest, keep_pngs
 from vlmpack.pack.write import ShardResult
 from vlmpack.packing import PackPlan
 from vlmpack.packing.alignment import aligned_lengths
@@ -366,10 +366,11 @@ def figures_ahead(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, report: d
                   png_cache: Path | None = None) -> FiguresAhead | None:
     """The run's figures to draw beside the write stage (:class:`vlmpack.pack.report_figures.FiguresAhead`,
     not started) from ``report``'s entries as :func:`figure_entries` gives them before the shards are
-    written, or ``None`` when ``png_cache`` already holds them."""
+    written, or ``None`` when ``png_cache`` or the shared PNG cache
+    (:func:`~vlmpack.pack.report_figures.shared_png_cache`) already holds them."""
     arrays = arrays_hash(manifest, plan)
     digest = figures_digest(cfg.seq_len, arrays, report)
-    if png_cache is not None and read_png_cache(png_cache, digest) is not None:
+    if cached_pngs(png_cache, cfg.cache_dir, digest) is not None:
         return None
 
     def draw() -> dict[str, bytes]:
@@ -388,13 +389,16 @@ def write_report_html(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, repor
     the PNGs (base64) with the sha256 of the data they show (:func:`figures_digest`); while that is
     unchanged (a resume with nothing new, another shard size) and the file matches its checksum, the
     PNGs are taken from it instead of drawn again (matplotlib is not even imported), so a finished
-    run started again costs no plotting. ``ahead``: the figures drawn during the write stage
-    (:func:`figures_ahead` of the same ``manifest`` and ``plan``: their arrays are not hashed again),
-    taken when they show the same. Raises ``OSError`` (disk full, read-only, ...)."""
+    run started again costs no plotting; likewise from the cache root's shared PNG cache
+    (:func:`~vlmpack.pack.report_figures.shared_png_cache`: the same data packed into another output),
+    which gets the PNGs a run draws (a cache that cannot be written is skipped). ``ahead``: the
+    figures drawn during the write stage (:func:`figures_ahead` of the same ``manifest`` and ``plan``:
+    their arrays are not hashed again), taken when they show the same. Raises ``OSError`` (disk full,
+    read-only, ...)."""
     path = Path(cfg.output) / REPORT_HTML
     arrays = ahead.arrays if ahead is not None else arrays_hash(manifest, plan)
     digest = figures_digest(cfg.seq_len, arrays, report)
-    cached = read_png_cache(png_cache, digest) if png_cache is not None else None
+    cached = cached_pngs(png_cache, cfg.cache_dir, digest)
     if cached is not None:
         pngs, captions = cached
     else:
@@ -404,9 +408,6 @@ def write_report_html(cfg: PackConfig, manifest: pa.Table, plan: PackPlan, repor
         if pngs is None:
             pngs = report_pngs(report_data(cfg, manifest, plan, report))
         captions = {name: caption for name, caption, _ in REPORT_FIGURES}
-        if png_cache is not None:
-            atomic_write(png_cache, sealed_json_bytes({
-                "digest": digest, "captions": captions,
-                "pngs": {name: base64.b64encode(png).decode("ascii") for name, png in pngs.items()}}))
+        keep_pngs(png_cache, cfg.cache_dir, digest, pngs, captions)
     atomic_write(path, report_html(report, pngs, f"vlmpack pack report: {display_path(str(cfg.output))}", captions))
     return path

@@ -16,12 +16,13 @@ import base64
 import hashlib
 import threading
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from vlmpack.fsio import json_bytes, read_sealed_json
+from vlmpack.fsio import atomic_write, cache_root, json_bytes, read_sealed_json, sealed_json_bytes
 from vlmpack.pack.media_tokens import TOKEN_COLUMNS
 from vlmpack.packing import PackPlan
 
@@ -68,6 +69,68 @@ def read_png_cache(path: Path, digest: str) -> tuple[dict[str, bytes], dict[str,
     if not all(png.startswith(b"\x89PNG\r\n\x1a\n") for png in raw.values()):
         return None
     return raw, {str(k): v for k, v in captions.items()}
+
+
+def write_png_cache(path: Path, digest: str, pngs: dict[str, bytes], captions: dict[str, str]) -> None:
+    """Keep ``pngs`` (name -> PNG bytes) and their ``captions`` for ``digest`` in the sealed JSON file
+    ``path`` (:func:`read_png_cache` reads it). Raises ``OSError``."""
+    atomic_write(path, sealed_json_bytes({"digest": digest, "captions": captions,
+                                          "pngs": {k: base64.b64encode(v).decode("ascii") for k, v in pngs.items()}}))
+
+
+@lru_cache(maxsize=1)
+def _drawing_code() -> str:
+    """sha256 (hex) of the code that draws the figures (:mod:`vlmpack.pack.figures` and
+    :mod:`vlmpack.pack.figure_layout`, read as bytes) and of matplotlib's version (its distribution's
+    metadata: no import)."""
+    from importlib.metadata import version
+
+    h = hashlib.sha256(version("matplotlib").encode())
+    for name in ("figures.py", "figure_layout.py"):
+        h.update(b"\0" + (Path(__file__).parent / name).read_bytes())
+    return h.hexdigest()
+
+
+def shared_png_cache(cache_dir: str | None, digest: str) -> Path | None:
+    """The PNG cache of figures with ``digest`` shared by every output of the cache root
+    (:func:`vlmpack.fsio.cache_root` of ``--cache-dir``, the count cache's; ``None`` when it is off):
+    ``<root>/figures/<key>.json``, ``key`` the sha256 of ``digest`` and of the drawing code
+    (:func:`_drawing_code`: another vlmpack or matplotlib draws again). The same data packed into
+    another output (or again with ``--overwrite``) takes its PNGs from there: the digest covers all
+    that the figures show (:func:`figures_digest`), so they are the PNGs drawing would give."""
+    root = cache_root(cache_dir)
+    if root is None:
+        return None
+    key = hashlib.sha256(f"vlmpack-figures/{_drawing_code()}/{digest}".encode()).hexdigest()
+    return root / "figures" / f"{key}.json"
+
+
+def cached_pngs(png_cache: Path | None, cache_dir: str | None, digest: str) -> tuple[dict, dict] | None:
+    """``(pngs, captions)`` for ``digest`` from the run's ``png_cache``, else from the shared one of
+    ``cache_dir`` (:func:`shared_png_cache`; then also kept in ``png_cache``), else None. Raises ``OSError``."""
+    shared = shared_png_cache(cache_dir, digest)
+    for path in (png_cache, shared):
+        cached = read_png_cache(path, digest) if path is not None else None
+        if cached is not None:
+            if path is shared and png_cache is not None:
+                write_png_cache(png_cache, digest, *cached)
+            return cached
+    return None
+
+
+def keep_pngs(png_cache: Path | None, cache_dir: str | None, digest: str, pngs: dict[str, bytes],
+              captions: dict[str, str]) -> None:
+    """Keep drawn PNGs in the run's ``png_cache`` (raises ``OSError``) and the shared one of ``cache_dir``
+    (:func:`shared_png_cache`; skipped when it cannot be written: the next run of the data draws again)."""
+    shared = shared_png_cache(cache_dir, digest)
+    if png_cache is not None:
+        write_png_cache(png_cache, digest, pngs, captions)
+    if shared is not None:
+        try:
+            shared.parent.mkdir(parents=True, exist_ok=True)
+            write_png_cache(shared, digest, pngs, captions)
+        except OSError:
+            pass
 
 
 class FiguresAhead:
