@@ -12,6 +12,7 @@ import gc
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -68,10 +69,24 @@ from cache_dir import CACHE  # noqa: E402 - one rule for the suite and the CLI f
 if "PYTEST_XDIST_WORKER" not in os.environ:
     os.environ["VLMPACK_CACHE"] = tempfile.mkdtemp(prefix="vlmpack-test-counts-")
 
+#: the background compile of the numba kernels (tests/numba_warm.py), started by the controller
+_NUMBA_WARM: list = []
+
+
+def pytest_configure(config):
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # once, while the workers import and collect
+        _NUMBA_WARM.append(subprocess.Popen([sys.executable, str(Path(__file__).parent / "numba_warm.py")],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
 
 def pytest_unconfigure(config):
     if "PYTEST_XDIST_WORKER" not in os.environ:  # the process that made the folder removes it
         shutil.rmtree(os.environ["VLMPACK_CACHE"], ignore_errors=True)
+    for proc in _NUMBA_WARM:
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 @contextlib.contextmanager
