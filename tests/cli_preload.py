@@ -34,12 +34,9 @@ if (_DIR / "tokenizer.json").is_file() and (_DIR / "config.json").is_file():
         pass
 
 try:  # the bfd planner's numba functions (the default algorithm), their cached machine code loaded
-    import numpy as np
+    from numba_warm import warm_default_plan
 
-    from vlmpack.packing import plan_packs
-
-    for _cap in (64, 4096):
-        plan_packs(np.random.default_rng(0).integers(1, _cap, 200), _cap, seed=0)
+    warm_default_plan()
 except Exception:  # noqa: BLE001 - as above: a command then loads them itself
     pass
 

@@ -20,10 +20,17 @@ from vlmpack.models.chatml import assistant_label_mask
 from vlmpack.packing import ALGORITHMS, plan_packs
 
 
-def main() -> None:
+def warm_default_plan() -> None:
+    """The default (bfd) planner's kernels, compiled or loaded from the cache: what every ``vlmpack pack``
+    plans with (also called by the CLI fork server, :mod:`cli_preload`)."""
     rng = np.random.default_rng(0)
     for cap in (64, 4096):
         plan_packs(rng.integers(1, cap, 300), cap, seed=0)
+
+
+def main() -> None:
+    warm_default_plan()
+    rng = np.random.default_rng(0)
     for dtype in (np.int32, np.int64):
         assistant_label_mask(np.array([1, 2, 3, 4, 5], dtype=dtype), im_start_id=1, assistant_id=2, im_end_id=4,
                              newline_id=3)
