@@ -139,8 +139,16 @@ class GenericFamily(Qwen2VLFamily):
         bos = self.tokenizer.bos_token
         return {"add_special_tokens": False} if bos and text.startswith(bos) else {}
 
+    tokenize_uses_fast_bpe = True
+
     def tokenize(self, texts: list[str]) -> list[list[int]]:
-        """Token ids of rendered texts, batched per :meth:`text_kwargs` group."""
+        """Token ids of rendered texts, batched per :meth:`text_kwargs` group; through
+        :attr:`fast_bpe` where it gives the tokenizer's ids (then the post-processor adds no token,
+        :func:`~vlmpack.models.tiktoken_bpe.problem`, so ``add_special_tokens=False`` changes nothing
+        and both groups get the default call's ids)."""
+        fast = self.fast_bpe
+        if fast is not None:
+            return fast(texts)
         out: list = [None] * len(texts)
         groups: dict[bool, list[int]] = {}
         for i, t in enumerate(texts):

@@ -249,12 +249,16 @@ class Qwen2VLFamily(QwenVideoRule):
             cuts = self.__dict__["_special_cuts"] = token_cuts(self.special_tokens)
         return cuts
 
+    #: whether a :meth:`tokenize` of a subclass's own goes through :attr:`fast_bpe` (this class's does)
+    tokenize_uses_fast_bpe = False
+
     @cached_property
     def fast_bpe(self):
         """:class:`~vlmpack.models.tiktoken_bpe.TiktokenBPE` of the tokenizer when tiktoken gives
         its ids (recorded per directory: :func:`~vlmpack.models.tiktoken_bpe.fast_encoder`), else None
-        (also for a family with a :meth:`tokenize` of its own, which does not use it)."""
-        if type(self).tokenize is not Qwen2VLFamily.tokenize:
+        (also for a family with a :meth:`tokenize` of its own that does not use it: one that does sets
+        :attr:`tokenize_uses_fast_bpe`)."""
+        if type(self).tokenize is not Qwen2VLFamily.tokenize and not self.tokenize_uses_fast_bpe:
             return None
         return fast_encoder(self.model_dir, self.tokenizer)
 
