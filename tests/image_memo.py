@@ -8,9 +8,12 @@ fully resolved options (size, resample, rescale, normalize, crop and patch setti
 the pixel work -- on its exact arguments: the sha256 of every image array (shape and dtype too)
 and the ``repr`` of every other argument except ``return_tensors``. A call whose images or
 options differ in any way is computed afresh, so the memo never makes two computations agree;
-the sweeps assert that every pack was a hit, which also proves that the collator decoded the
-shard's images to the same pixels as ``transformers.image_utils.load_image`` and resolved the
-same options as the reference processor.
+the sweeps assert that every pack was a hit, which also proves that the collator resolved the
+same options as the reference processor. The reference's images are the collator's own decode of
+the same part bytes where it made one (:func:`reference_image`: one PNG/JPEG decode per image instead
+of two, ~5 CPU-s a sweep); that vlmpack's decode gives the pixels of
+``transformers.image_utils.load_image`` is asserted on every distinct demo image by
+``test_validate.py::test_real_sizes_and_pixels_equal_load_image``.
 
 Pixel values, beyond the first pack: a sweep asserts token counts and ids, which depend on the
 images' sizes and the resolved options, never on pixel values (no sweep runs a model). So after
@@ -49,6 +52,7 @@ import contextlib
 import copy
 import hashlib
 import inspect
+import io
 import warnings
 from dataclasses import dataclass, field
 
@@ -71,6 +75,8 @@ class Memo:
 
     hits: int = 0
     misses: int = 0
+    #: reference images that were the collator's own decode of the same bytes (:func:`reference_image`)
+    shared_images: int = 0
     last: dict = field(default_factory=dict)
     _entries: dict = field(default_factory=dict)
 
@@ -130,6 +136,25 @@ class _NumpyStandins:
         return stacked if stacked is not obj else np.array(obj, *args, **kwargs)
 
 
+def _cat_padded_standin(original):
+    """``vlmpack.models.generic_rules.cat_padded`` while :func:`shape_only_pixels` runs: tensors that are
+    all zero stand-ins (strides 0, as ``torch.from_numpy`` makes of :func:`_zeros`) give one zero view of
+    the result's shape and dtype (what the real one gives them: zeros) instead of a new tensor filled with
+    zeros and copied into (the LLaVA-NeXT sweep: ~9 CPU-s); anything else goes to ``original``."""
+    import torch
+
+    def cat_padded(tensors):
+        tensors = list(tensors)
+        if len(tensors) > 1 and all(isinstance(t, torch.Tensor) and t.dim() and t.numel() and not any(t.stride())
+                                    and not t[(0,) * t.dim()].item() and t.dtype == tensors[0].dtype
+                                    and t.dim() == tensors[0].dim() for t in tensors):
+            rest = [max(t.shape[d] for t in tensors) for d in range(1, tensors[0].dim())]
+            return torch.zeros((), dtype=tensors[0].dtype).expand(sum(t.shape[0] for t in tensors), *rest)
+        return original(tensors)
+
+    return cat_padded
+
+
 def _stacked_zeros(value):
     """A list of :func:`_zeros` stand-ins of one shape ``[*s]`` -> one read-only zero view
     ``[len, *s]``: what ``BatchFeature``'s tensor conversion makes of the list (``np.array`` of it,
@@ -162,6 +187,11 @@ STANDIN_NUMPY_MODULES = ("transformers.models.qwen2_vl.image_processing_pil_qwen
                          "transformers.feature_extraction_utils")
 
 
+#: vlmpack modules whose ``cat_padded`` (the generic family's collator joining each sample's processor tensors)
+#: is :func:`_cat_padded_standin` while :func:`shape_only_pixels` runs
+CAT_PADDED_MODULES = ("vlmpack.models.generic_rules", "vlmpack.models.generic")
+
+
 @contextlib.contextmanager
 def shape_only_pixels():
     """While the block runs, transformers' PIL-backend pixel arithmetic
@@ -171,8 +201,9 @@ def shape_only_pixels():
     normalize give, so nothing downstream converts), rescale and normalize -> the input itself;
     ``Qwen2VLImageProcessorPil.patchify`` (a rearrangement of those pixels) -> zeros
     ``[grid_h * grid_w, C * temporal_patch_size * patch_size**2]`` and the grid; the ``np`` of the
-    :data:`STANDIN_NUMPY_MODULES` -> :class:`_NumpyStandins` (zero-filled results as one view). Each
-    replaced name gets back the value it had on entry."""
+    :data:`STANDIN_NUMPY_MODULES` -> :class:`_NumpyStandins` (zero-filled results as one view), the
+    ``cat_padded`` of the :data:`CAT_PADDED_MODULES` -> :func:`_cat_padded_standin`. Each replaced name gets
+    back the value it had on entry."""
     import importlib
 
     import transformers.image_processing_backends as backends
@@ -183,6 +214,7 @@ def shape_only_pixels():
     saved = {n: getattr(backends, n) for n in names}
     patchify = Qwen2VLImageProcessorPil.__dict__["patchify"]
     joiners = {m: m.np for m in map(importlib.import_module, STANDIN_NUMPY_MODULES)}
+    catters = {m: m.cat_padded for m in map(importlib.import_module, CAT_PADDED_MODULES)}
 
     def flat_patches(self, image, patch_size, merge_size, temporal_patch_size):
         return patch_standins(image, patch_size, temporal_patch_size)
@@ -199,6 +231,8 @@ def shape_only_pixels():
     Qwen2VLImageProcessorPil.patchify = flat_patches
     for module in joiners:
         module.np = _NumpyStandins()
+    for module, original in catters.items():
+        module.cat_padded = _cat_padded_standin(original)
     try:
         with warnings.catch_warnings():  # torch's once-only note on a tensor of a read-only view: nothing writes
             warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
@@ -209,6 +243,8 @@ def shape_only_pixels():
         Qwen2VLImageProcessorPil.patchify = patchify
         for module, saved_np in joiners.items():
             module.np = saved_np
+        for module, original in catters.items():
+            module.cat_padded = original
 
 
 def _same_but_pixels(real: dict, standin: dict) -> None:
@@ -239,8 +275,11 @@ def shared_preprocess(*classes: type, real_pixels: int = 1):
     real (and check the stand-ins against it); the later ones use :func:`shape_only_pixels`."""
     from transformers.feature_extraction_utils import BatchFeature
 
+    import vlmpack.train.pack_input as pack_input
+
     memo = Memo()
     saved = {cls: cls.__dict__["_preprocess"] for cls in classes}
+    open_image = pack_input.open_image
 
     def wrap(cls, original):
         signature = inspect.signature(original)
@@ -281,26 +320,67 @@ def shared_preprocess(*classes: type, real_pixels: int = 1):
 
     for cls, original in saved.items():
         cls._preprocess = wrap(cls, original)
+    pack_input.open_image = _recording(open_image)
+    _DECODED.clear()
+    _MEMO[:] = [memo]
     try:
         yield memo
     finally:
         for cls, original in saved.items():
             cls._preprocess = original
+        pack_input.open_image = open_image
+        _DECODED.clear()
+        _MEMO.clear()
 
 
-def pack_reference(proc, raw: dict, samples: list[dict], *, nested: bool = False) -> tuple[list[list], list]:
-    """The reference for a pack's image samples: each sample's images decoded by transformers'
-    ``load_image`` from the shard's parts, and ``proc`` (the model's own processor) called once on
-    the samples' chat-template texts and images as one padded batch (``nested``: images grouped per
-    sample, as LLaVA-OneVision's processor takes them; else one flat list in order). Returns the
-    images per sample, the processor's output (``return_tensors=None``: lists and the image
-    processor's own arrays) and each sample's ``input_ids`` (int ``[n]``) without padding."""
-    import io
+#: the images the collator decoded for its latest pack while :func:`shared_preprocess` runs, by the sha256 of
+#: their bytes (key ``"pack"``: that pack's name), and that block's :class:`Memo`
+_DECODED: dict = {}
+_MEMO: list = []
 
+
+def _recording(open_image):
+    """``vlmpack.train.pack_input.open_image`` (the collator's decode of a pack's image parts), keeping each
+    image it decodes from bytes in :data:`_DECODED`; a new pack's first image clears the last pack's."""
+    def recorded(obj, *, where=""):
+        img = open_image(obj, where=where)
+        if isinstance(obj, (bytes, bytearray, memoryview)):
+            pack = where.split(" sample ", 1)[0]
+            if _DECODED.get("pack") != pack:
+                _DECODED.clear()
+                _DECODED["pack"] = pack
+            _DECODED[hashlib.sha256(obj).digest()] = img
+        return img
+
+    return recorded
+
+
+def reference_image(blob: bytes):
+    """``blob`` (an image part's bytes) as transformers' ``load_image`` decodes it, for a reference
+    processor's call. Inside :func:`shared_preprocess`, the image the collator decoded from the same bytes
+    for its latest pack, when it did (counted in :attr:`Memo.shared_images`): one decode for both sides,
+    as vlmpack's ``open_image`` gives ``load_image``'s pixels (asserted on every distinct demo image:
+    ``test_validate.py::test_real_sizes_and_pixels_equal_load_image``) and neither side writes into
+    its images. Else ``load_image``'s own decode."""
     from PIL import Image
     from transformers.image_utils import load_image
 
-    images = [[load_image(Image.open(io.BytesIO(raw[m["part"]]))) for m in s["media"]] for s in samples]
+    img = _DECODED.get(hashlib.sha256(blob).digest()) if _MEMO else None
+    if img is not None:
+        _MEMO[0].shared_images += 1
+        return img
+    return load_image(Image.open(io.BytesIO(blob)))
+
+
+def pack_reference(proc, raw: dict, samples: list[dict], *, nested: bool = False) -> tuple[list[list], list]:
+    """The reference for a pack's image samples: each sample's images decoded as transformers'
+    ``load_image`` decodes the shard's parts (:func:`reference_image`), and ``proc`` (the model's own
+    processor) called once on the samples' chat-template texts and images as one padded batch
+    (``nested``: images grouped per sample, as LLaVA-OneVision's processor takes them; else one flat
+    list in order). Returns the
+    images per sample, the processor's output (``return_tensors=None``: lists and the image
+    processor's own arrays) and each sample's ``input_ids`` (int ``[n]``) without padding."""
+    images = [[reference_image(raw[m["part"]]) for m in s["media"]] for s in samples]
     texts = [proc.apply_chat_template([{"role": m["role"], "content": [
         {"type": "image"} if p["type"] == "image" else p for p in m["content"]]} for m in s["messages"]],
         tokenize=False) for s in samples]

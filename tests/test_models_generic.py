@@ -18,12 +18,15 @@ import numpy as np
 import pytest
 import torch
 from conftest import last_hidden, logit_diff
+from hypothesis import given
+from hypothesis import strategies as st
 
 from vlmpack.config import load_config
 from vlmpack.errors import ConfigError
 from vlmpack.models import MediaSize, load_model
 from vlmpack.models.chatml import assistant_label_mask
 from vlmpack.models.generic import GenericFamily
+from vlmpack.models.generic_rules import cat_padded
 from vlmpack.pack.pipeline import run_pack
 from vlmpack.packfmt import read_packs, shard_paths
 from vlmpack.verify import recount_shard
@@ -119,6 +122,21 @@ def test_llava_next_packs_and_its_processor_gives_every_recorded_length(tmp_path
     # vlmpack verify's recount (from the shard bytes: headers, template, tokenizer) agrees
     assert [p for shard in shard_paths(out) for p in recount_shard(str(shard), str(llava_next_dir))] == []
     print(f"LlavaNextProcessor on {n_image_samples} image samples ({n_images} images): every length as counted")
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 3), st.integers(1, 3)), min_size=1, max_size=4))
+def test_cat_padded_zero_pads_each_tensor_to_the_largest_then_concatenates(shapes):
+    """The collator's join of the processor's per-sample tensors (LLaVA-NeXT: patch counts differ), and
+    the sweep's stand-in of it (``image_memo``: zeros in, one zero view out) against it."""
+    from image_memo import _cat_padded_standin
+
+    tensors = [torch.arange(1, 1 + a * b * c, dtype=torch.float32).reshape(a, b, c) for a, b, c in shapes]
+    h, w = (max(s[d] for s in shapes) for d in (1, 2))
+    want = torch.cat([torch.nn.functional.pad(t, (0, w - t.shape[2], 0, h - t.shape[1])) for t in tensors])
+    assert torch.equal(cat_padded(tensors), want)
+    zeros = [torch.from_numpy(np.broadcast_to(np.float32(0), s)) for s in shapes]
+    got = _cat_padded_standin(cat_padded)(zeros)
+    assert got.shape == want.shape and got.dtype == want.dtype and not got.any()
 
 
 def test_processors_that_cannot_be_counted_are_refused_in_one_line(tmp_path, model_dir):

@@ -29,7 +29,6 @@ is never read stale.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 from pathlib import Path
 
@@ -38,8 +37,7 @@ import pytest
 import torch
 from conftest import cache_lock, last_hidden, logit_diff
 from demo_data.packs import demo_packs, first_image_packs
-from image_memo import assert_grid_pack, patch_standins, shared_preprocess
-from PIL import Image
+from image_memo import assert_grid_pack, patch_standins, reference_image, shared_preprocess
 
 from vlmpack.config import load_config
 from vlmpack.errors import MediaRuleError
@@ -96,16 +94,14 @@ def _glm_messages(sample: dict) -> list[dict]:
 
 
 def _sample_images(raw: dict, sample: dict) -> list:
-    from transformers.image_utils import load_image
-
-    return [load_image(Image.open(io.BytesIO(raw[m["part"]]))) for m in sample["media"]]
+    return [reference_image(raw[m["part"]]) for m in sample["media"]]
 
 
 def _pack_reference(proc, raw: dict, samples: list[dict]) -> tuple[list[list], dict, list[np.ndarray]]:
     """``image_memo.pack_reference`` with GLM's conversation form: the pack's image samples'
-    images (``load_image``) and ``proc`` called once on their chat-template texts and images, as
-    one padded batch. Returns the images per sample, the processor's output and each sample's
-    ``input_ids`` (int ``[n]``) without padding."""
+    images (as ``load_image`` decodes them: ``image_memo.reference_image``) and ``proc`` called once
+    on their chat-template texts and images, as one padded batch. Returns the images per sample, the
+    processor's output and each sample's ``input_ids`` (int ``[n]``) without padding."""
     images = [_sample_images(raw, s) for s in samples]
     texts = [proc.apply_chat_template(_glm_messages(s), tokenize=False) for s in samples]
     ref = proc(text=texts, images=[im for x in images for im in x], return_tensors=None, padding=True)
@@ -211,6 +207,7 @@ def test_every_image_sample_equals_glm4v_processor(tmp_path_factory, real_data, 
           f"{len(rejected)} image samples rejected: {sorted({r['reason'] for r in rejected.values()})}")
     # the collator and the processor saw the same pixels and options for every pack (one computation each)
     assert memo.hits == memo.misses == n_image_packs
+    assert memo.shared_images == n_media  # the reference's images: the collator's decode (one each)
     # every image sample of the set is either compared or rejected for a reason that is not a count
     assert compared + len(rejected) == len(lines) == 2937
     assert compared >= 2900 and not {r["reason"] for r in rejected.values()} & {"overlong", "template_error"}

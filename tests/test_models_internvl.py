@@ -178,6 +178,7 @@ def test_every_image_sample_equals_internvl_processor(tmp_path_factory, real_dat
           f"{sorted({r['reason'] for r in rejected.values()})}")
     # the collator and the processor saw the same pixels and options for every pack (one computation each)
     assert memo.hits == memo.misses == n_image_packs
+    assert memo.shared_images == n_media  # the reference's images: the collator's decode (one each)
     # every image sample of the set is either compared or rejected for a reason that is not a count
     assert compared + len(rejected) == len(image_lines) == 2937
     assert compared >= 2900 and not {r["reason"] for r in rejected.values()} & {"overlong", "template_error"}

@@ -45,11 +45,21 @@ def _encoder(d):
     return tok, tb.TiktokenBPE(tok)
 
 
+#: one (tokenizer, encoder) per directory for the comparisons below (a load and the vocabulary check: ~1.5-2.5 s)
+_BUILT: dict = {}
+
+
+def _cached_encoder(d):
+    if d not in _BUILT:
+        _BUILT[d] = _encoder(d)
+    return _BUILT[d]
+
+
 @pytest.mark.parametrize("name", DEMO_DIRS)
 def test_every_demo_text_gives_the_tokenizer_ids(request, real_data, name):
     d = request.getfixturevalue(name)
     family = FAMILIES[model_type(d)](d)
-    tok, fast = _encoder(d)
+    tok, fast = _cached_encoder(d)  # first used here in file order: the first call below fills the memo
     texts = []
     for line in (real_data / "real_sft.jsonl").read_text().splitlines():
         messages = to_canonical(json.loads(line))[0]
@@ -67,7 +77,7 @@ def test_code_points_of_every_plane_in_context_give_the_tokenizer_ids(request, n
     alone and between letters, spaces, digits, an apostrophe, a combining mark and newlines: the regex
     engines' classes (letters, numbers, white space, case-folded contractions) and NFC agree. (Once, on the
     demo model: all 1,112,064 code points in 9 contexts, equal; about 9 minutes.)"""
-    tok, fast = _encoder(request.getfixturevalue(name))
+    tok, fast = _cached_encoder(request.getfixturevalue(name))
     points = [c for c in range(0x110000) if c < 0x3000 or c % 127 == 0]
     points = [c for c in points if not 0xD800 <= c < 0xE000]
     for form in ("{c}", "a{c}b {c}", "'{c} 1{c}2", "{c}\u0301\n\n {c}{c}\t"):
@@ -92,15 +102,6 @@ def test_random_text_gives_the_tokenizer_ids(request, name, parts):
     tok, fast = _cached_encoder(request.getfixturevalue(name))
     text = "".join(parts)
     assert fast([text]) == tok([text])["input_ids"]
-
-
-_BUILT: dict = {}
-
-
-def _cached_encoder(d):
-    if d not in _BUILT:
-        _BUILT[d] = _encoder(d)
-    return _BUILT[d]
 
 
 @pytest.mark.usefixtures("fresh_recipes")

@@ -1,5 +1,6 @@
-"""VALIDATE stage and media probing on the real demo set: sizes as PIL sees them after EXIF
-orientation, the check levels against the real broken images, size limits, videos, cache, speed."""
+"""VALIDATE stage and media probing on the real demo set: sizes (and vlmpack's decoded pixels) as
+transformers' ``load_image`` gives them after EXIF orientation, the check levels against the real
+broken images, size limits, videos, cache, speed."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import io
 import os
 import shutil
 import struct
+from pathlib import Path
 
+import numpy as np
 import pytest
-from PIL import Image, ImageOps
+from PIL import Image
 
 from vlmpack.errors import MediaError
 from vlmpack.media.probe import clear_cache, probe_media
@@ -20,9 +23,20 @@ from vlmpack.records import Locator, Media, ReadStats, Rejection, Sample
 
 
 def _pil_truth(path: str) -> tuple[int, int, str]:
+    """Width and height of ``path`` as transformers' ``load_image`` decodes it (EXIF orientation applied),
+    and its format; asserts that vlmpack's decode of the file's bytes (``open_image``, what the collator
+    does with a pack's image part) gives the same pixels, so that the every-image sweeps may hand the
+    collator's decode to the reference processor (``image_memo.reference_image``)."""
+    from transformers.image_utils import load_image
+
+    from vlmpack.media.kinds.image import open_image
+
     with Image.open(path) as img:
         fmt = img.format
-        return (*ImageOps.exif_transpose(img).size, fmt)
+    want = load_image(path)
+    got = open_image(Path(path).read_bytes())
+    assert got.size == want.size and np.array_equal(np.asarray(got), np.asarray(want)), path
+    return (*want.size, fmt)
 
 
 def _sample(path: str, kind: str = "image") -> Sample:
@@ -34,7 +48,7 @@ def _sample(path: str, kind: str = "image") -> Sample:
     )
 
 
-def test_real_sizes_equal_pil_after_exif_transpose(real_data):
+def test_real_sizes_and_pixels_equal_load_image(real_data):
     clear_cache()
     samples = [
         validate_sample(s) for s in read_range(str(real_data / "real_sft.jsonl"), media_root=str(real_data))
