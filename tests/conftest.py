@@ -30,8 +30,8 @@ for _name, _value in (("MALLOC_MMAP_THRESHOLD_", "268435456"), ("MALLOC_TRIM_THR
                       ("MALLOC_TOP_PAD_", "67108864")):
     os.environ.setdefault(_name, _value)
 
-# One compute thread per process for torch (OpenMP) and numpy (OpenBLAS): the suite runs one xdist worker
-# per core, so a second thread in each worker only contends with the other worker (and OpenMP's idle
+# One compute thread per process for torch (OpenMP) and numpy (OpenBLAS): the suite runs at least one xdist
+# worker per core, so a second thread in each worker only contends with the other workers (and OpenMP's idle
 # threads spin between parallel regions). Model-forward files with -n 2 on 2 cores (train equivalence,
 # train video, Qwen3.5, video families, Kimi-VL): 161 -> 134 and 146 -> 118 CPU-s, 87 -> 77 and 80 -> 66 s.
 # Read when torch and numpy load (nothing has imported them yet here); inherited like the settings above.
@@ -71,6 +71,17 @@ if "PYTEST_XDIST_WORKER" not in os.environ:
 
 #: the background compile of the numba kernels (tests/numba_warm.py), started by the controller
 _NUMBA_WARM: list = []
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto``: one xdist worker more than the cores this process may use (``--maxprocesses`` in
+    ``addopts`` caps it). A worker is often idle: waiting for a ``vlmpack`` command of the CLI fork server,
+    a pack pool, a Ray cluster starting, ``energon prepare``, a signal test's timer, a file's fsync (a whole
+    run with two workers on 2 cores: ~270 of ~1,780 core-seconds idle); the third worker fills those gaps.
+    Measured on 2026-11-28 (2 cores, 24 GB): pytest 752 s with ``-n 3`` against 891 s with ``-n 2`` an hour
+    before, then 717 s (``-n 2``) and 610 s (``-n 3``) back to back on the same tree; ~8 GB in use."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores + 1
 
 
 def pytest_configure(config):
@@ -193,15 +204,19 @@ def llava_ov_dir() -> Path:
         return build_llava_onevision_model_dir(CACHE / "llava_onevision")
 
 
-# The longest files first: pytest-xdist (--dist loadfile) hands files to workers in collection order,
-# so the files that take minutes start at once, side by side, and the short ones fill the gaps after;
-# in alphabetical order one of them could start last and alone. Seconds on 2 cores, measured with
-# --durations (a scheduling hint only: a file not named here keeps its place after these).
-LONGEST_FIRST = ("test_models_smolvlm.py", "test_models_internvl.py", "test_hostile_runs.py",
-                 "test_models_llava_onevision.py", "test_models_generic.py", "test_models_qwen3_vl.py",
-                 "test_models_glm4v.py", "test_models_gemma3.py", "test_check.py", "test_hostile_outputs.py",
-                 "test_models_kimi_k25.py", "test_train_video.py", "test_train_video_families.py", "test_video.py",
-                 "test_audio.py", "test_models_qwen2_5_omni.py", "test_audio_records.py")
+# The longest files first: pytest-xdist (--dist loadfile, with --no-loadscope-reorder in addopts: else it
+# orders files by their number of tests) hands files to workers in collection order, so the files that take
+# a minute start first, side by side, and the short ones fill the gaps after; in any other order one of them
+# could start last and alone. Seconds on 2 cores, measured per test in a whole run (2026-11-28: 26-89 s each;
+# a scheduling hint only: a file not named here keeps its place after these).
+LONGEST_FIRST = ("test_models_qwen3_vl.py", "test_models_smolvlm.py", "test_models_llava_onevision.py",
+                 "test_tiktoken_bpe.py", "test_models_internvl.py", "test_processor_options.py", "test_load_recipe.py",
+                 "test_models_generic.py", "test_models_gemma3.py", "test_hostile_outputs.py", "test_omni_video.py",
+                 "test_light_tokenizer.py", "test_train_omni_video.py", "test_ray_cluster.py",
+                 "test_special_token_joins.py", "test_train_video_families.py", "test_models_kimi_k25.py",
+                 "test_template_render.py", "test_energon_task_encoder.py", "test_hostile_runs.py",
+                 "test_models_glm4v.py", "test_train_video.py", "test_video_families.py", "test_models_kimi_vl.py",
+                 "test_pipeline.py", "test_readme.py")
 
 
 def pytest_collection_modifyitems(config, items):
