@@ -272,7 +272,9 @@ def shared_preprocess(*classes: type, real_pixels: int = 1):
     """Memoize ``cls._preprocess`` of each image processor class while the block runs; yields the
     :class:`Memo`. An entry is dropped at its first hit (each pack is asked twice), so at most
     one pack's pixels are held. The first ``real_pixels`` computations do the pixel arithmetic for
-    real (and check the stand-ins against it); the later ones use :func:`shape_only_pixels`."""
+    real (and check the stand-ins against it); the later ones use :func:`shape_only_pixels`. The
+    collator's image decodes (``vlmpack.train.pack_input.open_image``) are kept for its latest pack, for
+    :func:`reference_image`."""
     from transformers.feature_extraction_utils import BatchFeature
 
     import vlmpack.train.pack_input as pack_input
