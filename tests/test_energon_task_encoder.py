@@ -58,15 +58,28 @@ def _take(it, n):
     return [next(it) for _ in range(n)]
 
 
+def _close(*loaders):
+    """Stop the loaders' persistent worker processes now (torch's ``DataLoader`` keeps them in
+    ``_iterator`` until it is collected; collected inside a later test's loader, each worker's join
+    waited out its 5 s timeout: 20 s of this file's 31)."""
+    for loader in loaders:
+        it = getattr(loader, "_iterator", None)
+        if it is not None:
+            it._shutdown_workers()
+
+
 def _check_resume(path, make_te, **kw):
     loader = _loader(path, make_te(), **kw)
-    it = iter(loader)
-    first = _take(it, 3)
-    state = pickle.loads(pickle.dumps(loader.save_state_rank()))
-    expected = _take(it, 3)
     loader2 = _loader(path, make_te(), **kw)
-    loader2.restore_state_rank(state)
-    got = _take(iter(loader2), 3)
+    try:
+        it = iter(loader)
+        first = _take(it, 3)
+        state = pickle.loads(pickle.dumps(loader.save_state_rank()))
+        expected = _take(it, 3)
+        loader2.restore_state_rank(state)
+        got = _take(iter(loader2), 3)
+    finally:
+        _close(loader, loader2)
     assert all(_same(a, b) for a, b in zip(expected, got)), ([e["__keys__"] for e in expected],
                                                              [g["__keys__"] for g in got])
     return first + expected
