@@ -374,6 +374,19 @@ def reference_image(blob: bytes):
     return load_image(Image.open(io.BytesIO(blob)))
 
 
+def blank_reference_image(blob: bytes):
+    """A black RGB image of the size transformers' ``load_image`` gives ``blob`` (an image part's
+    bytes; EXIF orientation applied), without decoding it: for a reference processor called under
+    :func:`shape_only_pixels`, whose ids read the images' sizes only. The size is vlmpack's header rule
+    (:func:`vlmpack.media.orientation.oriented_size`), equal to ``load_image``'s on every distinct demo
+    image (``test_validate.py::test_real_sizes_and_pixels_equal_load_image``)."""
+    from PIL import Image
+
+    from vlmpack.media.orientation import oriented_size
+
+    return Image.new("RGB", oriented_size(Image.open(io.BytesIO(blob))))
+
+
 def pack_reference(proc, raw: dict, samples: list[dict], *, nested: bool = False) -> tuple[list[list], list]:
     """The reference for a pack's image samples: each sample's images decoded as transformers'
     ``load_image`` decodes the shard's parts (:func:`reference_image`), and ``proc`` (the model's own

@@ -10,7 +10,9 @@ into its ``preprocessor_config.json`` by ``vlmpack.models.options``), compared w
 
 1. Every sample of the real demo set is packed by ``vlmpack pack --model <gemma3>``; for each image
    sample, ``Gemma3Processor.__call__`` (its chat template, ``Gemma3ImageProcessorPil`` on the
-   pixels decoded by ``load_image``, its image text, ``add_special_tokens=False`` as its
+   pixels decoded by ``load_image``, or past the collated packs shape-only on black images of their
+   sizes (``image_memo.blank_reference_image``, checked on the first such pack), its image text,
+   ``add_special_tokens=False`` as its
    ``apply_chat_template(tokenize=True)`` passes for a text that starts with ``<bos>``) gives the
    reference ``input_ids``; the recorded ``num_tokens``, the recorded per-image tokens,
    ``family.encode`` and the collator's ids must all equal it. In the same pass, every image sample
@@ -39,7 +41,7 @@ import pytest
 import torch
 from conftest import cache_lock, last_hidden, logit_diff
 from demo_data.packs import demo_packs, multi_sample_image_packs
-from image_memo import assert_sample_encodes, shape_only_pixels, shared_preprocess
+from image_memo import assert_sample_encodes, blank_reference_image, shape_only_pixels, shared_preprocess
 from PIL import Image
 
 from vlmpack.config import load_config
@@ -203,7 +205,9 @@ def test_every_image_sample_equals_gemma3_processor(full_pack, real_data, gemma3
             if not any(s["media"] for s in meta["samples"]):
                 continue
             samples = [s for s in meta["samples"] if s["media"]]
-            images = [_images(raw, s) for s in samples]
+            # past the collated packs every reference call is shape-only: black images of the decoded sizes
+            images = [_images(raw, s) if n_packs < COLLATED_PACKS else [blank_reference_image(raw[m["part"]])
+                                                                      for m in s["media"]] for s in samples]
             if n_packs < COLLATED_PACKS:
                 batch = collator(raw)  # re-encodes with the processor's pixels; raises on any count mismatch
                 cu = batch["cu_seqlens"].tolist()
@@ -218,6 +222,10 @@ def test_every_image_sample_equals_gemma3_processor(full_pack, real_data, gemma3
                     wants = _reference(proc_own, samples, images)
             with shape_only_pixels():  # token ids depend on the images' sizes only
                 wants_pas = _reference(proc_own, samples, images, **PAS)
+                if n_packs == COLLATED_PACKS:  # the first pack on black images: the decoded images' ids
+                    real = [_images(raw, s) for s in samples]
+                    assert all(map(np.array_equal, _reference(proc_own, samples, real), wants))
+                    assert all(map(np.array_equal, _reference(proc_own, samples, real, **PAS), wants_pas))
             n_packs += 1
             for j, s in enumerate(samples):
                 where = f"sample {s['id']!r}"

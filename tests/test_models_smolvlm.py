@@ -10,7 +10,8 @@ SmolVLM2's 128 added tokens standing in for the SmolLM2 tokenizer: see
    are the processor's tokenization of its own ``get_image_prompt_string``; labels, rendering.
 2. Every sample of the real demo set is packed by ``vlmpack pack --model <smolvlm>``; for each image
    sample, transformers' ``SmolVLMProcessor.__call__`` (its chat template, the image processor on
-   the pixels decoded by ``load_image``, its ``<image>`` replacement) gives the reference
+   the pixels decoded by ``load_image``, or shape-only on black images of their sizes after the
+   first sample: ``image_memo.blank_reference_image``, its ``<image>`` replacement) gives the reference
    ``input_ids``; the recorded ``num_tokens``, the recorded per-image tokens (the length of each
    image's replacement in the reference ids), ``family.encode`` and, on the first image packs, the
    collator's ids (``PackCollator`` over the real shards) must all equal it, and the processor's
@@ -38,7 +39,7 @@ import torch
 from cache_dir import CACHE
 from conftest import cache_lock, last_hidden, logit_diff
 from demo_data.packs import demo_packs, multi_sample_image_packs
-from image_memo import assert_sample_encodes, shape_only_pixels
+from image_memo import assert_sample_encodes, blank_reference_image, shape_only_pixels
 from PIL import Image
 
 from vlmpack.config import load_config
@@ -183,18 +184,20 @@ def full_pack(tmp_path_factory, real_data, smolvlm_dir) -> Path:
 
 def _reference(proc, fast, raw: dict, s: dict) -> tuple[list, np.ndarray]:
     """The processor's ``input_ids`` for one image sample ``s`` of pack ``raw`` (its images decoded
-    by ``load_image``, its chat template rendered by the processor), and the decoded images.
+    by ``load_image``, its chat template rendered by the processor), and the images it was given.
     ``fast``: the same processor with ``do_pad`` off, called under :func:`image_memo.shape_only_pixels`
-    (None: ``proc`` as it is). Neither changes an id: ``do_pad`` only stacks the pixel arrays into one
-    zero-padded array (``_preprocess``'s last block; rows and columns are computed before it), and
-    the tiling reads only the arrays' shapes, which the stand-ins keep; the first image sample of a
-    sweep checks it (real pixels and padding there, against the fast path)."""
+    on black images of the decoded sizes (:func:`image_memo.blank_reference_image`: no decode), None:
+    ``proc`` as it is on the decoded images. Neither changes an id: ``do_pad`` only stacks the pixel
+    arrays into one zero-padded array (``_preprocess``'s last block; rows and columns are computed before
+    it), and the tiling reads only the images' sizes, which the stand-ins keep; the first image sample of
+    a sweep checks it (real pixels and padding there, against the fast path)."""
     from transformers.image_utils import load_image
 
-    images = [load_image(Image.open(io.BytesIO(raw[m["part"]]))) for m in s["media"]]
     text = _text(proc, s["messages"])
     if fast is None:
+        images = [load_image(Image.open(io.BytesIO(raw[m["part"]]))) for m in s["media"]]
         return images, np.asarray(proc(text=[text], images=[images], return_tensors=None)["input_ids"][0])
+    images = [blank_reference_image(raw[m["part"]]) for m in s["media"]]
     with shape_only_pixels():
         return images, np.asarray(fast(text=[text], images=[images], return_tensors=None)["input_ids"][0])
 
