@@ -377,14 +377,15 @@ def reference_image(blob: bytes):
 def blank_reference_image(blob: bytes):
     """A black RGB image of the size transformers' ``load_image`` gives ``blob`` (an image part's
     bytes; EXIF orientation applied), without decoding it: for a reference processor called under
-    :func:`shape_only_pixels`, whose ids read the images' sizes only. The size is vlmpack's header rule
-    (:func:`vlmpack.media.orientation.oriented_size`), equal to ``load_image``'s on every distinct demo
-    image (``test_validate.py::test_real_sizes_and_pixels_equal_load_image``)."""
+    :func:`shape_only_pixels`, whose ids read the images' sizes only. The size is vlmpack's header probe
+    (:func:`vlmpack.media.probe.probe_bytes`, the sizes a pack records), equal to ``load_image``'s on
+    every distinct demo image (``test_validate.py::test_real_sizes_and_pixels_equal_load_image``)."""
     from PIL import Image
 
-    from vlmpack.media.orientation import oriented_size
+    from vlmpack.media.probe import probe_bytes
 
-    return Image.new("RGB", oriented_size(Image.open(io.BytesIO(blob))))
+    info = probe_bytes(blob, "image")
+    return Image.new("RGB", (info.width, info.height))
 
 
 def pack_reference(proc, raw: dict, samples: list[dict], *, nested: bool = False) -> tuple[list[list], list]:

@@ -119,9 +119,13 @@ def _template_msgs(sample: dict) -> list[dict]:
             for m in sample["messages"]]
 
 
-def _images(raw: dict, sample: dict) -> list:
+def _images(raw: dict, sample: dict, blank: bool = False) -> list:
+    """The sample's images as ``load_image`` decodes its parts, or (``blank``) black images of their
+    sizes for a shape-only reference call (:func:`image_memo.blank_reference_image`)."""
     from transformers.image_utils import load_image
 
+    if blank:
+        return [blank_reference_image(raw[m["part"]]) for m in sample["media"]]
     return [load_image(Image.open(io.BytesIO(raw[m["part"]]))) for m in sample["media"]]
 
 
@@ -206,8 +210,7 @@ def test_every_image_sample_equals_gemma3_processor(full_pack, real_data, gemma3
                 continue
             samples = [s for s in meta["samples"] if s["media"]]
             # past the collated packs every reference call is shape-only: black images of the decoded sizes
-            images = [_images(raw, s) if n_packs < COLLATED_PACKS else [blank_reference_image(raw[m["part"]])
-                                                                      for m in s["media"]] for s in samples]
+            images = [_images(raw, s, blank=n_packs >= COLLATED_PACKS) for s in samples]
             if n_packs < COLLATED_PACKS:
                 batch = collator(raw)  # re-encodes with the processor's pixels; raises on any count mismatch
                 cu = batch["cu_seqlens"].tolist()
