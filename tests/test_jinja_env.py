@@ -17,7 +17,7 @@ from transformers.utils.chat_template_utils import (
     _plain_template_data,
 )
 
-from vlmpack.models.jinja_env import alias_reasoning_fields, compile_template, plain_template_data
+from vlmpack.models.jinja_env import PLAIN_TYPES, alias_reasoning_fields, compile_template, plain_template_data
 
 
 class _Str(str):
@@ -84,6 +84,9 @@ TEMPLATES = (
     "{{ dict.__init__ }}",
     "{{ dict.mro() }}",
     "{% for %}",
+    # asked once a loop: the second answer comes from the remembering sandbox's memo
+    "{% for m in messages %}{{ loop.first }}{{ m.items() | list | length }}{{ m.clear() }}{% endfor %}",
+    "{% for m in messages %}{{ m.content.upper() }}{{ m.content.__class__ }}{% endfor %}",
 )
 
 
@@ -107,3 +110,33 @@ def test_templates_render_and_fail_as_in_transformers(source):
         assert got == want == str(datetime.now().year)
     assert got == want
     assert "<class" not in got and "method" not in got  # the sandbox hands out no Python internals
+
+
+def test_the_sandbox_remembers_the_answers_jinja_gives():
+    """The template's environment answers ``is_safe_attribute`` as Jinja's ``ImmutableSandboxedEnvironment``
+    on every attribute name of the remembered types (asked twice: computed, then remembered), and
+    remembers only those types."""
+    import jinja2.runtime
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    source = "{% set ns = namespace(n=0) %}{% for m in messages %}{{ loop.first }}{% endfor %}"
+    tpl = compile_template(source)
+    env, jinja = tpl.environment, ImmutableSandboxedEnvironment()
+    namespace = env.globals["namespace"](n=0)
+    loop = jinja2.runtime.LoopContext(iter([1, 2]), env.undefined)
+    objects = [v() for v in PLAIN_TYPES] + [namespace, loop]
+    names = {"mro", "__class__", "_x", "__init__", "n", "first", "update", "append", "pop", "keys", "upper",
+             "format", "format_map", "__globals__", "gi_frame"}
+    env._answers.clear()
+    for obj in objects:
+        for name in sorted(names | set(dir(obj))):
+            want = jinja.is_safe_attribute(obj, name, None)
+            assert env.is_safe_attribute(obj, name, None) == want == env.is_safe_attribute(obj, name, None), (obj, name)
+    assert {kind for kind, _ in env._answers} == {type(o) for o in objects}
+    assert not env._answers[(dict, "update")] and not env._answers[(str, "__class__")] and env._answers[(str, "upper")]
+    fn = lambda: None  # noqa: E731 - a function's internals are refused and never remembered
+    assert env.is_safe_attribute(fn, "__code__", None) is jinja.is_safe_attribute(fn, "__code__", None) is False
+    assert not any(kind is type(fn) for kind, _ in env._answers)
+    messages = [{"role": "user"}] * 3
+    assert tpl.render(messages=messages) == _compile_jinja_template(source).render(messages=messages) == \
+        "TrueFalseFalse"

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from vlmpack.packfmt import (
     FORMAT,
     MAX_JSON_DEPTH,
+    compact_json,
     entry_digest,
     group_by_key,
     join_pack,
@@ -119,6 +120,54 @@ def test_a_changed_key_order_or_character_changes_the_digest():
                          sha) != entry_digest(entry, sha)
     assert sample_digest(json.loads(entry.replace(b'"hi"', b'"hI"')), sha) != entry_digest(entry, sha)
     assert shift_part("img1.png", 3) == "img4.png" and shift_part("vid0.mp4", 0) == "vid0.mp4"
+
+
+def _dumps(obj) -> bytes:
+    """The reference form of compact_json: the standard library's encoder."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+
+
+_ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text()
+    | st.text(alphabet=st.characters(min_codepoint=0xD7F0, max_codepoint=0xE010), max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.tuples(inner)
+    | st.dictionaries(st.text(max_size=3), inner, max_size=3) | st.dictionaries(st.integers(0, 3), inner, max_size=2),
+    max_leaves=20)
+
+
+def test_compact_json_escapes_every_character_as_the_standard_library():
+    """orjson writes compact_json's strings: every code point but the surrogates, in one string and alone."""
+    every = "".join(map(chr, [*range(0xD800), *range(0xE000, 0x110000)]))
+    assert compact_json({"t": every, every[:300]: [every[::-1]]}) == _dumps({"t": every, every[:300]: [every[::-1]]})
+    assert all(compact_json(every[i]) == _dumps(every[i]) for i in range(0, len(every), 97))
+
+
+@settings(deadline=None, max_examples=400)
+@given(_ANY_JSON)
+def test_compact_json_is_the_standard_librarys_bytes(value):
+    """Floats (written 1.5e-07 by json, 1.5e-7 by orjson), integers beyond 64 bits, lone surrogates,
+    tuples and integer keys: the same bytes as json.dumps, whichever encoder wrote them."""
+    assert compact_json(value) == _dumps(value)
+    assert compact_json([value, [[[value]]]]) == _dumps([value, [[[value]]]])
+
+
+@settings(deadline=None, max_examples=150)
+@given(_samples(), _ANY_JSON, st.sampled_from([1e-07, 2.5, float("inf"), 10**20, 2**64, 7]), st.booleans())
+def test_sample_entries_with_tools_and_tool_calls_are_the_standard_librarys_bytes(sample, value, number, in_tools):
+    """Tool schemas and tool calls may hold any JSON (floats included): their entry's bytes are json.dumps's,
+    whichever of them holds the float."""
+    s, special = sample
+    s.tools = [{"type": "function", "function": {"name": "f", "parameters": value if in_tools else {},
+                                                 "scale": number if in_tools else 1}}]
+    call = {"a": value, "scale": number} if not in_tools else {}
+    s.messages.append({"role": "assistant", "content": [], "reasoning_content": "r",
+                       "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": call}}]})
+    s.messages.append({"role": "tool", "content": [{"type": "text", "text": "ok"}], "tool_call_id": "c", "name": "f"})
+    entry, _ = sample_entry(s, special)
+    obj = json.loads(entry)
+    assert entry == _dumps(obj)
+    assert _dumps(obj["tools"]) == _dumps(s.tools)
+    assert _dumps(obj["messages"][-2]["tool_calls"][0]["function"]["arguments"]) == _dumps(call)
 
 
 def _depth(value) -> int:

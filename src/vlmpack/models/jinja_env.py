@@ -13,7 +13,9 @@ checks that a template renders with this environment exactly as ``apply_chat_tem
 (probe conversations), so a difference in any transformers release is seen, not trusted.
 
 A chat template is code from the model's author: it runs only inside this sandbox, and its inputs
-are rebuilt as plain JSON data first (:func:`plain_template_data`).
+are rebuilt as plain JSON data first (:func:`plain_template_data`). The sandbox's answer to "may the
+template read this attribute" is remembered per exact type and name for the types whose answer
+depends on nothing else (:func:`_remembering_sandbox`: the same answers, each asked once).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def compile_template(source: str):
     import jinja2
     import jinja2.ext
     import jinja2.nodes
+    import jinja2.runtime
     import jinja2.utils
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -102,12 +105,48 @@ def compile_template(source: str):
                     f"Chat templates cannot store underscore-prefixed attributes on a namespace, but got {name!r}. "
                     "Please rename the attribute.")
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[GenerationBlock, jinja2.ext.loopcontrols])
+    env = _remembering_sandbox(ImmutableSandboxedEnvironment, (jinja2.runtime.LoopContext, SafeNamespace))(
+        trim_blocks=True, lstrip_blocks=True, extensions=[GenerationBlock, jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now, dict=DictMaker(),
                        namespace=SafeNamespace)
     return env.from_string(source)
+
+
+#: Exact types whose sandbox answer (``is_safe_attribute``) depends on the type and the attribute's name only:
+#: Jinja's checks (``jinja2.sandbox.is_internal_attribute``, ``modifies_known_mutable``) are ``isinstance``
+#: tests against fixed types and a test of the name, and these types define no ``__class__`` of their own.
+PLAIN_TYPES = (str, dict, list, tuple, int, float, bool, type(None))
+#: At most this many remembered answers (the attributes a template reads are few: ``loop.first``,
+#: ``ns.value``, ``content.startswith``); then forgotten at once.
+MEMO_ANSWERS = 4096
+
+
+def _remembering_sandbox(base: type, more_types: tuple[type, ...]) -> type:
+    """A subclass of the sandbox ``base`` whose ``is_safe_attribute`` remembers its answer per (exact
+    type, attribute name) for :data:`PLAIN_TYPES` and ``more_types`` (a Jinja loop, the namespace):
+    the same answers as ``base``, asked once. Jinja's sandbox asks on every attribute a template
+    reads (``loop.first`` once a message: ~1/3 of a demo conversation's render, 1.44 -> 0.95 CPU-s on
+    30,000 of them)."""
+    types_ = frozenset((*PLAIN_TYPES, *more_types))
+
+    class RememberingSandbox(base):
+        _answers: dict[tuple[type, str], bool] = {}
+
+        def is_safe_attribute(self, obj, attr, value) -> bool:
+            kind = type(obj)
+            if kind not in types_ or type(attr) is not str:
+                return super().is_safe_attribute(obj, attr, value)
+            answers = self._answers
+            known = answers.get((kind, attr))
+            if known is None:
+                if len(answers) >= MEMO_ANSWERS:
+                    answers.clear()
+                known = answers[(kind, attr)] = bool(super().is_safe_attribute(obj, attr, value))
+            return known
+
+    RememberingSandbox.__name__ = RememberingSandbox.__qualname__ = f"Remembering{base.__name__}"
+    return RememberingSandbox
 
 
 def alias_reasoning_fields(chat: list) -> list:

@@ -238,6 +238,8 @@ def record_lines(sample: Sample, sha256: list[str], special_tokens: str = "rejec
     entry, names = sample_entry(sample, special_tokens)
     # surrogatepass: a media reference may hold the surrogate escapes of a non-UTF-8 file name;
     # json.loads(bytes) reads them back the same way
+    if not sample.media:
+        return entry, b"[]"
     media = json.dumps([[h, n, m.path] for h, n, m in zip(sha256, names, sample.media)], ensure_ascii=False)
     return entry, media.encode("utf-8", "surrogatepass")
 
