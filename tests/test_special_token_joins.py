@@ -28,6 +28,8 @@ from vlmpack.models.special_tokens import (
     cut_turns,
     find_joined_special_token,
     find_special_token,
+    has_cut_edge,
+    scan_text_parts,
     special_token_pattern,
     token_cuts,
 )
@@ -222,6 +224,32 @@ def test_the_join_rule_is_the_templates_own():
     assert find_joined_special_token(_toy("\n", str.strip), spaced, pattern, cuts) is None
     # ordinary texts need no rendering
     assert cut_turns([{"role": "user", "content": [{"type": "text", "text": "a < b > c"}]}], cuts) == []
+
+
+_TOKEN_SETS = [("<|im_start|>", "<|im_end|>", "<|vision_start|>"), ("<s>", "</s>", "[CLS]", "<unk>"), ("<|x|>",), ()]
+_EDGE_TEXT = st.text(alphabet="<|>/[]imstartendCLSx_ \n", max_size=14)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(_TOKEN_SETS), _EDGE_TEXT, st.lists(st.lists(_EDGE_TEXT, max_size=3), min_size=1, max_size=3))
+def test_cut_edges_and_the_one_pass_scan_are_their_definitions(tokens, text, turns):
+    """has_cut_edge is its definition spelt out (a proper prefix ends the text, a proper suffix starts
+    it, or the text is an infix); scan_text_parts answers as find_special_token and cut_turns."""
+    cuts = token_cuts(tokens)
+    prefixes = {t[:i] for t in tokens for i in range(1, len(t))}
+    suffixes = {t[i:] for t in tokens for i in range(1, len(t))}
+    infixes = {t[i:j] for t in tokens for i in range(1, len(t)) for j in range(i + 1, len(t))}
+    want = any(text.endswith(p) for p in prefixes) or any(text.startswith(x) for x in suffixes) or text in infixes
+    assert has_cut_edge(text, cuts) == want
+    pattern = special_token_pattern(tokens)
+    if pattern is None:
+        return
+    messages = [{"role": "user", "content": [{"type": "text", "text": t} for t in texts] + [{"type": "image"}]}
+                for texts in turns]
+    hit, cut = scan_text_parts(messages, pattern, cuts)
+    assert hit == find_special_token(messages, pattern)
+    if hit is None:
+        assert cut == bool(cut_turns(messages, cuts))
 
 
 # ---------------------------------------------------------------- hypothesis: any cut, any filler

@@ -113,9 +113,7 @@ def test_the_check_refuses_a_render_that_differs(qwen3_vl_thinking_dir):
     renders the probes otherwise: refused."""
 
     class NoAliases(TemplateRender):
-        def __init__(self, tokenizer):
-            super().__init__(tokenizer)
-            self._alias = lambda chat: chat
+        _prepare = staticmethod(lambda messages: [{k: v for k, v in m.items() if v is not None} for m in messages])
 
     tok = load_chat_tokenizer(qwen3_vl_thinking_dir)
     assert TemplateRender.for_tokenizer(tok) is not None
@@ -154,15 +152,22 @@ _any = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st
                     | st.builds(np.int64, st.integers(-3, 3)) | st.builds(np.str_, st.text(max_size=2)),
                     lambda inner: st.lists(inner, max_size=3) | st.tuples(inner)
                     | st.dictionaries(st.text(max_size=2) | st.integers(0, 2), inner, max_size=3), max_leaves=12)
-_message = st.dictionaries(st.sampled_from(["role", "content", "tool_calls", "name"]),
+_message = st.dictionaries(st.sampled_from(["role", "content", "tool_calls", "name", "reasoning", "thinking"]),
                            _any | st.lists(st.dictionaries(st.sampled_from(["type", "text"]), _any, max_size=2)),
                            max_size=4)
 
 
 @settings(deadline=None, max_examples=300)
-@given(st.lists(_message, max_size=3) | _any)
-def test_the_quick_plainness_check_is_the_walk(value):
-    """Which conversations go through the copy-free render: the shape-first check answers as the walk."""
-    from vlmpack.models.template_render import _plain, _plain_messages
+@given(st.lists(_message, max_size=3) | st.lists(_message | _any, max_size=2) | _any)
+def test_the_one_pass_preparation_is_the_walk_the_drop_and_the_aliases(value):
+    """Which conversations go through the copy-free render, and what the template gets: a list of
+    message dicts that the walk finds plain, with each message's None values dropped and its reasoning
+    aliased (transformers' steps); anything else goes to apply_chat_template (None)."""
+    from vlmpack.models.jinja_env import alias_reasoning_fields
+    from vlmpack.models.template_render import _plain, template_chat
 
-    assert _plain_messages(value) == _plain(value)
+    plain = type(value) is list and all(type(m) is dict for m in value) and _plain(value)
+    want = alias_reasoning_fields([{k: v for k, v in m.items() if v is not None} for m in value]) if plain else None
+    got = template_chat(value)
+    assert repr(got) == repr(want)
+    assert got is None or [list(m) for m in got] == [list(m) for m in want]

@@ -74,11 +74,14 @@ class Builder:
                 continue
             content.append(self.take(kind))
 
-    def add_turn(self, role: str, content: list[dict], where: str, extras: dict | None = None) -> None:
+    def add_turn(self, role: str, content: list[dict], where: str, extras: dict | None = None,
+                 index: int | None = None) -> None:
         """Append one canonical turn; ``extras``: its fields beside the content
         (:data:`vlmpack.records.MESSAGE_EXTRAS`). An assistant turn may have no content when it
-        calls a tool or reasons; any other empty turn is ``empty_turn``."""
+        calls a tool or reasons; any other empty turn is ``empty_turn``. ``where`` names the turn in
+        that error (with ``index``: ``where[index]``)."""
         if not content and not (extras and ("tool_calls" in extras or "reasoning_content" in extras)):
+            where = where if index is None else f"{where}[{index}]"
             raise RecordError("empty_turn", f"{where} ({role}) has neither text nor media")
         self.messages.append({"role": role, "content": content, **(extras or {})})
 

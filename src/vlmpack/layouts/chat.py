@@ -22,7 +22,7 @@ from __future__ import annotations
 from vlmpack.errors import RecordError
 from vlmpack.layouts.base import Canonical, short
 from vlmpack.layouts.builder import PLACEHOLDER, Builder, top_level_media
-from vlmpack.layouts.tools import tool_calls_from_text, turn_extras
+from vlmpack.layouts.tools import EXTRA_KEYS, tool_calls_from_text, turn_extras
 from vlmpack.records import MEDIA_KINDS
 
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
@@ -48,37 +48,39 @@ def chat_turns(turns: object, key: str, builder: Builder, names: tuple[str, str]
         text = repr(turns)
         leading = not PLACEHOLDER.search(text) and not any(f"'type': '{k}" in text for k in MEDIA_KINDS)
     for i, turn in enumerate(turns):
-        where = f"{key}[{i}]"
         if not isinstance(turn, dict):
-            raise RecordError("wrong_type", f"{where} must be an object, got {type(turn).__name__}")
-        raw_role = turn.get(role_key, turn.get(alt_role))
+            raise RecordError("wrong_type", f"{key}[{i}] must be an object, got {type(turn).__name__}")
+        raw_role = turn[role_key] if role_key in turn else turn.get(alt_role)
         if not isinstance(raw_role, str):
-            raise RecordError("wrong_type", f"{where} has no string {role_key!r} (got {short(raw_role)})")
-        role = ROLES.get(raw_role.lower())
+            raise RecordError("wrong_type", f"{key}[{i}] has no string {role_key!r} (got {short(raw_role)})")
+        name = raw_role if raw_role in ROLES else raw_role.lower()
+        role = ROLES.get(name)
         if role is None:
             raise RecordError(
-                "unknown_role", f"{where} role {short(raw_role)} is not system/user/assistant/tool (or human/gpt)"
+                "unknown_role", f"{key}[{i}] role {short(raw_role)} is not system/user/assistant/tool (or human/gpt)"
             )
         value = turn[text_key] if text_key in turn else turn.get(alt_text)
         content: list[dict] = []
-        extras = turn_extras(turn, role, where)
+        extras = {} if turn.keys().isdisjoint(EXTRA_KEYS) else turn_extras(turn, role, f"{key}[{i}]")
         if leading and role == "user":
             leading = False
             builder.add_all_pending(content)
-        if raw_role.lower() == "function_call":  # LLaMA-Factory: the value is the call itself
-            extras["tool_calls"] = tool_calls_from_text(value, where)
+        if type(value) is str and name != "function_call":  # the common turn: one text
+            builder.add_text(content, value)
+        elif name == "function_call":  # LLaMA-Factory: the value is the call itself
+            extras["tool_calls"] = tool_calls_from_text(value, f"{key}[{i}]")
         elif value is None and role == "assistant" and extras:  # OpenAI: content null beside tool_calls
             pass
         elif isinstance(value, str):
             builder.add_text(content, value)
         elif isinstance(value, list):
             for j, part in enumerate(value):
-                _content_part(part, f"{where}.{text_key}[{j}]", content, builder)
+                _content_part(part, f"{key}[{i}].{text_key}[{j}]", content, builder)
         else:
             raise RecordError(
-                "wrong_type", f"{where} {text_key!r} must be a string or a list of parts, got {short(value)}"
+                "wrong_type", f"{key}[{i}] {text_key!r} must be a string or a list of parts, got {short(value)}"
             )
-        builder.add_turn(role, content, where, extras)
+        builder.add_turn(role, content, key, extras, i)
 
 
 def _content_part(part: object, where: str, content: list[dict], builder: Builder) -> None:

@@ -29,8 +29,8 @@ from vlmpack.layouts.base import short
 
 #: transformers' names of a message's reasoning (``_REASONING_FIELDS``), the first the canonical one.
 REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
-#: every key :func:`turn_extras` reads
-_EXTRA_KEYS = frozenset((*REASONING_KEYS, "tool_calls", "tool_call_id", "name"))
+#: every key :func:`turn_extras` reads (a turn with none of them has no extra field)
+EXTRA_KEYS = frozenset((*REASONING_KEYS, "tool_calls", "tool_call_id", "name"))
 
 
 def record_tools(obj: dict) -> list[dict] | None:
@@ -86,7 +86,7 @@ def turn_extras(turn: dict, role: str, where: str) -> dict:
     ``reasoning_content`` (from any of :data:`REASONING_KEYS`) and ``tool_calls``, a tool turn's
     ``tool_call_id`` and ``name``. A field on a turn of another role is ``wrong_type`` (it would
     not be rendered), as is a field of the wrong type; empty values count as absent."""
-    if turn.keys().isdisjoint(_EXTRA_KEYS):  # most turns: none of the fields
+    if turn.keys().isdisjoint(EXTRA_KEYS):  # most turns: none of the fields
         return {}
     out: dict = {}
     reasoning = next((turn[k] for k in REASONING_KEYS if turn.get(k) not in (None, "")), None)

@@ -46,11 +46,10 @@ from vlmpack.models.chatml import assistant_label_mask
 from vlmpack.models.qwen_image_rule import QwenImageSettings, recorded_settings
 from vlmpack.models.qwen_video_rule import VIDEO_PIXEL_KEYS, QwenVideoRule
 from vlmpack.models.special_tokens import (
-    cut_turns,
     find_joined_special_token,
-    find_special_token,
     has_cut_edge,
     render_pieces,
+    scan_text_parts,
     special_token_pattern,
     special_token_strings,
     token_cuts,
@@ -276,15 +275,16 @@ class Qwen2VLFamily(QwenVideoRule):
         template joins a turn's parts (``"hello<|im_"`` + ``"end|>"``;
         :func:`~vlmpack.models.special_tokens.find_joined_special_token`, rendered only for a
         conversation with a part whose edge is a piece of a special token,
-        :func:`~vlmpack.models.special_tokens.cut_turns`; ``tools`` rendered with them). A template
+        :func:`~vlmpack.models.special_tokens.cut_turns`; both looked for in one pass,
+        :func:`~vlmpack.models.special_tokens.scan_text_parts`; ``tools`` rendered with them). A template
         that raises finds nothing here (:meth:`token_ids` then raises the same). Tool use and
         reasoning fields: :meth:`field_problem`."""
-        hit = find_special_token(messages, self._special_re)
-        if hit is not None or self._special_re is None:
-            return hit
-        cuts = self._cuts()
-        if not cut_turns(messages, cuts):
+        if self._special_re is None:
             return None
+        cuts = self._cuts()
+        hit, cut = scan_text_parts(messages, self._special_re, cuts)
+        if hit is not None or not cut:
+            return hit
         try:
             return find_joined_special_token(lambda m: self.render(m, tools), messages, self._special_re, cuts)
         except Exception:  # noqa: BLE001 - a template may raise anything; counting reports it as template_error

@@ -112,14 +112,41 @@ def cut_turns(messages: Sequence[dict], cuts: TokenCuts) -> list[int]:
 
 def has_cut_edge(text: str, cuts: TokenCuts) -> bool:
     """True when ``text`` ends with a proper prefix of a special token, starts with a proper
-    suffix, or is an infix (:class:`TokenCuts`): a piece that could join neighbouring text into one."""
+    suffix, or is an infix (:class:`TokenCuts`): a piece that could join neighbouring text into one.
+    Most texts hold none of the tokens' first characters in their last ``longest - 1`` characters
+    (nor of their last characters in their first): one substring search each."""
     n = min(len(text), cuts.longest - 1)
-    tail, head = text[len(text) - n:], text[:n]
-    if not cuts.firsts.isdisjoint(tail) and any(tail[-k:] in cuts.prefixes for k in range(1, n + 1)):
-        return True
-    if not cuts.lasts.isdisjoint(head) and any(head[:k] in cuts.suffixes for k in range(1, n + 1)):
-        return True
+    tail = text[len(text) - n:]
+    for c in cuts.firsts:
+        if c in tail:
+            if any(tail[-k:] in cuts.prefixes for k in range(1, n + 1)):
+                return True
+            break
+    head = text[:n]
+    for c in cuts.lasts:
+        if c in head:
+            if any(head[:k] in cuts.suffixes for k in range(1, n + 1)):
+                return True
+            break
     return len(text) < cuts.longest - 1 and text in cuts.infixes
+
+
+def scan_text_parts(messages: Sequence[dict], pattern: re.Pattern, cuts: TokenCuts
+                    ) -> tuple[tuple[int, str] | None, bool]:
+    """:func:`find_special_token` and whether :func:`cut_turns` finds any turn, in one pass over the
+    text parts of canonical ``messages``: ``(first hit or None, a part has a cut edge)`` (the second
+    only looked for up to the first hit)."""
+    cut = False
+    for i, m in enumerate(messages):
+        for p in m["content"]:
+            text = p.get("text")
+            if isinstance(text, str):
+                hit = pattern.search(text)
+                if hit:
+                    return (i, hit.group()), cut
+                if not cut and text and has_cut_edge(text, cuts):
+                    cut = True
+    return None, cut
 
 
 def find_joined_special_token(render: Callable[[list[dict]], str], messages: Sequence[dict],

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from vlmpack.models.jinja_env import alias_reasoning_fields, compile_template, plain_template_data
+from vlmpack.models.jinja_env import REASONING_FIELDS, alias_reasoning_fields, compile_template, plain_template_data
 
 _PLAIN = (str, int, float, bool, type(None))
 
@@ -80,12 +80,39 @@ def _plain(value) -> bool:
     return True
 
 
-def _plain_messages(messages) -> bool:
-    """:func:`_plain` of a conversation, the common shape first (a list of messages whose values are
-    strings, or content lists of parts whose values are strings): half the time of the walk."""
+def template_chat(messages) -> list[dict] | None:
+    """The conversation as steps 2 and 4 of the module docstring hand it to the template (each
+    message's None values dropped, reasoning aliased: :func:`alias_reasoning_fields`), in one pass
+    that also checks it is plain JSON (:func:`_plain`, the common shape first: messages whose values
+    are strings, or content lists of parts whose values are strings); None when it is not (or is
+    not a list of message dicts), which the caller renders through ``apply_chat_template``."""
     if type(messages) is not list:
-        return _plain(messages)
-    return all(_plain_dict(m, content=True) for m in messages)
+        return None
+    chat = []
+    for m in messages:
+        if type(m) is not dict:
+            return None
+        kept = {}
+        for k, v in m.items():
+            if type(k) is not str:
+                return None
+            t = type(v)
+            if t is not str:
+                if v is None:
+                    continue
+                if k == "content" and t is list:
+                    if not all(_plain_dict(p) for p in v):
+                        return None
+                elif not _plain(v):
+                    return None
+            kept[k] = v
+        chat.append(kept)
+        if not _NO_REASONING.isdisjoint(kept):
+            chat[-1:] = alias_reasoning_fields(chat[-1:])
+    return chat
+
+
+_NO_REASONING = frozenset(REASONING_FIELDS)
 
 
 def _plain_dict(d, content: bool = False) -> bool:
@@ -119,9 +146,11 @@ class TemplateRender:
     ``slow`` is that call itself. Build it with :meth:`for_tokenizer`, which returns None when the
     check fails."""
 
+    #: the messages as the template gets them, or None (:func:`template_chat`)
+    _prepare = staticmethod(template_chat)
+
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
-        self._alias = alias_reasoning_fields
         self._compile = compile_template
         self._keywords = plain_template_data(dict(tokenizer.special_tokens_map))
 
@@ -143,7 +172,7 @@ class TemplateRender:
         """What differs between this render and ``apply_chat_template`` on :data:`PROBES` (one line),
         or None."""
         for i, (messages, tools) in enumerate(PROBES):
-            got, want = _outcome(self._fast, messages, tools), _outcome(self.slow, messages, tools)
+            got, want = _outcome(self._prepared, messages, tools), _outcome(self.slow, messages, tools)
             if got != want:
                 at = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
                 return f"probe {i} from character {at}: {got[at:at + 60]!r} != {want[at:at + 60]!r}"
@@ -156,16 +185,24 @@ class TemplateRender:
     def __call__(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> str:
         """The rendered text; raises what ``apply_chat_template`` raises for the conversation."""
         tools = list(tools) if tools else None
-        if messages and _plain_messages(messages) and _plain(tools):
+        chat = self._prepare(messages) if messages and _plain(tools) else None
+        if chat is not None:
             try:
-                return self._fast(messages, tools)
+                return self._render(chat, tools)
             except Exception:  # noqa: BLE001 - rendered again below, so the error is the template's own
                 pass
         return self.slow(messages, tools)
 
-    def _fast(self, messages: Sequence[dict], tools: list[dict] | None) -> str:
+    def _prepared(self, messages: list[dict], tools: list[dict] | None) -> str:
+        """What :meth:`__call__` renders for plain ``messages`` (:func:`template_chat`, then :meth:`_render`)."""
+        chat = self._prepare(messages)
+        if chat is None:
+            raise TypeError("not a list of plain JSON messages")
+        return self._render(chat, tools)
+
+    def _render(self, chat: list[dict], tools: list[dict] | None) -> str:
+        """Steps 1 and 5: the template rendered with the prepared ``chat``."""
         compiled = self._compile(self.tokenizer.get_chat_template(None, tools))
-        chat = self._alias([{k: v for k, v in m.items() if v is not None} for m in messages])
         return compiled.render(messages=chat, tools=tools, documents=None, add_generation_prompt=False,
                                **self._keywords)
 
