@@ -193,12 +193,10 @@ class Qwen2VLFamily(QwenVideoRule):
         as they are."""
         out = []
         for m in messages:
-            parts = []
-            for p in m["content"]:
-                t = p["type"]
-                parts.append({"type": "text", "text": p["text"]} if t == "text" else {"type": t})
-            msg = {"role": m["role"], "content": parts}
-            msg.update((k, m[k]) for k in MESSAGE_EXTRAS if k in m)
+            msg = {"role": m["role"], "content": [{"type": "text", "text": p["text"]} if p["type"] == "text"
+                                                  else {"type": p["type"]} for p in m["content"]]}
+            if len(m) > 2:  # a turn with fields beside its role and content
+                msg.update((k, m[k]) for k in MESSAGE_EXTRAS if k in m)
             out.append(msg)
         return out
 

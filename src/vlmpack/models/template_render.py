@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from vlmpack.models.jinja_env import REASONING_FIELDS, alias_reasoning_fields, compile_template, plain_template_data
 
 _PLAIN = (str, int, float, bool, type(None))
+_REASONING = frozenset(REASONING_FIELDS)
 
 #: Probe conversations (with their tool schemas) both renders must agree on.
 PROBES: tuple[tuple[list[dict], list[dict] | None], ...] = (
@@ -92,27 +93,26 @@ def template_chat(messages) -> list[dict] | None:
     for m in messages:
         if type(m) is not dict:
             return None
-        kept = {}
+        has_none = False
         for k, v in m.items():
             if type(k) is not str:
                 return None
             t = type(v)
-            if t is not str:
-                if v is None:
-                    continue
-                if k == "content" and t is list:
-                    if not all(_plain_dict(p) for p in v):
-                        return None
-                elif not _plain(v):
+            if t is str:
+                continue
+            if v is None:
+                has_none = True
+            elif k == "content" and t is list:
+                if not all(_plain_dict(p) for p in v):
                     return None
-            kept[k] = v
-        chat.append(kept)
-        if not _NO_REASONING.isdisjoint(kept):
-            chat[-1:] = alias_reasoning_fields(chat[-1:])
+            elif not _plain(v):
+                return None
+        if has_none:
+            m = {k: v for k, v in m.items() if v is not None}
+        if not _REASONING.isdisjoint(m):
+            m = alias_reasoning_fields([m])[0]
+        chat.append(m)  # the message itself when nothing changes: the sandbox cannot change what it is given
     return chat
-
-
-_NO_REASONING = frozenset(REASONING_FIELDS)
 
 
 def _plain_dict(d, content: bool = False) -> bool:

@@ -100,8 +100,14 @@ def _forms(norm) -> tuple[str, ...] | None:
 
 def sample_texts(messages: Sequence[dict]) -> list[str]:
     """The text items of canonical ``messages`` (:mod:`vlmpack.records`), in order."""
-    return [c["text"] for m in messages for c in m.get("content", ())
-            if isinstance(c, dict) and c.get("type") == "text" and isinstance(c.get("text"), str)]
+    out = []
+    for m in messages:
+        for c in m.get("content", ()):
+            if type(c) is dict or isinstance(c, dict):
+                text = c.get("text")
+                if isinstance(text, str) and c.get("type") == "text":
+                    out.append(text)
+    return out
 
 
 def min_text_tokens(texts: Sequence[str], bound: TextBound) -> tuple[int, int]:

@@ -51,6 +51,7 @@ from vlmpack.sources import get_source
 
 KIND_CODE = {k: i for i, k in enumerate(SAMPLE_KINDS)}  # text 0, image 1, video 2
 TOKENIZE_BATCH = 256
+_NO_MEDIA: Counter = Counter()  # the media counts of a text-only sample (read, never changed)
 #: The largest token count a per-sample int32 array holds: a sample counted above it is ``overlong``
 #: for every ``--seq-len`` (:class:`vlmpack.config.PackConfig` caps L at it), never wrapped.
 MAX_TOKENS = 2**31 - 1
@@ -336,7 +337,7 @@ def count_samples(family, samples: list[Sample], special_tokens: str = "reject"
                 rejected.append(ids)
                 continue
             arr = np.asarray(ids, dtype=np.int64)
-            n_kind = Counter(m.kind for m in s.media)
+            n_kind = Counter(m.kind for m in s.media) if s.media else _NO_MEDIA
             later = {f"n_{k}s": n for k, n in n_kind.items() if k not in ("image", "video")}  # n_audios
             problem = family.check_ids(arr, n_kind["image"], n_kind["video"], **later)
             if problem:
