@@ -294,6 +294,43 @@ def test_default_check_accepts_exactly_what_the_loader_decodes(corpus):
     assert verdicts["crc-valid-stream-ends-on-row-20"] and not verdicts["crc-valid-stream-ends-on-row-20-trailer-apart"]
 
 
+def _verdict(decide, data: bytes) -> str | None:
+    """None when ``decide(data)`` passes, else its one-line message."""
+    try:
+        decide(data)
+        return None
+    except MediaDecodeError as e:
+        assert "\n" not in str(e)
+        return str(e)
+
+
+def test_the_gates_decode_refuses_exactly_what_the_loader_refuses(corpus):
+    """``vlmpack check``'s decode of a stored member (``check_stored_image``: the media check's
+    equivalent of ``load()``, no pixels) refuses exactly what the loader's ``open_image`` refuses on
+    every file of the corpus (EXIF-rotated, 16-bit, 1-bit, palette, RGBA, animated, and every cut
+    and flip), with a message that names the member."""
+    from vlmpack.media.kinds.image import check_stored_image
+
+    every_mode = []  # every mode PIL opens these formats in (the conversion to RGB is checked on one pixel)
+    for mode in ("1", "L", "LA", "P", "RGB", "RGBA", "I", "I;16", "I;16B", "F", "CMYK", "YCbCr", "LAB"):
+        img = Image.new("RGB", (37, 23), (10, 200, 30)).convert(mode)
+        for fmt in ("PNG", "TIFF", "JPEG", "BMP", "GIF", "WEBP"):
+            try:
+                every_mode.append((f"{mode}-{fmt}", _save(img, fmt, **({"transparency": 3} if mode == "P" else {}))))
+            except (OSError, KeyError, ValueError):  # a mode the format cannot hold
+                continue
+    assert len({Image.open(io.BytesIO(data)).mode for _, data in every_mode}) >= 12
+    refused = 0
+    for label, data in [(label, path.read_bytes()) for label, path in corpus] + every_mode:
+        where = f"shard/pack part {label}"
+        want = _verdict(lambda b, w=where: open_image(b, where=w), data)
+        got = _verdict(lambda b, w=where: check_stored_image(b, "img0.png", w), data)
+        assert (got is None) == (want is None), (label, got, want)
+        assert got is None or got.startswith(where + ": image does not decode (")
+        refused += got is not None
+    assert refused > 3000 and len(corpus) + len(every_mode) - refused > 300
+
+
 def test_header_check_still_opens_only(corpus):
     """``header`` rejects a subset of what the default rejects (never a decodable image)."""
     clear_cache()
