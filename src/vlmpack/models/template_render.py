@@ -115,20 +115,14 @@ def template_chat(messages) -> list[dict] | None:
     return chat
 
 
-def _plain_dict(d, content: bool = False) -> bool:
-    """:func:`_plain` of ``d``, its string values taken at once (and with ``content``, the parts of a
-    ``"content"`` list the same way)."""
+def _plain_dict(d) -> bool:
+    """:func:`_plain` of ``d`` (a content part), its string values taken at once."""
     if type(d) is not dict:
         return _plain(d)
     for k, v in d.items():
         if type(k) is not str:
             return False
-        if type(v) is str:
-            continue
-        if content and k == "content" and type(v) is list:
-            if not all(_plain_dict(p) for p in v):
-                return False
-        elif not _plain(v):
+        if type(v) is not str and not _plain(v):
             return False
     return True
 
