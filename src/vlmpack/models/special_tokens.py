@@ -57,16 +57,7 @@ def special_token_pattern(tokens: Sequence[str]) -> re.Pattern | None:
 def find_special_token(messages: Sequence[dict], pattern: re.Pattern | None) -> tuple[int, str] | None:
     """``(turn index, token)`` of the first special token found in a text part of canonical
     ``messages`` (see :mod:`vlmpack.records`), or None."""
-    if pattern is None:
-        return None
-    for i, m in enumerate(messages):
-        for p in m["content"]:
-            text = p.get("text")
-            if isinstance(text, str):
-                hit = pattern.search(text)
-                if hit:
-                    return i, hit.group()
-    return None
+    return None if pattern is None else scan_text_parts(messages, pattern, None)[0]
 
 
 class TokenCuts(NamedTuple):
@@ -131,12 +122,12 @@ def has_cut_edge(text: str, cuts: TokenCuts) -> bool:
     return len(text) < cuts.longest - 1 and text in cuts.infixes
 
 
-def scan_text_parts(messages: Sequence[dict], pattern: re.Pattern, cuts: TokenCuts
+def scan_text_parts(messages: Sequence[dict], pattern: re.Pattern, cuts: TokenCuts | None
                     ) -> tuple[tuple[int, str] | None, bool]:
     """:func:`find_special_token` and whether :func:`cut_turns` finds any turn, in one pass over the
     text parts of canonical ``messages``: ``(first hit or None, a part has a cut edge)`` (the second
-    only looked for up to the first hit)."""
-    cut = False
+    only looked for up to the first hit, and not at all with ``cuts`` None: False)."""
+    cut, done = False, cuts is None
     for i, m in enumerate(messages):
         for p in m["content"]:
             text = p.get("text")
@@ -144,8 +135,8 @@ def scan_text_parts(messages: Sequence[dict], pattern: re.Pattern, cuts: TokenCu
                 hit = pattern.search(text)
                 if hit:
                     return (i, hit.group()), cut
-                if not cut and text and has_cut_edge(text, cuts):
-                    cut = True
+                if not done and text and has_cut_edge(text, cuts):
+                    cut = done = True
     return None, cut
 
 
