@@ -234,7 +234,8 @@ _EDGE_TEXT = st.text(alphabet="<|>/[]imstartendCLSx_ \n", max_size=14)
 @given(st.sampled_from(_TOKEN_SETS), _EDGE_TEXT, st.lists(st.lists(_EDGE_TEXT, max_size=3), min_size=1, max_size=3))
 def test_cut_edges_and_the_one_pass_scan_are_their_definitions(tokens, text, turns):
     """has_cut_edge is its definition spelt out (a proper prefix ends the text, a proper suffix starts
-    it, or the text is an infix); scan_text_parts answers as find_special_token and cut_turns."""
+    it, or the text is an infix); scan_text_parts finds the first token of the first part holding one
+    (as find_special_token) and a cut edge where cut_turns finds one."""
     cuts = token_cuts(tokens)
     prefixes = {t[:i] for t in tokens for i in range(1, len(t))}
     suffixes = {t[i:] for t in tokens for i in range(1, len(t))}
@@ -246,10 +247,12 @@ def test_cut_edges_and_the_one_pass_scan_are_their_definitions(tokens, text, tur
         return
     messages = [{"role": "user", "content": [{"type": "text", "text": t} for t in texts] + [{"type": "image"}]}
                 for texts in turns]
+    hits = [(i, m.group()) for i, texts in enumerate(turns) for t in texts if (m := pattern.search(t))]
     hit, cut = scan_text_parts(messages, pattern, cuts)
-    assert hit == find_special_token(messages, pattern)
+    assert hit == find_special_token(messages, pattern) == (hits[0] if hits else None)
     if hit is None:
         assert cut == bool(cut_turns(messages, cuts))
+        assert scan_text_parts(messages, pattern, None) == (None, False)
 
 
 # ---------------------------------------------------------------- hypothesis: any cut, any filler
