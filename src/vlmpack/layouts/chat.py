@@ -65,14 +65,12 @@ def chat_turns(turns: object, key: str, builder: Builder, names: tuple[str, str]
         if leading and role == "user":
             leading = False
             builder.add_all_pending(content)
-        if type(value) is str and name != "function_call":  # the common turn: one text
-            builder.add_text(content, value)
-        elif name == "function_call":  # LLaMA-Factory: the value is the call itself
+        if name == "function_call":  # LLaMA-Factory: the value is the call itself
             extras["tool_calls"] = tool_calls_from_text(value, f"{key}[{i}]")
-        elif value is None and role == "assistant" and extras:  # OpenAI: content null beside tool_calls
-            pass
         elif isinstance(value, str):
             builder.add_text(content, value)
+        elif value is None and role == "assistant" and extras:  # OpenAI: content null beside tool_calls
+            pass
         elif isinstance(value, list):
             for j, part in enumerate(value):
                 _content_part(part, f"{key}[{i}].{text_key}[{j}]", content, builder)

@@ -103,7 +103,7 @@ def sample_texts(messages: Sequence[dict]) -> list[str]:
     out = []
     for m in messages:
         for c in m.get("content", ()):
-            if type(c) is dict or isinstance(c, dict):
+            if isinstance(c, dict):
                 text = c.get("text")
                 if isinstance(text, str) and c.get("type") == "text":
                     out.append(text)
